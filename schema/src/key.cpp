@@ -1,0 +1,2 @@
+// Implemented by the storage work (issue: the kiln store).
+#include "kiln/key.hpp"

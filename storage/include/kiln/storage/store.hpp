@@ -1,0 +1,181 @@
+// kiln/storage/store.hpp — the node's artifact store: zstd blobs on disk, indexed in SQLite.
+//
+// Layout of a store folder, formats in schema/: blob-format.md, index (schema/sql/).
+//
+// Thread safety: a Store is safe for concurrent use from many threads without external
+// synchronization. Blob reads and writes run outside the index lock; index updates are
+// serialized. One process owns a store folder at a time (an flock on <root>/LOCK);
+// open() of a folder another process holds fails with Errc::busy.
+//
+// Durability: a put is durable when commit returns: the blob is written to a temporary
+// file, fsynced, renamed, the folder fsynced, and only then indexed in one transaction.
+// A crash at any point leaves the store openable; open() recovers (see open()).
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "kiln/digest.hpp"
+#include "kiln/key.hpp"
+#include "kiln/result.hpp"
+
+namespace kiln::storage {
+
+class FileSystem;  // storage/file_system.hpp: real by default, fault-injecting in tests
+
+struct StoreOptions {
+  std::filesystem::path root;          // created if missing
+  // Soft quota on stored (compressed) bytes: after a put, least-recently-used unpinned
+  // entries are evicted until the store is under it. 0 = no quota.
+  std::uint64_t quota_bytes = 0;
+  // Hard limit: a put that would take the store past it is refused (quota_exceeded)
+  // when eviction cannot make room; reads go on. 0 = no limit.
+  std::uint64_t hard_limit_bytes = 0;
+  int zstd_level = 3;
+  // File layer; nullptr = the real file system. Not owned; must outlive the Store.
+  FileSystem* fs = nullptr;
+};
+
+struct ArtifactInfo {
+  Key key;
+  Digest key_digest;
+  Digest blob_digest;                 // SHA-256 of the uncompressed bytes
+  std::uint64_t size = 0;             // uncompressed bytes
+  std::uint64_t stored_size = 0;      // bytes of the blob file on disk
+  std::int64_t created_at = 0;        // unix seconds
+  std::int64_t last_access = 0;       // unix seconds
+  std::uint64_t hits = 0;
+  double build_seconds = 0;
+  bool pinned = false;
+};
+
+struct PutMeta {
+  double build_seconds = 0;
+  bool pin = false;
+};
+
+struct StoreStats {
+  std::uint64_t entries = 0;
+  std::uint64_t stored_bytes = 0;        // on disk, compressed, headers included
+  std::uint64_t uncompressed_bytes = 0;
+  std::uint64_t hits = 0;
+  std::uint64_t misses = 0;
+  std::uint64_t evictions = 0;
+  std::uint64_t quarantined = 0;
+  std::uint64_t quota_bytes = 0;
+  std::uint64_t hard_limit_bytes = 0;
+};
+
+// Filters: key field name (kiln::key_field_names(), e.g. "region", "gpu_arch") -> exact
+// value. Unknown field names are invalid_argument.
+struct ListQuery {
+  std::map<std::string, std::string> filters;
+  std::optional<bool> pinned;
+  std::int64_t accessed_before = 0;   // unix seconds; 0 = any
+  std::size_t limit = 0;              // 0 = all
+  std::size_t offset = 0;
+};
+
+struct VerifyReport {
+  std::uint64_t checked = 0;
+  std::vector<Digest> corrupt;        // key digests whose blob failed; quarantined and unindexed
+  std::uint64_t orphans_removed = 0;  // blob files no row referenced
+  std::uint64_t missing_removed = 0;  // rows whose blob was missing
+};
+
+struct BuildRecord {
+  Digest key_digest;
+  std::int64_t started_at = 0;
+  std::int64_t finished_at = 0;
+  bool ok = false;
+  std::string error;   // empty when ok
+  std::string log;     // the worker's stderr, truncated to its last 1 MiB
+};
+
+struct SourceInfo {
+  std::string model_hash;
+  Digest blob_digest;
+  std::uint64_t size = 0;
+  std::int64_t created_at = 0;
+  std::string name;    // file name it was registered from, for display
+};
+
+// Receives a blob's uncompressed bytes in order. Returning an error stops the read.
+using ByteSink = std::function<Status(std::span<const std::byte>)>;
+
+// A streamed put in progress. Destroying it without commit removes its temporary file.
+class PutStream {
+ public:
+  virtual ~PutStream() = default;
+  virtual Status write(std::span<const std::byte> data) = 0;
+};
+
+class Store {
+ public:
+  // Opens (creating if needed) the store at options.root, migrating an older index
+  // schema, and recovers: removes temporary files, drops rows whose blob is missing,
+  // collects blobs no row references. Errors: read_only (folder not writable: the store
+  // still opens read-only if the index exists), busy (another process holds it),
+  // corrupt (index unreadable), io_error.
+  static Result<std::unique_ptr<Store>> open(const StoreOptions& options);
+  virtual ~Store() = default;
+
+  // Streamed put: bytes go through zstd into a temporary file as they arrive, so a
+  // 2 GiB artifact never sits whole in memory.
+  virtual Result<std::unique_ptr<PutStream>> begin_put() = 0;
+  // Makes the streamed bytes the artifact for `key` (replacing an existing entry of the
+  // same key). invalid_argument for an incomplete key; quota_exceeded, no_space, read_only.
+  virtual Result<ArtifactInfo> commit(std::unique_ptr<PutStream> stream, const Key& key,
+                                      const PutMeta& meta = {}) = 0;
+  Result<ArtifactInfo> put_bytes(const Key& key, std::span<const std::byte> data, const PutMeta& meta = {});
+  Result<ArtifactInfo> put_file(const Key& key, const std::filesystem::path& file, const PutMeta& meta = {});
+
+  // Verified read: streams the uncompressed bytes to `sink` and checks their digest.
+  // nullopt (and a miss counted) when no artifact has this key digest. On a digest
+  // mismatch or a damaged blob file the entry is quarantined (moved to
+  // <root>/quarantine, unindexed) and Errc::corrupt returned — the caller must discard
+  // whatever the sink received. A hit updates last_access and hits.
+  virtual Result<std::optional<ArtifactInfo>> read(const Digest& key_digest, const ByteSink& sink) = 0;
+  // Convenience over read(): whole artifact in memory.
+  Result<std::optional<std::vector<std::byte>>> get_bytes(const Digest& key_digest);
+
+  // Metadata only; no hit or miss counted.
+  virtual Result<std::optional<ArtifactInfo>> stat(const Digest& key_digest) = 0;
+  virtual Result<std::vector<ArtifactInfo>> list(const ListQuery& query) = 0;
+  // true if it existed. A blob shared with another entry stays until unreferenced.
+  virtual Result<bool> remove(const Digest& key_digest) = 0;
+  // true if it existed.
+  virtual Result<bool> set_pinned(const Digest& key_digest, bool pinned) = 0;
+  virtual Result<StoreStats> stats() = 0;
+  virtual void record_miss() = 0;
+
+  // Evicts least-recently-used unpinned entries until stored bytes <= target_bytes.
+  // Returns the number evicted.
+  virtual Result<std::uint64_t> evict_to(std::uint64_t target_bytes) = 0;
+  // Evicts the unpinned entries matching `query`. Returns the number evicted.
+  virtual Result<std::uint64_t> evict(const ListQuery& query) = 0;
+  // Re-hashes every blob; quarantines what fails; removes orphans and dangling rows.
+  virtual Result<VerifyReport> verify() = 0;
+
+  // Sources (torch.export archives) by model hash, stored as blobs like artifacts.
+  virtual Result<SourceInfo> put_source(const std::string& model_hash, std::unique_ptr<PutStream> stream,
+                                        const std::string& name) = 0;
+  virtual Result<std::optional<SourceInfo>> stat_source(const std::string& model_hash) = 0;
+  virtual Result<std::optional<SourceInfo>> read_source(const std::string& model_hash, const ByteSink& sink) = 0;
+  virtual Result<std::vector<SourceInfo>> list_sources() = 0;
+
+  // Build outcomes and logs, newest kept per key.
+  virtual Status record_build(const BuildRecord& record) = 0;
+  virtual Result<std::optional<BuildRecord>> last_build(const Digest& key_digest) = 0;
+
+  virtual const StoreOptions& options() const = 0;
+};
+
+}  // namespace kiln::storage
