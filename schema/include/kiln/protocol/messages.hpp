@@ -1,0 +1,333 @@
+// kiln/protocol/messages.hpp — the JSON bodies of the wire protocol's messages
+// (schema/protocol.md, "Messages"), as plain structs with an encoder and a decoder each.
+//
+// encode(x) returns the JSON text of a body. decode<T>(text) parses one; it never throws:
+// malformed JSON is Errc::protocol_error, a missing/ill-typed field or a bad key is
+// Errc::invalid_argument, with the field named ("get.key_digest: expected 64 hex chars").
+// Unknown fields are ignored (forward compatibility). An empty text decodes as "{}".
+// All functions are reentrant.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kiln/digest.hpp"
+#include "kiln/key.hpp"
+#include "kiln/protocol/frame.hpp"
+#include "kiln/result.hpp"
+
+namespace kiln::protocol {
+
+// ---- shared shapes -------------------------------------------------------------------
+
+// Identifies an artifact: by digest, or by key fields (node fields may be empty: the
+// daemon fills them). Exactly one is set in a valid ref.
+struct KeyRef {
+  std::optional<Digest> key_digest;
+  std::optional<Key> key;
+};
+
+struct ArtifactMeta {
+  Key key;
+  Digest key_digest;
+  Digest blob_digest;
+  std::uint64_t size = 0;          // uncompressed
+  std::uint64_t stored_size = 0;
+  std::int64_t created_at = 0;
+  std::int64_t last_access = 0;
+  std::uint64_t hits = 0;
+  double build_seconds = 0;
+  bool pinned = false;
+};
+
+struct SourceMeta {
+  std::string model_hash;
+  Digest blob_digest;
+  std::uint64_t size = 0;
+  std::int64_t created_at = 0;
+  std::string name;
+};
+
+using Filters = std::map<std::string, std::string>;
+
+struct ErrorBody {
+  Errc code = Errc::internal;   // unknown numeric codes decode as Errc::internal
+  std::string message;
+};
+
+// ---- hello ---------------------------------------------------------------------------
+
+struct HelloRequest {
+  std::vector<std::uint32_t> versions{1};
+  std::string client;
+  std::vector<std::string> capabilities;   // "fd", "stream", "events"
+  std::uint32_t max_frame = 4u << 20;
+};
+struct HelloReply {
+  std::uint32_t version = 1;
+  std::string server;
+  std::vector<std::string> capabilities;
+  std::uint32_t max_frame = 4u << 20;
+  std::uint32_t max_inflight = 64;
+  std::vector<std::string> roles;          // "read", "write", "admin"
+  std::map<std::string, std::string> node; // NodeFields by name
+};
+
+// ---- artifacts -----------------------------------------------------------------------
+
+enum class Delivery { fd, stream };
+enum class OnMiss { none, build };
+
+struct GetRequest {
+  KeyRef ref;
+  Delivery delivery = Delivery::fd;
+  OnMiss on_miss = OnMiss::none;
+  std::uint32_t wait_ms = 0;
+};
+struct GetReply {
+  bool found = false;
+  Delivery delivery = Delivery::fd;
+  std::optional<Digest> key_digest;   // always set on a miss
+  std::optional<ArtifactMeta> info;   // set on a hit
+};
+
+struct PutRequest {
+  Key key;
+  std::optional<std::uint64_t> size;
+  std::optional<Digest> blob_digest;
+  bool pin = false;
+  double build_seconds = 0;
+};
+struct PutReply {
+  ArtifactMeta info;
+};
+
+struct StatRequest {
+  KeyRef ref;
+};
+struct StatReply {
+  bool found = false;
+  std::optional<Digest> key_digest;
+  std::optional<ArtifactMeta> info;
+};
+
+struct ListRequest {
+  Filters filters;
+  std::optional<bool> pinned;
+  std::int64_t accessed_before = 0;
+  std::uint32_t limit = 1000;        // decode clamps nothing; the server enforces <= 10000
+  std::uint64_t offset = 0;
+};
+struct ListReply {
+  std::vector<ArtifactMeta> items;
+  std::optional<std::uint64_t> next_offset;
+};
+
+// DELETE, PIN and UNPIN share their request and reply shapes.
+struct KeyOpRequest {
+  KeyRef ref;
+};
+struct KeyOpReply {
+  Digest key_digest;
+};
+
+struct StatsRequest {};
+struct StatsReply {
+  std::map<std::string, std::uint64_t> store;   // entries, stored_bytes, ... (protocol.md)
+  std::map<std::string, std::uint64_t> daemon;  // uptime_s, connections, ...
+};
+
+struct StatusRequest {};
+struct StatusReply {
+  std::string server;
+  std::uint32_t version = 1;
+  std::int64_t pid = 0;
+  std::uint64_t uptime_s = 0;
+  std::string socket;
+  std::string store;
+  std::map<std::string, std::string> node;
+  std::vector<std::string> roles;
+  std::vector<std::string> capabilities;
+  std::optional<std::string> metrics;
+  bool draining = false;
+};
+
+// ---- admin ---------------------------------------------------------------------------
+
+struct EvictRequest {
+  std::optional<std::uint64_t> target_bytes;
+  Filters filters;
+  std::int64_t accessed_before = 0;
+  std::uint64_t older_than_s = 0;
+};
+struct EvictReply {
+  std::uint64_t evicted = 0;
+};
+
+struct VerifyRequest {};
+struct VerifyReply {
+  std::uint64_t checked = 0;
+  std::vector<Digest> corrupt;
+  std::uint64_t orphans_removed = 0;
+  std::uint64_t missing_removed = 0;
+};
+
+struct GcRequest {};
+struct GcReply {
+  std::uint64_t evicted = 0;
+  std::uint64_t stored_bytes = 0;
+};
+
+struct ReloadRequest {};
+struct ReloadReply {
+  bool reloaded = true;
+};
+
+struct CancelRequest {
+  std::uint32_t request_id = 0;
+};
+struct CancelReply {
+  bool cancelled = false;
+};
+
+// ---- sources and builds --------------------------------------------------------------
+
+struct PutSourceRequest {
+  std::string model_hash;
+  std::string name;
+  std::optional<std::uint64_t> size;
+};
+struct PutSourceReply {
+  SourceMeta source;
+};
+
+struct BuildRequest {
+  Key key;
+  bool force = false;
+  bool wait = true;
+  std::uint32_t wait_ms = 0;
+};
+struct BuildReply {
+  std::string state;                  // "done" | "queued" | "running" | "present"
+  Digest key_digest;
+  std::optional<std::string> handle;
+  std::optional<ArtifactMeta> info;
+};
+
+struct PrewarmRequest {
+  std::vector<Key> keys;
+  bool force = false;
+  bool events = false;
+};
+struct PrewarmResult {
+  std::optional<Digest> key_digest;   // absent when the key was invalid
+  std::string state;                  // "present" | "queued" | "running" | "invalid"
+  std::optional<std::string> error;
+};
+struct PrewarmReply {
+  std::string handle;
+  std::vector<PrewarmResult> results;
+};
+// EVENT body of a prewarm stream.
+struct BuildEvent {
+  Digest key_digest;
+  std::string state;                  // "running" | "done" | "failed"
+  std::optional<std::string> error;
+  std::optional<ArtifactMeta> info;
+};
+
+struct BuildStatusRequest {
+  std::optional<std::string> handle;
+  std::optional<Digest> key_digest;
+};
+struct BuildState {
+  Digest key_digest;
+  std::string state;                  // "queued" | "running" | "done" | "failed"
+  std::int64_t queued_at = 0;
+  std::optional<std::int64_t> started_at;
+  std::optional<std::int64_t> finished_at;
+  std::optional<std::string> progress;
+  std::optional<std::string> error;
+};
+struct BuildStatusReply {
+  std::vector<BuildState> builds;
+};
+
+struct LogsRequest {
+  Digest key_digest;
+};
+struct BuildLog {
+  Digest key_digest;
+  std::int64_t started_at = 0;
+  std::int64_t finished_at = 0;
+  bool ok = false;
+  std::string error;
+  std::string log;
+};
+struct LogsReply {
+  bool found = false;
+  std::optional<BuildLog> record;
+};
+
+// ---- codec ---------------------------------------------------------------------------
+
+std::string encode(const ErrorBody&);
+std::string encode(const HelloRequest&);
+std::string encode(const HelloReply&);
+std::string encode(const GetRequest&);
+std::string encode(const GetReply&);
+std::string encode(const PutRequest&);
+std::string encode(const PutReply&);
+std::string encode(const StatRequest&);
+std::string encode(const StatReply&);
+std::string encode(const ListRequest&);
+std::string encode(const ListReply&);
+std::string encode(const KeyOpRequest&);
+std::string encode(const KeyOpReply&);
+std::string encode(const StatsRequest&);
+std::string encode(const StatsReply&);
+std::string encode(const StatusRequest&);
+std::string encode(const StatusReply&);
+std::string encode(const EvictRequest&);
+std::string encode(const EvictReply&);
+std::string encode(const VerifyRequest&);
+std::string encode(const VerifyReply&);
+std::string encode(const GcRequest&);
+std::string encode(const GcReply&);
+std::string encode(const ReloadRequest&);
+std::string encode(const ReloadReply&);
+std::string encode(const CancelRequest&);
+std::string encode(const CancelReply&);
+std::string encode(const PutSourceRequest&);
+std::string encode(const PutSourceReply&);
+std::string encode(const BuildRequest&);
+std::string encode(const BuildReply&);
+std::string encode(const PrewarmRequest&);
+std::string encode(const PrewarmReply&);
+std::string encode(const BuildEvent&);
+std::string encode(const BuildStatusRequest&);
+std::string encode(const BuildStatusReply&);
+std::string encode(const LogsRequest&);
+std::string encode(const LogsReply&);
+
+// Specialised for every struct above that has an encode().
+template <class T>
+Result<T> decode(std::string_view json);
+
+// ErrorBody -> kiln::Error and back.
+inline Error to_error(const ErrorBody& body) { return Error{body.code, body.message}; }
+inline ErrorBody to_error_body(const Error& e) { return ErrorBody{e.code, e.message}; }
+
+// Role names in hello/status: "read", "write", "admin".
+enum class Role : std::uint8_t { none = 0, read = 1, write = 2, admin = 3 };
+std::string_view role_name(Role role) noexcept;
+// The role a request type needs (protocol.md table); Role::none for hello/cancel.
+Role required_role(MsgType type) noexcept;
+// ["read"], ["read","write"] or ["read","write","admin"]; empty for Role::none.
+std::vector<std::string> role_names_upto(Role role);
+
+}  // namespace kiln::protocol
