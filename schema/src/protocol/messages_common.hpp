@@ -1,0 +1,25 @@
+// Internal to the codec: shared declarations of messages.cpp and messages_admin.cpp.
+#pragma once
+
+#include "json_codec.hpp"
+
+namespace kiln::protocol::detail {
+
+json to_json(const ArtifactMeta& m);
+json to_json(const SourceMeta& s);
+void put_ref(json& j, const KeyRef& ref);
+void read_ref(In& in, KeyRef& ref);
+
+// Invalid UTF-8 in a message (a path, a log) is replaced rather than thrown on.
+inline std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+}  // namespace kiln::protocol::detail
+
+// Body of a decode<T> specialisation: parse, read fields through `in`, return.
+#define KILN_DECODE_BEGIN(what)                                  \
+  auto parsed_ = ::kiln::protocol::detail::parse_body(text, what); \
+  if (!parsed_) return std::move(parsed_).error();               \
+  ::kiln::protocol::detail::In in(*parsed_, what)
+#define KILN_DECODE_END(value)               \
+  if (in.error()) return *in.error();        \
+  return value
