@@ -1,0 +1,76 @@
+// kiln/client/artifact.hpp — an artifact handed over by kilnd, and its metadata.
+//
+// An Artifact owns one read-only file descriptor holding the artifact's uncompressed,
+// verified bytes: on a local socket the daemon passes it (SCM_RIGHTS) to a sealed memfd
+// or read-only file; with the streaming fallback libkiln receives the bytes into a
+// sealed memfd of its own. Either way the bytes never change while the Artifact lives.
+//
+// Ownership: move-only; the destructor closes the descriptor and unmaps any mapping.
+// Anything that still needs the bytes after that (a loaded AOTInductor package, say)
+// must have opened its own copy — e.g. through path() while the Artifact is alive.
+// Thread safety: const members may be called from several threads at once; map() is
+// the exception (it caches the mapping) and must not race with itself or with moves.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "kiln/digest.hpp"
+#include "kiln/key.hpp"
+#include "kiln/result.hpp"
+
+namespace kiln::client {
+
+// What the daemon knows about a stored artifact (stat, list, get, put).
+struct ArtifactInfo {
+  Key key;                            // complete: node fields filled by the daemon
+  Digest key_digest;
+  Digest blob_digest;                 // SHA-256 of the uncompressed bytes
+  std::uint64_t size = 0;             // uncompressed bytes
+  std::uint64_t stored_size = 0;      // compressed bytes on the daemon's disk
+  std::int64_t created_at = 0;        // unix seconds
+  std::int64_t last_access = 0;       // unix seconds
+  std::uint64_t hits = 0;
+  double build_seconds = 0;
+  bool pinned = false;
+};
+
+class Artifact {
+ public:
+  // Takes ownership of `fd` (closed by the destructor). Used by Client; tests may wrap
+  // any read-only descriptor.
+  Artifact(int fd, ArtifactInfo info) noexcept;
+  ~Artifact();
+  Artifact(Artifact&& other) noexcept;
+  Artifact& operator=(Artifact&& other) noexcept;
+  Artifact(const Artifact&) = delete;
+  Artifact& operator=(const Artifact&) = delete;
+
+  // The descriptor; still owned by the Artifact. Read it with pread() (offset 0 is the
+  // first byte) or mmap() it read-only; its file offset is shared with path() users.
+  int fd() const noexcept { return fd_; }
+  std::uint64_t size() const noexcept { return info_.size; }
+  // "/proc/self/fd/N": lets libraries that take a file name (libtorch's package loader)
+  // open the artifact without a copy. Valid only in this process while the Artifact lives.
+  std::string path() const;
+  const Key& key() const noexcept { return info_.key; }
+  const ArtifactInfo& info() const noexcept { return info_; }
+
+  // The whole artifact, read into memory. io_error if the descriptor fails.
+  Result<std::vector<std::byte>> read_all() const;
+  // A read-only mapping of the whole artifact, kept until the Artifact is destroyed.
+  // An empty span for a 0-byte artifact. io_error if mmap fails.
+  Result<std::span<const std::byte>> map();
+
+ private:
+  void release() noexcept;
+
+  int fd_ = -1;
+  ArtifactInfo info_;
+  void* mapping_ = nullptr;
+};
+
+}  // namespace kiln::client

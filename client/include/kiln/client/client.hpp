@@ -1,0 +1,192 @@
+// kiln/client/client.hpp — libkiln: talk to the node's kilnd over its Unix socket.
+//
+//   auto client = kiln::client::Client::connect();           // KILN_SOCKET or the default
+//   if (!client) { std::cerr << client.error().to_string(); return; }
+//   auto hit = client->get(key);                              // Result<optional<Artifact>>
+//   if (hit && *hit) loader.load((*hit)->path());             // "/proc/self/fd/N"
+//
+// Errors: every call returns kiln::Result. "Not found" is an empty optional, never an
+// error, for get and stat; remove/pin/unpin return false for a missing entry.
+// - Daemon not running, socket missing, or the connection lost (the daemon restarted,
+//   crashed, or is draining on SIGTERM): the call fails at once with Errc::unavailable
+//   and a message naming the socket. Nothing is retried behind the caller's back (a put
+//   may not be idempotent for the caller); the NEXT call connects again, so a caller that
+//   wants to survive a daemon restart simply retries.
+// - The daemon refused the operation for this user (SO_PEERCRED roles):
+//   Errc::permission_denied, with the daemon's message naming the role needed.
+// - Bad input (an incomplete key for put, a bad filter name): Errc::invalid_argument,
+//   from the daemon or found locally before anything is sent.
+// - Anything the daemon reports keeps its code (quota_exceeded, no_space, corrupt, busy,
+//   timeout, ...) and message.
+//
+// Thread safety: a Client may be shared between threads; its calls are serialized on its
+// one connection (one request in flight at a time). For parallel requests create one
+// Client per thread: a Client is one socket and one small hello exchange.
+//
+// Node fields: a Key may leave its GPU, toolchain and host fields empty; the daemon
+// fills them from the node it runs on. Returned ArtifactInfo keys are always complete.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include "kiln/client/artifact.hpp"
+#include "kiln/digest.hpp"
+#include "kiln/key.hpp"
+#include "kiln/protocol/frame.hpp"
+#include "kiln/result.hpp"
+
+namespace kiln::client {
+
+// How a hit's bytes reach this process.
+enum class Transfer {
+  descriptor,  // default: the daemon passes a file descriptor (SCM_RIGHTS); no copy
+  stream,      // the bytes are streamed in frames (for peers that cannot take a descriptor)
+};
+
+struct ConnectOptions {
+  // Empty: $KILN_SOCKET if set, otherwise default_socket_path().
+  std::filesystem::path socket;
+  Transfer transfer = Transfer::descriptor;
+  // Connecting and the hello exchange together. A daemon that accepts but does not answer
+  // within it is reported as Errc::unavailable.
+  std::chrono::milliseconds connect_timeout{5000};
+  // Longest wait for any one reply (0 = no limit). On expiry the call returns
+  // Errc::timeout and the connection is dropped (the next call reconnects).
+  std::chrono::milliseconds request_timeout{0};
+};
+
+// The socket kilnd listens on by default, the same rule as kilnd's: for a user other
+// than root with $XDG_RUNTIME_DIR set, $XDG_RUNTIME_DIR/kiln/kiln.sock; otherwise the
+// system service's /run/kiln/kiln.sock.
+std::filesystem::path default_socket_path();
+// `explicit_path` if not empty, else $KILN_SOCKET if set and not empty, else the default.
+std::filesystem::path resolve_socket_path(const std::filesystem::path& explicit_path = {});
+
+// What to look up: a key (node fields may be empty) or a complete key's digest.
+using Lookup = std::variant<Key, Digest>;
+
+struct PutOptions {
+  bool pin = false;             // pinned entries are never evicted
+  double build_seconds = 0;     // how long the artifact took to build (shown by stat/ls)
+};
+
+// List filters. Field names are kiln::key_field_names() ("region", "gpu_arch", ...);
+// an unknown name is invalid_argument.
+struct ListQuery {
+  std::map<std::string, std::string> filters;
+  std::optional<bool> pinned;
+  std::int64_t accessed_before = 0;   // unix seconds; 0 = any
+  std::size_t limit = 1000;           // page size; the daemon allows at most 10000
+  std::size_t offset = 0;
+};
+
+struct ListPage {
+  std::vector<ArtifactInfo> entries;
+  // Offset of the next page, or nullopt when this page was the last.
+  std::optional<std::size_t> next_offset;
+};
+
+struct Stats {
+  // The store (protocol.md STATS "store").
+  std::uint64_t entries = 0;
+  std::uint64_t stored_bytes = 0;        // compressed, on the daemon's disk
+  std::uint64_t uncompressed_bytes = 0;
+  std::uint64_t hits = 0;
+  std::uint64_t misses = 0;
+  std::uint64_t evictions = 0;
+  std::uint64_t quarantined = 0;
+  std::uint64_t quota_bytes = 0;
+  std::uint64_t hard_limit_bytes = 0;
+  // Every counter as the daemon reported it, by group and name ("store" above, and
+  // "daemon": uptime_s, connections, requests, hot_entries, hot_bytes, bytes_served, ...),
+  // so a newer daemon's counters reach callers too.
+  std::map<std::string, std::uint64_t> store;
+  std::map<std::string, std::uint64_t> daemon;
+};
+
+struct DaemonStatus {
+  std::string server;                 // "kilnd/0.1.0"
+  std::uint32_t protocol_version = 0;
+  std::int64_t pid = 0;
+  std::uint64_t uptime_s = 0;
+  std::string socket;                 // as the daemon sees it
+  std::string store;                  // the store folder
+  std::map<std::string, std::string> node;  // gpu_arch, torch_version, ... ("" = unknown)
+  std::vector<std::string> roles;     // what THIS peer may do: "read", "write", "admin"
+  std::vector<std::string> capabilities;
+  std::string metrics;                // Prometheus endpoint URL, empty if none
+  bool draining = false;              // shutting down: new requests are refused
+};
+
+// What the daemon said in hello on the current connection.
+struct ServerInfo {
+  std::string server;
+  std::uint32_t protocol_version = 0;
+  std::vector<std::string> capabilities;
+  std::vector<std::string> roles;
+  std::map<std::string, std::string> node;
+};
+
+class Client {
+ public:
+  // Connects and says hello. unavailable: no daemon on the socket (the message names it
+  // and says how to start one); unsupported: the daemon speaks no common protocol version.
+  static Result<Client> connect(const ConnectOptions& options = {});
+
+  Client(Client&&) noexcept;
+  Client& operator=(Client&&) noexcept;
+  Client(const Client&) = delete;
+  Client& operator=(const Client&) = delete;
+  ~Client();
+
+  // The artifact, or nullopt on a miss. The Artifact owns its descriptor and outlives the
+  // Client if kept.
+  Result<std::optional<Artifact>> get(const Lookup& what);
+  // Metadata only; no hit or miss counted.
+  Result<std::optional<ArtifactInfo>> stat(const Lookup& what);
+
+  // Stores `data` as the artifact for `key` (replacing one of the same key), streamed in
+  // frames, so it need not fit a single message. The key may leave node fields empty.
+  Result<ArtifactInfo> put(const Key& key, std::span<const std::byte> data, const PutOptions& options = {});
+  // Same, reading `file` as it goes (never whole in memory). io_error if unreadable.
+  Result<ArtifactInfo> put_file(const Key& key, const std::filesystem::path& file,
+                                const PutOptions& options = {});
+
+  Result<ListPage> list(const ListQuery& query = {});
+  // true if an entry existed and was removed.
+  Result<bool> remove(const Lookup& what);
+  // true if the entry exists (and is now pinned / unpinned).
+  Result<bool> pin(const Lookup& what);
+  Result<bool> unpin(const Lookup& what);
+  Result<Stats> stats();
+  Result<DaemonStatus> status();
+
+  // Hello of the current connection (connecting first if there is none).
+  Result<ServerInfo> server_info();
+
+  // Any request with a single JSON reply (no chunks, no descriptor), e.g. EVICT, VERIFY,
+  // GC, LOGS, BUILD_STATUS: `body` is its JSON (schema/protocol.md), the result the
+  // reply's JSON. For commands the typed calls above do not cover yet; prefer those.
+  Result<std::string> call(protocol::MsgType type, std::string_view json_body);
+
+  // The socket this client talks to.
+  const std::filesystem::path& socket_path() const;
+
+ private:
+  struct Impl;
+  explicit Client(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace kiln::client

@@ -1,0 +1,24 @@
+// kiln/client/json.hpp — JSON renderings of libkiln's results, for kilnctl --json and the
+// C API. Objects use the wire protocol's field names (schema/protocol.md): keys as
+// their JSON form, digests as 64 lowercase hex characters. Reentrant.
+#pragma once
+
+#include <string>
+
+#include "kiln/client/artifact.hpp"
+#include "kiln/client/client.hpp"
+
+namespace kiln::client {
+
+// {"key":{...},"key_digest":"..","blob_digest":"..","size":..,"stored_size":..,
+//  "created_at":..,"last_access":..,"hits":..,"build_seconds":..,"pinned":..}
+std::string to_json(const ArtifactInfo& info);
+// {"items":[info...],"next_offset":N} (next_offset absent on the last page)
+std::string to_json(const ListPage& page);
+// {"store":{...},"daemon":{...}}
+std::string to_json(const Stats& stats);
+// {"server":..,"version":..,"pid":..,"uptime_s":..,"socket":..,"store":..,"node":{..},
+//  "roles":[..],"capabilities":[..],"metrics":..,"draining":..}
+std::string to_json(const DaemonStatus& status);
+
+}  // namespace kiln::client

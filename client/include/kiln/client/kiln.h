@@ -1,0 +1,140 @@
+/* kiln/client/kiln.h — libkiln's C API, for C programs and other languages' bindings.
+ *
+ * A thin layer over the C++ API (kiln/client/client.hpp); the same behaviour and
+ * contracts hold. No C++ type crosses this header.
+ *
+ * Errors: every call that can fail returns a kiln_status (KILN_OK = 0; the other values
+ * are kiln::Errc's, stable and append-only). The message of the last failed call on the
+ * calling thread is kiln_last_error(): valid until that thread's next kiln_* call.
+ * - The daemon not running / the connection lost: KILN_UNAVAILABLE at once; the next call
+ *   on the same client connects again.
+ * - A miss (get, stat) and remove/pin/unpin of a key that is not stored: KILN_NOT_FOUND,
+ *   with *out set to NULL. It is not a failure of the daemon.
+ * - A NULL where a value is required: KILN_INVALID_ARGUMENT.
+ *
+ * Ownership: every handle a kiln_*_new / kiln_connect / kiln_get returns is owned by the
+ * caller and released with its *_free function (which accept NULL). Strings returned
+ * through a `char**` are malloc'd and released with kiln_free(). Strings returned as
+ * `const char*` belong to the handle and live as long as it.
+ *
+ * Threads: a kiln_client may be shared between threads; its calls are serialized on its
+ * one connection (create one per thread for parallel requests). kiln_key and
+ * kiln_artifact handles must not be modified and read from two threads at once.
+ *
+ * Artifacts: kiln_artifact_fd() is a read-only descriptor of the artifact's bytes, owned
+ * by the artifact (closed by kiln_artifact_free); kiln_artifact_path() names it as
+ * "/proc/self/fd/N" for libraries that take a file name.
+ *
+ * Lookups: functions that find one artifact take `key` or `digest_hex` (64 hex chars of
+ * a complete key's digest): exactly one of the two must be non-NULL.
+ */
+#ifndef KILN_CLIENT_KILN_H
+#define KILN_CLIENT_KILN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum kiln_status {
+  KILN_OK = 0,
+  KILN_INVALID_ARGUMENT = 1,
+  KILN_NOT_FOUND = 2,
+  KILN_CORRUPT = 3,
+  KILN_IO_ERROR = 4,
+  KILN_NO_SPACE = 5,
+  KILN_QUOTA_EXCEEDED = 6,
+  KILN_READ_ONLY = 7,
+  KILN_PERMISSION_DENIED = 8,
+  KILN_PROTOCOL_ERROR = 9,
+  KILN_UNAVAILABLE = 10,
+  KILN_TIMEOUT = 11,
+  KILN_BUSY = 12,
+  KILN_BUILD_FAILED = 13,
+  KILN_NO_SOURCE = 14,
+  KILN_UNSUPPORTED = 15,
+  KILN_CANCELLED = 16,
+  KILN_INTERNAL = 17
+} kiln_status;
+
+typedef struct kiln_client kiln_client;
+typedef struct kiln_key kiln_key;
+typedef struct kiln_artifact kiln_artifact;
+
+/* The last failed call's message on this thread ("" if none). Never NULL. */
+const char* kiln_last_error(void);
+/* "ok", "not_found", "unavailable", ... ; "unknown" for other values. Never NULL. */
+const char* kiln_status_name(kiln_status status);
+/* Releases a string a kiln_* call returned through a char**. NULL is fine. */
+void kiln_free(void* p);
+
+/* ---- keys ------------------------------------------------------------------------- */
+
+/* A key with its required fields; node fields empty ("this node": the daemon fills them). */
+kiln_status kiln_key_new(const char* kind, const char* model_hash, const char* region, const char* dtype,
+                         kiln_key** out);
+/* A key from its JSON form (schema/key.md). The message names a bad field. */
+kiln_status kiln_key_from_json(const char* json, kiln_key** out);
+void kiln_key_free(kiln_key* key);
+/* Sets one field by its name in kiln's key (schema/key.md): "region", "gpu_arch",
+ * "torch_version", "compile_options" (a JSON object text), ... ; inputs are added with
+ * kiln_key_add_input. KILN_INVALID_ARGUMENT for an unknown name or a bad value. */
+kiln_status kiln_key_set(kiln_key* key, const char* field, const char* value);
+/* Appends one input, e.g. "bfloat16:1x4096x3072" or "float32:1..64x3072"
+ * (kiln/client/key_text.hpp has the grammar). */
+kiln_status kiln_key_add_input(kiln_key* key, const char* spec);
+/* The key's JSON form, to kiln_free. */
+kiln_status kiln_key_to_json(const kiln_key* key, char** out);
+/* The digest as 64 hex chars + NUL into out_hex. KILN_INVALID_ARGUMENT when the key is
+ * incomplete (the message lists the empty fields: node fields need the daemon). */
+kiln_status kiln_key_digest(const kiln_key* key, char out_hex[65]);
+
+/* ---- connecting ------------------------------------------------------------------- */
+
+/* socket_path NULL or "": $KILN_SOCKET, else the default socket (as kilnd's). */
+kiln_status kiln_connect(const char* socket_path, kiln_client** out);
+/* Same, with hits streamed through the socket instead of handed over as a descriptor. */
+kiln_status kiln_connect_streaming(const char* socket_path, kiln_client** out);
+void kiln_client_free(kiln_client* client);
+
+/* ---- artifacts -------------------------------------------------------------------- */
+
+/* KILN_OK and *out set on a hit; KILN_NOT_FOUND and *out = NULL on a miss. */
+kiln_status kiln_get(kiln_client* client, const kiln_key* key, const char* digest_hex, kiln_artifact** out);
+int kiln_artifact_fd(const kiln_artifact* artifact);
+uint64_t kiln_artifact_size(const kiln_artifact* artifact);
+const char* kiln_artifact_path(const kiln_artifact* artifact);
+/* The artifact's metadata as JSON (kiln/client/json.hpp), owned by the artifact. */
+const char* kiln_artifact_info_json(const kiln_artifact* artifact);
+void kiln_artifact_free(kiln_artifact* artifact);
+
+/* Stores `size` bytes at `data` (data may be NULL when size is 0) as the artifact for
+ * `key`. pin != 0 pins it. info_json (may be NULL) receives the stored metadata. */
+kiln_status kiln_put(kiln_client* client, const kiln_key* key, const void* data, size_t size, int pin,
+                     char** info_json);
+/* Same, streaming the file at `path`. */
+kiln_status kiln_put_file(kiln_client* client, const kiln_key* key, const char* path, int pin, char** info_json);
+
+/* Metadata as JSON; KILN_NOT_FOUND with *info_json = NULL when not stored. */
+kiln_status kiln_stat(kiln_client* client, const kiln_key* key, const char* digest_hex, char** info_json);
+/* query_json (NULL = everything, first page): {"filters":{"region":"..",...},
+ * "pinned":bool, "accessed_before":i64, "limit":n, "offset":n}. Result:
+ * {"items":[info...],"next_offset":n} (next_offset absent on the last page). */
+kiln_status kiln_list(kiln_client* client, const char* query_json, char** result_json);
+/* KILN_NOT_FOUND when nothing is stored under the key. */
+kiln_status kiln_remove(kiln_client* client, const kiln_key* key, const char* digest_hex);
+kiln_status kiln_pin(kiln_client* client, const kiln_key* key, const char* digest_hex);
+kiln_status kiln_unpin(kiln_client* client, const kiln_key* key, const char* digest_hex);
+
+/* {"store":{...},"daemon":{...}} */
+kiln_status kiln_stats(kiln_client* client, char** json);
+/* The daemon's status: version, uptime, node fields, this peer's roles, ... */
+kiln_status kiln_daemon_status(kiln_client* client, char** json);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* KILN_CLIENT_KILN_H */

@@ -1,0 +1,66 @@
+#include "kiln/client/artifact.hpp"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <utility>
+
+namespace kiln::client {
+
+Artifact::Artifact(int fd, ArtifactInfo info) noexcept : fd_(fd), info_(std::move(info)) {}
+
+Artifact::~Artifact() { release(); }
+
+Artifact::Artifact(Artifact&& other) noexcept
+    : fd_(std::exchange(other.fd_, -1)),
+      info_(std::move(other.info_)),
+      mapping_(std::exchange(other.mapping_, nullptr)) {}
+
+Artifact& Artifact::operator=(Artifact&& other) noexcept {
+  if (this != &other) {
+    release();
+    fd_ = std::exchange(other.fd_, -1);
+    info_ = std::move(other.info_);
+    mapping_ = std::exchange(other.mapping_, nullptr);
+  }
+  return *this;
+}
+
+void Artifact::release() noexcept {
+  if (mapping_ != nullptr) ::munmap(mapping_, info_.size);
+  mapping_ = nullptr;
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
+}
+
+std::string Artifact::path() const { return "/proc/self/fd/" + std::to_string(fd_); }
+
+Result<std::vector<std::byte>> Artifact::read_all() const {
+  std::vector<std::byte> out(info_.size);
+  std::size_t done = 0;
+  while (done < out.size()) {
+    ssize_t n = ::pread(fd_, out.data() + done, out.size() - done, static_cast<off_t>(done));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return error_from_errno(errno, "reading artifact " + info_.key_digest.hex());
+    }
+    if (n == 0)
+      return make_error(Errc::io_error, "artifact " + info_.key_digest.hex() + " is shorter than its size " +
+                                            std::to_string(info_.size));
+    done += static_cast<std::size_t>(n);
+  }
+  return out;
+}
+
+Result<std::span<const std::byte>> Artifact::map() {
+  if (info_.size == 0) return std::span<const std::byte>{};
+  if (mapping_ == nullptr) {
+    void* p = ::mmap(nullptr, info_.size, PROT_READ, MAP_SHARED, fd_, 0);
+    if (p == MAP_FAILED) return error_from_errno(errno, "mapping artifact " + info_.key_digest.hex());
+    mapping_ = p;
+  }
+  return std::span<const std::byte>(static_cast<const std::byte*>(mapping_), info_.size);
+}
+
+}  // namespace kiln::client

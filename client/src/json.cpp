@@ -1,0 +1,60 @@
+#include "kiln/client/json.hpp"
+
+#include <nlohmann/json.hpp>
+
+namespace kiln::client {
+
+namespace {
+
+nlohmann::json info_json(const ArtifactInfo& info) {
+  nlohmann::json j;
+  auto key = nlohmann::json::parse(info.key.to_json(), nullptr, /*allow_exceptions=*/false);
+  j["key"] = key.is_discarded() ? nlohmann::json::object() : key;
+  j["key_digest"] = info.key_digest.hex();
+  j["blob_digest"] = info.blob_digest.hex();
+  j["size"] = info.size;
+  j["stored_size"] = info.stored_size;
+  j["created_at"] = info.created_at;
+  j["last_access"] = info.last_access;
+  j["hits"] = info.hits;
+  j["build_seconds"] = info.build_seconds;
+  j["pinned"] = info.pinned;
+  return j;
+}
+
+}  // namespace
+
+std::string to_json(const ArtifactInfo& info) { return info_json(info).dump(); }
+
+std::string to_json(const ListPage& page) {
+  nlohmann::json j;
+  j["items"] = nlohmann::json::array();
+  for (const auto& e : page.entries) j["items"].push_back(info_json(e));
+  if (page.next_offset) j["next_offset"] = *page.next_offset;
+  return j.dump();
+}
+
+std::string to_json(const Stats& stats) {
+  nlohmann::json j;
+  j["store"] = stats.store;
+  j["daemon"] = stats.daemon;
+  return j.dump();
+}
+
+std::string to_json(const DaemonStatus& s) {
+  nlohmann::json j;
+  j["server"] = s.server;
+  j["version"] = s.protocol_version;
+  j["pid"] = s.pid;
+  j["uptime_s"] = s.uptime_s;
+  j["socket"] = s.socket;
+  j["store"] = s.store;
+  j["node"] = s.node;
+  j["roles"] = s.roles;
+  j["capabilities"] = s.capabilities;
+  if (!s.metrics.empty()) j["metrics"] = s.metrics;
+  j["draining"] = s.draining;
+  return j.dump();
+}
+
+}  // namespace kiln::client

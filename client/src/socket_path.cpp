@@ -1,0 +1,24 @@
+// The default socket: the same rule kilnd uses for its own default (daemon/).
+#include <unistd.h>
+
+#include <cstdlib>
+
+#include "kiln/client/client.hpp"
+
+namespace kiln::client {
+
+std::filesystem::path default_socket_path() {
+  const char* runtime = std::getenv("XDG_RUNTIME_DIR");
+  if (::geteuid() != 0 && runtime != nullptr && *runtime != '\0')
+    return std::filesystem::path(runtime) / "kiln" / "kiln.sock";
+  return "/run/kiln/kiln.sock";
+}
+
+std::filesystem::path resolve_socket_path(const std::filesystem::path& explicit_path) {
+  if (!explicit_path.empty()) return explicit_path;
+  const char* env = std::getenv("KILN_SOCKET");
+  if (env != nullptr && *env != '\0') return env;
+  return default_socket_path();
+}
+
+}  // namespace kiln::client
