@@ -25,11 +25,10 @@ void set_node_field(Key& k, const std::string& name, const std::string& value) {
 }
 
 // Checks what Key itself checks (dtype names, dims, options) by encoding a copy whose
-// node fields and model hash are placeholders.
+// node fields are placeholders.
 Status check_key(const Key& key, const detail::Ctx& ctx, const detail::BuildSpec& b) {
   Key probe = key;
   fill_node_fields(probe, NodeFields{"x", "x", "x", "x", "x", "x", "x", "x", "x"});
-  if (probe.model_hash.empty()) probe.model_hash = std::string(64, '0');
   auto enc = probe.canonical_encoding();
   if (!enc) return ctx.err(b.node, b.field, enc.error().message);
   return {};
@@ -119,24 +118,6 @@ Result<Manifest> load_manifest(const std::filesystem::path& file) {
     }
   }
   return m;
-}
-
-Status bind_source(Manifest& manifest, std::size_t index, std::string_view model_hash) {
-  if (index >= manifest.sources.size()) return make_error(Errc::invalid_argument, "no source #" + std::to_string(index));
-  SourceSpec& s = manifest.sources[index];
-  bool hex = model_hash.size() == 64 &&
-             model_hash.find_first_not_of("0123456789abcdef") == std::string_view::npos;
-  if (!hex) return make_error(Errc::invalid_argument, "source '" + s.name + "': model hash '" + std::string(model_hash) + "' is not 64 lowercase hex");
-  if (!s.model_hash.empty() && s.model_hash != model_hash) {
-    return make_error(Errc::invalid_argument, "source '" + s.name + "': the manifest says model_hash " + s.model_hash +
-                                                  " but the node computed " + std::string(model_hash) +
-                                                  " for " + s.path.string());
-  }
-  s.model_hash = std::string(model_hash);
-  for (auto& k : manifest.keys) {
-    if (k.source == index) k.key.model_hash = s.model_hash;
-  }
-  return {};
 }
 
 }  // namespace kiln::prewarm

@@ -267,13 +267,18 @@ Result<ParsedManifest> Ctx::parse(const toml::table& root, const std::filesystem
       auto path = string_field(*t, "path", f, false);
       if (!path) return std::move(path).error();
       if (!path->empty()) src.path = (base_dir / *path).lexically_normal();
-      auto hash = string_field(*t, "model_hash", f, false);
-      if (!hash) return std::move(hash).error();
-      if (!hash->empty() && !is_hex64(*hash)) return err(t->get("model_hash"), f + ".model_hash", "must be 64 lowercase hex");
-      src.model_hash = *hash;
-      if (src.path.empty() && src.model_hash.empty()) {
-        return err(t, f, "needs 'path' (a torch.export archive to register) or 'model_hash' (a source already on the node)");
+      if (t->get("model_hash") == nullptr) {
+        return err(t, f + ".model_hash",
+                   "required: the export's model hash (the build worker's hash op prints it; see schema/prewarm-manifest.md)");
       }
+      auto hash = string_field(*t, "model_hash", f, true);
+      if (!hash) return std::move(hash).error();
+      if (!is_hex64(*hash)) return err(t->get("model_hash"), f + ".model_hash", "must be 64 lowercase hex");
+      if (*hash == std::string(64, '0')) {
+        return err(t->get("model_hash"), f + ".model_hash",
+                   "is the sample's placeholder: put the export's model hash here (see schema/prewarm-manifest.md)");
+      }
+      src.model_hash = *hash;
       out.sources.push_back(std::move(src));
     }
   }

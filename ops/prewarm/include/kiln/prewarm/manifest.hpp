@@ -22,12 +22,11 @@ inline constexpr std::size_t kMaxKeys = 100000;
 struct SourceSpec {
   std::string name;
   std::filesystem::path path;   // absolute (resolved against the manifest's folder); empty = none
-  std::string model_hash;       // 64 hex; empty until the node computes it (path given, no hash)
+  std::string model_hash;       // 64 lowercase hex
 };
 
 struct PlannedKey {
-  // Node fields empty unless the build's [build.target] set them. model_hash empty while
-  // its source's hash is not yet known (see bind_source()).
+  // Node fields empty unless the build's [build.target] set them.
   Key key;
   std::size_t source = 0;       // index into Manifest::sources
   std::string label;            // for display: "FluxSingleStreamBlock aoti bfloat16 1024px opts#1"
@@ -48,10 +47,5 @@ Result<Manifest> parse_manifest(std::string_view text, std::string_view file_nam
 // Reads `file` and parses it; then checks every source path is a readable regular file
 // (not_found / permission_denied naming the source).
 Result<Manifest> load_manifest(const std::filesystem::path& file);
-
-// Records `model_hash` for source `index` and fills it into every key built from it.
-// invalid_argument if the source declared a different hash (the node disagrees with the
-// manifest) or the hash is not 64 lowercase hex.
-Status bind_source(Manifest& manifest, std::size_t index, std::string_view model_hash);
 
 }  // namespace kiln::prewarm
