@@ -1,0 +1,67 @@
+"""The `aoti` build: an AOTInductor package with its weights kept out of the .so.
+
+Weights are left out (aot_inductor.package_constants_in_so = False) so that one package
+serves every block of its class and every fine-tune: a loader attaches them as
+user-managed constants. The package is checked before it is handed over: loaded through
+the C++ loader, given random weights, run, and compared with eager.
+"""
+import os
+import time
+
+import signature
+from protocol import WorkerError, log
+
+
+def build(request):
+    import torch
+
+    key = request["key"]
+    output = request["output"]
+    workdir = request.get("workdir") or os.path.dirname(output)
+    timings = {}
+
+    t = time.monotonic()
+    signature.check_node(key)
+    opts = signature.compile_options(key)
+    ep = signature.load_source(request["source"])
+    signature.check_key(ep, key)
+    timings["load_source_s"] = time.monotonic() - t
+
+    cfg = signature.inductor_configs(opts)
+    cfg["aot_inductor.package_constants_in_so"] = False
+    package = os.path.join(workdir, "package.pt2")
+    log(f"aoti: compiling with inductor configs {cfg}")
+    t = time.monotonic()
+    with torch.no_grad():
+        package = torch._inductor.aoti_compile_and_package(ep, package_path=package, inductor_configs=cfg)
+    compile_s = time.monotonic() - t
+    log(f"aoti: compiled in {compile_s:.1f} s -> {package} ({os.path.getsize(package)} bytes)")
+
+    t = time.monotonic()
+    loader = torch._C._aoti.AOTIModelPackageLoader(package, "model", False, 1, -1)
+    timings["package_load_s"] = time.monotonic() - t
+    weights = signature.perturbed_weights(ep)
+    fqns = list(loader.get_constant_fqns())
+    missing = [f for f in fqns if f not in weights]
+    if missing:
+        raise WorkerError(f"package wants constants the source does not have: {missing[:5]}")
+    t = time.monotonic()
+    loader.load_constants({f: weights[f] for f in fqns}, False, False, True)
+    timings["attach_weights_s"] = time.monotonic() - t
+
+    inputs = signature.random_inputs(key["inputs"])
+    with torch.no_grad():
+        outs = signature.flatten(loader.run(list(inputs)))
+        refs = signature.eager_outputs(ep, weights, inputs)
+    torch.cuda.synchronize()
+    check = signature.compare(outs, refs, key.get("dtype"))
+    del loader
+
+    os.replace(package, output)
+    return {
+        "artifact": {"path": output, "size": os.path.getsize(output), "sha256": signature.file_digest(output)},
+        "compile_seconds": round(compile_s, 3),
+        "check": check,
+        "constants": len(fqns),
+        "timings": {k: round(v, 4) for k, v in timings.items()},
+    }

@@ -1,0 +1,67 @@
+"""Request parsing and dispatch for the kiln worker (schema/worker-protocol.md)."""
+import json
+import sys
+import time
+import traceback
+
+PROTOCOL_VERSION = 1
+
+
+class WorkerError(Exception):
+    """A failure the daemon should report to its waiters as it stands."""
+
+
+def log(*args):
+    print("kiln worker:", *args, file=sys.stderr, flush=True)
+
+
+def _dispatch(request):
+    op = request.get("op")
+    if op == "toolchain":
+        import toolchain
+        return toolchain.describe()
+    if op == "hash":
+        import model_hash
+        return model_hash.describe_source(_required(request, "source"))
+    if op == "build":
+        key = _required(request, "key")
+        kind = key.get("kind")
+        if kind == "aoti":
+            import aoti
+            return aoti.build(request)
+        if kind == "megacache":
+            import megacache
+            return megacache.build(request)
+        raise WorkerError(f"key.kind {kind!r} is not a kind this worker builds (aoti, megacache)")
+    raise WorkerError(f"unknown op {op!r} (expected toolchain, hash or build)")
+
+
+def _required(request, name):
+    if name not in request:
+        raise WorkerError(f"request lacks field {name!r}")
+    return request[name]
+
+
+def serve(stdin, result_out):
+    started = time.monotonic()
+    try:
+        request = json.loads(stdin.read())
+        if not isinstance(request, dict):
+            raise WorkerError("request is not a JSON object")
+        if request.get("protocol") != PROTOCOL_VERSION:
+            raise WorkerError(f"protocol {request.get('protocol')!r} not spoken (this worker: {PROTOCOL_VERSION})")
+        result = _dispatch(request)
+        result.update({"protocol": PROTOCOL_VERSION, "ok": True})
+        code = 0
+    except WorkerError as e:
+        log("error:", e)
+        result = {"protocol": PROTOCOL_VERSION, "ok": False, "error": str(e)}
+        code = 1
+    except Exception as e:  # noqa: BLE001 - every failure becomes a result line
+        traceback.print_exc(file=sys.stderr)
+        result = {"protocol": PROTOCOL_VERSION, "ok": False, "error": f"{type(e).__name__}: {e}"}
+        code = 1
+    result["worker_seconds"] = round(time.monotonic() - started, 3)
+    result_out.write(json.dumps(result, sort_keys=True) + "\n")
+    result_out.flush()
+    return code

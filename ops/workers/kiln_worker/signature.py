@@ -1,0 +1,235 @@
+"""What a key says about a source, checked against the exported program, and the numeric
+check every build passes before it is handed over: random weights, random inputs of the
+key's signature, compiled against eager within the dtype's tolerance."""
+import json
+import os
+
+from protocol import WorkerError, log
+
+# Relative L2 error allowed between compiled and eager outputs, by the key's dtype.
+TOLERANCE = {"bfloat16": 2e-2, "float16": 5e-3, "float32": 1e-3, "float64": 1e-6}
+_UNBOUNDED = 2**63 - 1
+
+
+def dtype_name(dt):
+    return str(dt).replace("torch.", "")
+
+
+def dim_text(d):
+    return int(d) if isinstance(d, int) else str(d)
+
+
+def load_source(path, device="cuda"):
+    import torch
+
+    try:
+        ep = torch.export.load(path)
+    except Exception as e:  # noqa: BLE001 - report what torch said about the file
+        raise WorkerError(f"source {path} is not a loadable torch.export archive: {type(e).__name__}: {e}")
+    if device is not None:
+        tensors = list(state_tensors(ep).values())
+        if any(t.device.type != "cuda" for t in tensors):
+            from torch.export.passes import move_to_device_pass
+            ep = move_to_device_pass(ep, device)
+    return ep
+
+
+def state_tensors(ep):
+    """Every weight-like tensor the program takes: parameters, buffers, lifted constants."""
+    import torch
+
+    out = dict(ep.state_dict)
+    out.update({k: v for k, v in ep.constants.items() if isinstance(v, torch.Tensor)})
+    return out
+
+
+def _user_input_vals(ep):
+    placeholders = {n.name: n for n in ep.graph.nodes if n.op == "placeholder"}
+    vals = []
+    for spec in ep.graph_signature.input_specs:
+        if spec.kind.name != "USER_INPUT":
+            continue
+        name = getattr(spec.arg, "name", None)
+        val = placeholders[name].meta.get("val") if name in placeholders else None
+        if val is None or not hasattr(val, "shape"):
+            raise WorkerError(f"source input {name!r} is not a tensor; kiln keys describe tensor inputs only")
+        vals.append(val)
+    return vals
+
+
+def key_inputs(ep):
+    """The source's input signature in the key's JSON form (schema/key.md)."""
+    import torch
+
+    out = []
+    for val in _user_input_vals(ep):
+        shape = []
+        for d in val.shape:
+            if isinstance(d, int):
+                shape.append(d)
+                continue
+            r = ep.range_constraints.get(d.node.expr)
+            lo = int(r.lower) if r is not None else 0
+            hi = int(r.upper) if r is not None and r.upper.is_finite else _UNBOUNDED
+            shape.append({"min": lo, "max": hi})
+        layout = "strided" if val.layout == torch.strided else str(val.layout).replace("torch.", "")
+        out.append({"shape": shape, "dtype": dtype_name(val.dtype), "layout": layout})
+    return out
+
+
+def weight_dtype(ep):
+    """The dtype holding most floating weight elements (the block's compute dtype)."""
+    counts = {}
+    for t in state_tensors(ep).values():
+        if t.is_floating_point():
+            counts[dtype_name(t.dtype)] = counts.get(dtype_name(t.dtype), 0) + t.numel()
+    return max(counts, key=counts.get) if counts else None
+
+
+def _norm_dim(d):
+    if isinstance(d, dict):
+        return (int(d["min"]), int(d["max"]))
+    return (int(d), int(d))
+
+
+def check_key(ep, key):
+    want = key.get("inputs") or []
+    have = key_inputs(ep)
+    if len(want) != len(have):
+        raise WorkerError(f"key.inputs has {len(want)} inputs but the source takes {len(have)}: {json.dumps(have)}")
+    for i, (w, h) in enumerate(zip(want, have)):
+        if len(w.get("shape", [])) != len(h["shape"]):
+            raise WorkerError(f"key.inputs[{i}].shape has rank {len(w.get('shape', []))}; the source's is {h['shape']}")
+        for j, (wd, hd) in enumerate(zip(w["shape"], h["shape"])):
+            if _norm_dim(wd) != _norm_dim(hd):
+                raise WorkerError(f"key.inputs[{i}].shape[{j}] is {wd} but the source was exported with {hd}")
+        if w.get("dtype") != h["dtype"]:
+            raise WorkerError(f"key.inputs[{i}].dtype is {w.get('dtype')} but the source's is {h['dtype']}")
+        if w.get("layout", "strided") != h["layout"]:
+            raise WorkerError(f"key.inputs[{i}].layout is {w.get('layout')} but the source's is {h['layout']}")
+    wd = weight_dtype(ep)
+    if wd is not None and key.get("dtype") != wd:
+        raise WorkerError(f"key.dtype is {key.get('dtype')} but the source's weights are {wd}")
+
+
+def check_node(key):
+    """Refuses to build an artifact that would be filed under another GPU or toolchain."""
+    import toolchain
+
+    # Without the CPU ISA probe: torch finds it by running compilers (~25 s); the daemon
+    # learned it once at start and put it in the key.
+    desc = toolchain.describe(with_cpu_isa=False)
+    have = dict(desc["toolchain"])
+    if not desc["gpus"]:
+        raise WorkerError("this worker sees no CUDA GPU (CUDA_VISIBLE_DEVICES="
+                          f"{os.environ.get('CUDA_VISIBLE_DEVICES')!r})")
+    have["gpu_arch"] = desc["gpus"][0]["arch"]
+    have["gpu_name"] = desc["gpus"][0]["name"]
+    for field, value in have.items():
+        if value is not None and key.get(field) and key[field] != value:
+            raise WorkerError(f"key.{field} is {key[field]!r} but this node has {value!r}")
+
+
+def compile_options(key):
+    opts = key.get("compile_options") or {}
+    if isinstance(opts, str):
+        opts = json.loads(opts or "{}")
+    unknown = set(opts) - {"mode", "inductor", "dynamic"}
+    if unknown:
+        raise WorkerError(f"key.compile_options has unknown fields {sorted(unknown)} (known: mode, inductor, dynamic)")
+    return opts
+
+
+def inductor_configs(opts):
+    """Inductor config dict for the key's mode and explicit inductor options."""
+    cfg = {}
+    mode = opts.get("mode")
+    if mode and mode != "default":
+        from torch._inductor import list_mode_options
+        cfg.update(list_mode_options(mode))
+    cfg.update(opts.get("inductor") or {})
+    return cfg
+
+
+def random_inputs(spec, device="cuda", seed=1):
+    import torch
+
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    out = []
+    for s in spec:
+        shape = [lo if hi == _UNBOUNDED else hi for lo, hi in map(_norm_dim, s["shape"])]
+        dt = getattr(torch, s["dtype"])
+        if dt.is_floating_point:
+            t = torch.randn(shape, generator=g).to(dt)
+        elif dt == torch.bool:
+            t = torch.rand(shape, generator=g) > 0.5
+        else:
+            t = torch.randint(0, 2, shape, generator=g).to(dt)
+        out.append(t.to(device))
+    return out
+
+
+def perturbed_weights(ep, device="cuda", seed=2):
+    """Random weights of the source's names, shapes and dtypes, at the source's scale."""
+    import torch
+
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    out = {}
+    for name, t in sorted(state_tensors(ep).items()):
+        if t.is_floating_point():
+            scale = float(t.detach().float().std()) if t.numel() > 1 else 1.0
+            noise = torch.randn(t.shape, generator=g) * (0.5 * scale if scale > 0 else 0.02)
+            out[name] = (t.detach().float().cpu() + noise).to(t.dtype).to(device).contiguous()
+        else:
+            out[name] = t.detach().to(device).contiguous()
+    return out
+
+
+def eager_outputs(ep, weights, inputs):
+    import torch
+
+    mod = ep.module()
+    own = {**dict(mod.named_parameters()), **dict(mod.named_buffers())}
+    with torch.no_grad():
+        out = torch.func.functional_call(mod, {k: v for k, v in weights.items() if k in own}, tuple(inputs))
+    return flatten(out)
+
+
+def flatten(out):
+    import torch.utils._pytree as pytree
+
+    return [t for t in pytree.tree_leaves(out)]
+
+
+def compare(outs, refs, dtype):
+    import torch
+
+    tol = TOLERANCE.get(dtype, 2e-2)
+    if len(outs) != len(refs):
+        raise WorkerError(f"compiled block returned {len(outs)} outputs, eager {len(refs)}")
+    worst = {"rel_err": 0.0, "max_abs_err": 0.0, "tolerance": tol, "outputs": len(outs)}
+    for i, (o, r) in enumerate(zip(outs, refs)):
+        if tuple(o.shape) != tuple(r.shape):
+            raise WorkerError(f"output {i}: compiled shape {tuple(o.shape)} != eager {tuple(r.shape)}")
+        o, r = o.float(), r.float()
+        if not torch.isfinite(o).all():
+            raise WorkerError(f"output {i}: compiled block produced non-finite values")
+        rel = float((o - r).norm() / r.norm().clamp_min(1e-12))
+        worst["rel_err"] = max(worst["rel_err"], rel)
+        worst["max_abs_err"] = max(worst["max_abs_err"], float((o - r).abs().max()))
+    worst["passed"] = worst["rel_err"] <= tol
+    log(f"check: rel_err {worst['rel_err']:.3e} (tolerance {tol:.1e}), max_abs_err {worst['max_abs_err']:.3e}")
+    if not worst["passed"]:
+        raise WorkerError(f"compiled block differs from eager: relative error {worst['rel_err']:.3e} "
+                          f"> {tol:.1e} allowed for {dtype}; not storing it")
+    return worst
+
+
+def file_digest(path):
+    import hashlib
+
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
