@@ -41,6 +41,9 @@ struct Client::Impl {
   Result<std::optional<Artifact>> get(const Lookup& what);
   Result<bool> key_op(proto::MsgType type, const Lookup& what);
   Result<ArtifactInfo> put(const Key& key, detail::PutSource& source, const PutOptions& put_options);
+  // Sends a request of `type` whose body is followed by CHUNK frames of `source` (PUT,
+  // PUT_SOURCE) and returns the reply frame.
+  Result<Received> stream_request(proto::MsgType type, const std::string& body, detail::PutSource& source);
 };
 
 Client::Client(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -149,7 +152,22 @@ Result<ArtifactInfo> Client::Impl::put(const Key& key, detail::PutSource& source
   req.size = source.size();
   req.pin = put_options.pin;
   req.build_seconds = put_options.build_seconds;
-  auto id = session.send_request(proto::MsgType::put, proto::encode(req));
+  auto got = stream_request(proto::MsgType::put, proto::encode(req), source);
+  if (!got) return std::move(got).error();
+  if (got->header.type != proto::MsgType::ok) {
+    session.disconnect();
+    return make_error(Errc::protocol_error, "kilnd's PUT reply: unexpected frame type");
+  }
+  auto reply = proto::decode<proto::PutReply>(got->text());
+  if (!reply) {
+    session.disconnect();
+    return make_error(Errc::protocol_error, "kilnd's PUT reply: " + reply.error().message);
+  }
+  return detail::from_meta(std::move(reply->info));
+}
+
+Result<Received> Client::Impl::stream_request(proto::MsgType type, const std::string& body, detail::PutSource& source) {
+  auto id = session.send_request(type, body);
   if (!id) return std::move(id).error();
 
   // Stream the chunks; stop early if the daemon has already answered (an early ERROR:
@@ -174,17 +192,28 @@ Result<ArtifactInfo> Client::Impl::put(const Key& key, detail::PutSource& source
   }
   auto got = session.read_frame(*id);
   if (local_error) return *local_error;  // what the daemon says about a short stream is secondary
+  return got;
+}
+
+Result<SourceInfo> Client::put_source(const std::string& model_hash, const std::string& name,
+                                      const std::filesystem::path& file) {
+  auto source = detail::FileSource::open(file);
+  if (!source) return std::move(source).error();
+  proto::PutSourceRequest req;
+  req.model_hash = model_hash;
+  req.name = name;
+  req.size = source->size();
+  std::lock_guard lock(impl_->mutex);
+  auto got = impl_->stream_request(proto::MsgType::put_source, proto::encode(req), *source);
   if (!got) return std::move(got).error();
-  if (got->header.type != proto::MsgType::ok) {
-    session.disconnect();
-    return make_error(Errc::protocol_error, "kilnd's PUT reply: unexpected frame type");
-  }
-  auto reply = proto::decode<proto::PutReply>(got->text());
+  auto reply = got->header.type == proto::MsgType::ok ? proto::decode<proto::PutSourceReply>(got->text())
+                                                      : Result<proto::PutSourceReply>(make_error(Errc::protocol_error, "unexpected frame type"));
   if (!reply) {
-    session.disconnect();
-    return make_error(Errc::protocol_error, "kilnd's PUT reply: " + reply.error().message);
+    impl_->session.disconnect();
+    return make_error(Errc::protocol_error, "kilnd's PUT_SOURCE reply: " + reply.error().message);
   }
-  return detail::from_meta(std::move(reply->info));
+  auto& m = reply->source;
+  return SourceInfo{std::move(m.model_hash), m.blob_digest, m.size, m.created_at, std::move(m.name)};
 }
 
 // ---- metadata -------------------------------------------------------------------------

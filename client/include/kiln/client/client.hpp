@@ -115,6 +115,15 @@ struct Stats {
   std::map<std::string, std::uint64_t> daemon;
 };
 
+// A registered source: the torch.export archive builds start from, by model hash.
+struct SourceInfo {
+  std::string model_hash;
+  Digest blob_digest;                 // SHA-256 of the archive's bytes
+  std::uint64_t size = 0;
+  std::int64_t created_at = 0;        // unix seconds
+  std::string name;                   // the file name it was registered from
+};
+
 struct DaemonStatus {
   std::string server;                 // "kilnd/0.1.0"
   std::uint32_t protocol_version = 0;
@@ -162,6 +171,12 @@ class Client {
   // Same, reading `file` as it goes (never whole in memory). io_error if unreadable.
   Result<ArtifactInfo> put_file(const Key& key, const std::filesystem::path& file,
                                 const PutOptions& options = {});
+
+  // Registers `file` (a torch.export archive) as the source of `model_hash` (64 hex), read
+  // as it goes (PUT_SOURCE; write role). Replaces a source of the same hash. io_error if
+  // the file is unreadable; invalid_argument for a bad hash.
+  Result<SourceInfo> put_source(const std::string& model_hash, const std::string& name,
+                                const std::filesystem::path& file);
 
   Result<ListPage> list(const ListQuery& query = {});
   // true if an entry existed and was removed.
