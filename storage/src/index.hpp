@@ -1,0 +1,81 @@
+// The SQLite index of a store (schema/sql/): artifacts, blobs, counters, sources, builds.
+// Pure bookkeeping: it never touches blob files. Not thread-safe; the store serializes
+// every call under its index mutex.
+#pragma once
+
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "kiln/storage/store.hpp"
+#include "sqlite.hpp"
+
+namespace kiln::storage {
+
+struct BlobRow {
+  Digest digest;
+  std::uint64_t size = 0;
+  std::uint64_t stored_size = 0;
+  std::int64_t created_at = 0;
+};
+
+// Latest schema version: the number of the last migration in schema/sql/.
+int latest_schema_version();
+
+class Index {
+ public:
+  // Opens (creating when read-write) and migrates to the latest schema. Errors: corrupt
+  // (not an SQLite database), unsupported (schema newer than this kiln), read_only, io_error.
+  static Result<Index> open(const std::filesystem::path& path, bool read_only);
+  // Test hook: creates a database migrated only up to `version` (to test migrations).
+  static Status create_at_version(const std::filesystem::path& path, int version);
+
+  Result<int> schema_version();
+  sql::Db& db() { return db_; }
+  bool read_only() const { return read_only_; }
+
+  // ---- artifacts ----
+  Result<std::optional<ArtifactInfo>> get(const Digest& key_digest);
+  // Inserts or replaces. Returns the blob digest the replaced row pointed at, if any.
+  Result<std::optional<Digest>> upsert(const ArtifactInfo& info, std::int64_t access_seq);
+  // Returns the blob digest the removed row pointed at; nullopt if there was no row.
+  Result<std::optional<Digest>> erase(const Digest& key_digest);
+  Result<bool> set_pinned(const Digest& key_digest, bool pinned);
+  Status touch(const Digest& key_digest, std::int64_t now, std::int64_t access_seq, std::uint64_t hits);
+  Result<std::vector<ArtifactInfo>> list(const ListQuery& query);
+  // Unpinned artifacts, least recently used first.
+  Result<std::vector<ArtifactInfo>> lru(std::size_t limit);
+  Result<std::vector<Digest>> artifacts_of_blob(const Digest& blob);
+  Result<std::int64_t> max_access_seq();
+
+  // ---- blobs ----
+  Result<std::optional<BlobRow>> get_blob(const Digest& digest);
+  Status insert_blob(const BlobRow& row);
+  Status erase_blob(const Digest& digest);
+  // Artifacts plus sources that point at the blob.
+  Result<std::int64_t> blob_refs(const Digest& digest);
+  Result<std::vector<BlobRow>> all_blobs();
+  Result<std::uint64_t> stored_bytes();
+
+  // ---- counters and stats ----
+  Status add_counter(const std::string& name, std::int64_t delta);
+  Result<StoreStats> stats();
+
+  // ---- sources ----
+  Result<std::optional<Digest>> upsert_source(const SourceInfo& info);  // replaced blob
+  Result<std::optional<SourceInfo>> get_source(const std::string& model_hash);
+  Result<std::vector<SourceInfo>> list_sources();
+  Result<std::optional<Digest>> erase_sources_of_blob(const Digest& blob);
+
+  // ---- builds ----
+  Status put_build(const BuildRecord& record);
+  Result<std::optional<BuildRecord>> get_build(const Digest& key_digest);
+
+ private:
+  Index(sql::Db db, bool read_only) : db_(std::move(db)), read_only_(read_only) {}
+  sql::Db db_;
+  bool read_only_ = false;
+};
+
+}  // namespace kiln::storage

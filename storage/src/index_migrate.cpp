@@ -1,0 +1,91 @@
+// Opening the index and bringing it to the latest schema with the numbered migrations of
+// schema/sql/, which the build embeds (storage/CMakeLists.txt generates the list).
+#include <string_view>
+
+#include "index.hpp"
+
+namespace kiln::storage {
+
+namespace {
+
+struct Migration {
+  int version;
+  std::string_view name;
+  std::string_view sql;
+};
+
+constexpr Migration kMigrations[] = {
+#include "kiln_migrations.inc"
+};
+
+Status apply(sql::Db& db, const Migration& m) {
+  auto txn = sql::Transaction::begin(db);
+  if (!txn) return std::move(txn).error();
+  if (auto st = db.exec(m.sql); !st) {
+    Error e = std::move(st).error();
+    e.message = "migration " + std::string(m.name) + " failed: " + e.message;
+    return e;
+  }
+  KILN_TRY(db.exec("PRAGMA user_version = " + std::to_string(m.version)));
+  return txn->commit();
+}
+
+Status migrate(sql::Db& db, int from, int to) {
+  for (const auto& m : kMigrations) {
+    if (m.version > from && m.version <= to) KILN_TRY(apply(db, m));
+  }
+  return {};
+}
+
+Result<int> read_version(sql::Db& db, const std::filesystem::path& path) {
+  auto v = db.query_int("PRAGMA user_version");
+  if (!v) {
+    Error e = std::move(v).error();
+    if (e.code == Errc::corrupt) {
+      e.message = "index " + path.string() + " is not a kiln index (" + e.message +
+                  "); move it away to start an empty store";
+    }
+    return e;
+  }
+  return static_cast<int>(v->value_or(0));
+}
+
+}  // namespace
+
+int latest_schema_version() { return kMigrations[std::size(kMigrations) - 1].version; }
+
+Result<Index> Index::open(const std::filesystem::path& path, bool read_only) {
+  auto db = sql::Db::open(path, read_only ? sql::Db::Mode::read_only : sql::Db::Mode::read_write);
+  if (!db) return std::move(db).error();
+  auto version = read_version(*db, path);
+  if (!version) return std::move(version).error();
+  const int latest = latest_schema_version();
+  if (*version > latest) {
+    return make_error(Errc::unsupported, "index " + path.string() + " has schema version " + std::to_string(*version) +
+                                             ", newer than this kiln understands (" + std::to_string(latest) +
+                                             "); upgrade kiln or point it at another store folder");
+  }
+  if (read_only) {
+    if (*version < latest) {
+      return make_error(Errc::read_only, "index " + path.string() + " has schema version " + std::to_string(*version) +
+                                             " and needs migrating, but the store folder is read-only");
+    }
+    return Index(std::move(*db), true);
+  }
+  // WAL: readers never block the writer; FULL: a committed put survives power loss.
+  KILN_TRY(db->exec("PRAGMA journal_mode = WAL"));
+  KILN_TRY(db->exec("PRAGMA synchronous = FULL"));
+  KILN_TRY(migrate(*db, *version, latest));
+  return Index(std::move(*db), false);
+}
+
+Status Index::create_at_version(const std::filesystem::path& path, int version) {
+  auto db = sql::Db::open(path, sql::Db::Mode::read_write);
+  if (!db) return std::move(db).error();
+  KILN_TRY(db->exec("PRAGMA journal_mode = WAL"));
+  return migrate(*db, 0, version);
+}
+
+Result<int> Index::schema_version() { return read_version(db_, "index"); }
+
+}  // namespace kiln::storage

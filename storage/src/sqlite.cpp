@@ -1,0 +1,157 @@
+#include "sqlite.hpp"
+
+#include <sqlite3.h>
+
+#include <utility>
+
+namespace kiln::storage::sql {
+
+Error error_from_sqlite(int rc, sqlite3* db, std::string_view what) {
+  Errc code = Errc::io_error;
+  switch (rc & 0xff) {
+    case SQLITE_FULL: code = Errc::no_space; break;
+    case SQLITE_READONLY: code = Errc::read_only; break;
+    case SQLITE_CORRUPT:
+    case SQLITE_NOTADB: code = Errc::corrupt; break;
+    case SQLITE_BUSY:
+    case SQLITE_LOCKED: code = Errc::busy; break;
+    case SQLITE_PERM:
+    case SQLITE_AUTH: code = Errc::permission_denied; break;
+    case SQLITE_CONSTRAINT:
+    case SQLITE_MISMATCH:
+    case SQLITE_RANGE: code = Errc::internal; break;
+    default: break;
+  }
+  std::string msg = "index: ";
+  msg += what;
+  msg += ": ";
+  msg += db != nullptr ? sqlite3_errmsg(db) : sqlite3_errstr(rc);
+  return make_error(code, std::move(msg));
+}
+
+Stmt::~Stmt() {
+  if (stmt_ != nullptr) sqlite3_finalize(stmt_);
+}
+Stmt::Stmt(Stmt&& o) noexcept : db_(o.db_), stmt_(std::exchange(o.stmt_, nullptr)) {}
+Stmt& Stmt::operator=(Stmt&& o) noexcept {
+  if (this != &o) {
+    if (stmt_ != nullptr) sqlite3_finalize(stmt_);
+    db_ = o.db_;
+    stmt_ = std::exchange(o.stmt_, nullptr);
+  }
+  return *this;
+}
+
+Stmt& Stmt::bind(int i, std::string_view text) {
+  sqlite3_bind_text(stmt_, i, text.data(), static_cast<int>(text.size()), SQLITE_TRANSIENT);
+  return *this;
+}
+Stmt& Stmt::bind(int i, std::int64_t v) {
+  sqlite3_bind_int64(stmt_, i, v);
+  return *this;
+}
+Stmt& Stmt::bind(int i, double v) {
+  sqlite3_bind_double(stmt_, i, v);
+  return *this;
+}
+Stmt& Stmt::bind_null(int i) {
+  sqlite3_bind_null(stmt_, i);
+  return *this;
+}
+
+Result<bool> Stmt::step() {
+  int rc = sqlite3_step(stmt_);
+  if (rc == SQLITE_ROW) return true;
+  if (rc == SQLITE_DONE) return false;
+  return error_from_sqlite(rc, db_, sqlite3_sql(stmt_));
+}
+
+Status Stmt::run() {
+  for (;;) {
+    auto r = step();
+    if (!r) return std::move(r).error();
+    if (!*r) return {};
+  }
+}
+
+std::string Stmt::text(int col) const {
+  const auto* p = sqlite3_column_text(stmt_, col);
+  int n = sqlite3_column_bytes(stmt_, col);
+  return p != nullptr ? std::string(reinterpret_cast<const char*>(p), static_cast<std::size_t>(n)) : std::string();
+}
+std::int64_t Stmt::i64(int col) const { return sqlite3_column_int64(stmt_, col); }
+double Stmt::f64(int col) const { return sqlite3_column_double(stmt_, col); }
+bool Stmt::is_null(int col) const { return sqlite3_column_type(stmt_, col) == SQLITE_NULL; }
+
+Result<Db> Db::open(const std::filesystem::path& path, Mode mode) {
+  sqlite3* db = nullptr;
+  int flags = SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_URI;
+  flags |= mode == Mode::read_write ? (SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE) : SQLITE_OPEN_READONLY;
+  int rc = sqlite3_open_v2(path.c_str(), &db, flags, nullptr);
+  if (rc != SQLITE_OK) {
+    Error e = error_from_sqlite(rc, db, "open " + path.string());
+    sqlite3_close(db);
+    return e;
+  }
+  sqlite3_extended_result_codes(db, 1);
+  // The store holds an flock, so waiting is only ever for our own checkpoints.
+  sqlite3_busy_timeout(db, 5000);
+  return Db(db);
+}
+
+Db::~Db() {
+  if (db_ != nullptr) sqlite3_close(db_);
+}
+Db::Db(Db&& o) noexcept : db_(std::exchange(o.db_, nullptr)) {}
+Db& Db::operator=(Db&& o) noexcept {
+  if (this != &o) {
+    if (db_ != nullptr) sqlite3_close(db_);
+    db_ = std::exchange(o.db_, nullptr);
+  }
+  return *this;
+}
+
+Status Db::exec(std::string_view sql_text) {
+  std::string s(sql_text);
+  char* err = nullptr;
+  int rc = sqlite3_exec(db_, s.c_str(), nullptr, nullptr, &err);
+  if (err != nullptr) sqlite3_free(err);
+  if (rc != SQLITE_OK) return error_from_sqlite(rc, db_, s.substr(0, 80));
+  return {};
+}
+
+Result<Stmt> Db::prepare(std::string_view sql_text) {
+  sqlite3_stmt* stmt = nullptr;
+  int rc = sqlite3_prepare_v2(db_, sql_text.data(), static_cast<int>(sql_text.size()), &stmt, nullptr);
+  if (rc != SQLITE_OK) return error_from_sqlite(rc, db_, std::string(sql_text.substr(0, 80)));
+  return Stmt(db_, stmt);
+}
+
+Result<std::optional<std::int64_t>> Db::query_int(std::string_view sql_text) {
+  auto st = prepare(sql_text);
+  if (!st) return std::move(st).error();
+  auto row = st->step();
+  if (!row) return std::move(row).error();
+  if (!*row) return std::optional<std::int64_t>();
+  return std::optional<std::int64_t>(st->i64(0));
+}
+
+std::int64_t Db::changes() const { return sqlite3_changes64(db_); }
+
+Result<Transaction> Transaction::begin(Db& db) {
+  KILN_TRY(db.exec("BEGIN IMMEDIATE"));
+  return Transaction(&db);
+}
+
+Transaction::~Transaction() {
+  if (db_ != nullptr) (void)db_->exec("ROLLBACK");
+}
+
+Status Transaction::commit() {
+  Db* db = std::exchange(db_, nullptr);
+  auto st = db->exec("COMMIT");
+  if (!st) (void)db->exec("ROLLBACK");
+  return st;
+}
+
+}  // namespace kiln::storage::sql

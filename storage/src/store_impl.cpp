@@ -1,0 +1,398 @@
+// StoreImpl: open, put, read and metadata calls.
+#include "store_impl.hpp"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <ctime>
+
+#include "blob_reader.hpp"
+
+namespace kiln::storage {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+// Touches (hits, last access) are batched: writing them at every hit would fsync the
+// index once per read. A crash loses at most this much of them, never an artifact.
+constexpr auto kTouchFlushInterval = std::chrono::seconds(1);
+constexpr std::size_t kTouchFlushCount = 1024;
+
+// Takes the store's flock. Read-only stores take a shared lock on an existing LOCK file.
+Result<int> take_lock(const fs::path& root, bool read_only) {
+  fs::path path = root / "LOCK";
+  int fd = ::open(path.c_str(), (read_only ? O_RDONLY : O_RDWR | O_CREAT) | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    if (read_only && errno == ENOENT) return -1;  // nothing to lock against in a read-only folder
+    return error_from_errno(errno, "open " + path.string());
+  }
+  if (::flock(fd, (read_only ? LOCK_SH : LOCK_EX) | LOCK_NB) != 0) {
+    int err = errno;
+    char pid[32] = {};
+    ssize_t n = ::pread(fd, pid, sizeof(pid) - 1, 0);
+    ::close(fd);
+    if (err == EWOULDBLOCK) {
+      std::string holder = n > 0 ? std::string(pid, static_cast<std::size_t>(n)) : std::string("unknown");
+      while (!holder.empty() && (holder.back() == '\n' || holder.back() == ' ')) holder.pop_back();
+      return make_error(Errc::busy, "store " + root.string() + " is in use by another process (pid " + holder +
+                                        "); stop it or use another store folder");
+    }
+    return error_from_errno(err, "lock " + path.string());
+  }
+  if (!read_only) {
+    std::string pid = std::to_string(::getpid()) + "\n";
+    if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, pid.data(), pid.size(), 0) < 0) {
+      // The pid is only for the message above; the flock is what protects the store.
+    }
+  }
+  return fd;
+}
+
+// Whether blob files can be written: create and remove a probe file in tmp/.
+Status probe_writable(FileSystem& fsys, const fs::path& root) {
+  for (const char* dir : {"blobs", "tmp", "quarantine"}) KILN_TRY(fsys.create_dirs(root / dir));
+  fs::path probe = root / "tmp" / ("probe-" + std::to_string(::getpid()));
+  (void)fsys.remove(probe);
+  auto f = fsys.create(probe);
+  if (!f) return std::move(f).error();
+  f->reset();
+  return fsys.remove(probe);
+}
+
+bool is_read_only_error(const Error& e) {
+  return e.code == Errc::read_only || e.code == Errc::permission_denied;
+}
+
+}  // namespace
+
+const VerifyReport& Store::recovery_report() const {
+  static const VerifyReport empty;
+  return empty;
+}
+
+fs::path Store::blob_path(const Digest& blob_digest) const {
+  std::string hex = blob_digest.hex();
+  return options().root / "blobs" / hex.substr(0, 2) / (hex + ".blob");
+}
+
+fs::path StoreImpl::blob_path(const Digest& blob_digest) const {
+  std::string hex = blob_digest.hex();
+  return blobs_dir_ / hex.substr(0, 2) / (hex + ".blob");
+}
+
+Result<std::unique_ptr<Store>> Store::open(const StoreOptions& options) { return StoreImpl::open(options); }
+
+Result<std::unique_ptr<Store>> StoreImpl::open(const StoreOptions& options) {
+  if (options.root.empty()) return make_error(Errc::invalid_argument, "store: no root folder given");
+  if (options.hard_limit_bytes != 0 && options.quota_bytes > options.hard_limit_bytes) {
+    return make_error(Errc::invalid_argument, "store: quota_bytes (" + std::to_string(options.quota_bytes) +
+                                                  ") is above hard_limit_bytes (" +
+                                                  std::to_string(options.hard_limit_bytes) + ")");
+  }
+  FileSystem& fsys = options.fs != nullptr ? *options.fs : real_file_system();
+  const fs::path index_path = options.root / "index.sqlite";
+  bool read_only = false;
+  Status writable = fsys.create_dirs(options.root);
+  if (writable) writable = probe_writable(fsys, options.root);
+  if (!writable) {
+    const Error& e = writable.error();
+    if (!is_read_only_error(e)) return e;
+    auto existing = fsys.file_size(index_path);
+    if (!existing || !*existing) {
+      return make_error(Errc::read_only, "store folder " + options.root.string() +
+                                             " is not writable and holds no store (" + e.message + ")");
+    }
+    read_only = true;
+  }
+  auto lock = take_lock(options.root, read_only);
+  if (!lock) return std::move(lock).error();
+  auto index = Index::open(index_path, read_only);
+  if (!index) {
+    if (*lock >= 0) ::close(*lock);
+    return std::move(index).error();
+  }
+  std::unique_ptr<StoreImpl> store(new StoreImpl(options, fsys, *lock, read_only, std::move(*index)));
+  {
+    std::lock_guard<std::mutex> guard(store->mu_);
+    auto seq = store->index_.max_access_seq();
+    if (!seq) return std::move(seq).error();
+    store->access_seq_ = *seq;
+    if (!read_only) {
+      VerifyReport report;
+      KILN_TRY(store->recover_locked(/*remove_temporaries=*/true, report));
+      store->recovery_ = report;
+    }
+  }
+  return std::unique_ptr<Store>(std::move(store));
+}
+
+StoreImpl::StoreImpl(StoreOptions options, FileSystem& fs, int lock_fd, bool read_only, Index index)
+    : options_(std::move(options)), fs_(fs), lock_{lock_fd}, read_only_(read_only),
+      blobs_dir_(options_.root / "blobs"), tmp_dir_(options_.root / "tmp"),
+      quarantine_dir_(options_.root / "quarantine"), index_(std::move(index)),
+      last_flush_(std::chrono::steady_clock::now()) {}
+
+StoreImpl::~StoreImpl() {
+  {
+    std::lock_guard<std::mutex> guard(mu_);
+    (void)flush_touches_locked();  // best effort: losing a few hit counts loses no artifact
+  }
+}
+
+StoreImpl::LockFd::~LockFd() {
+  if (fd >= 0) ::close(fd);
+}
+
+std::int64_t StoreImpl::now() const { return static_cast<std::int64_t>(std::time(nullptr)); }
+
+Status StoreImpl::writable() const {
+  if (read_only_) {
+    return make_error(Errc::read_only, "store " + options_.root.string() + " was opened read-only (folder not writable)");
+  }
+  return {};
+}
+
+Result<std::unique_ptr<PutStream>> StoreImpl::begin_put() {
+  KILN_TRY(writable());
+  if (options_.hard_limit_bytes != 0) {
+    std::lock_guard<std::mutex> guard(mu_);
+    KILN_TRY(make_room_locked(1, std::nullopt));
+  }
+  auto w = BlobWriter::create(fs_, tmp_dir_, options_.compress ? Compression::zstd : Compression::none,
+                              options_.zstd_level, options_.hard_limit_bytes);
+  if (!w) return std::move(w).error();
+  (*w)->owner = this;
+  return std::unique_ptr<PutStream>(std::move(*w));
+}
+
+Result<std::unique_ptr<BlobWriter>> StoreImpl::take_writer(std::unique_ptr<PutStream> stream) {
+  auto* w = dynamic_cast<BlobWriter*>(stream.get());
+  if (w == nullptr || w->owner != this) {
+    return make_error(Errc::invalid_argument, "commit: the put stream was not made by this store's begin_put()");
+  }
+  stream.release();
+  return std::unique_ptr<BlobWriter>(w);
+}
+
+Result<ArtifactInfo> StoreImpl::commit(std::unique_ptr<PutStream> stream, const Key& key, const PutMeta& meta) {
+  KILN_TRY(writable());
+  if (!stream) return make_error(Errc::invalid_argument, "commit: no put stream");
+  auto writer = take_writer(std::move(stream));
+  if (!writer) return std::move(writer).error();
+  auto key_digest = key.digest();
+  if (!key_digest) return std::move(key_digest).error();
+  if (!(meta.build_seconds >= 0)) return make_error(Errc::invalid_argument, "commit: build_seconds must be >= 0");
+  auto blob = (*writer)->finish();
+  if (!blob) return std::move(blob).error();
+
+  std::lock_guard<std::mutex> guard(mu_);
+  KILN_TRY(flush_touches_locked());
+  auto existing_blob = index_.get_blob(blob->header.digest);
+  if (!existing_blob) {
+    (void)fs_.remove(blob->temp_path);
+    return std::move(existing_blob).error();
+  }
+  if (!*existing_blob) {
+    if (auto st = make_room_locked(blob->file_size, key_digest.value()); !st) {
+      (void)fs_.remove(blob->temp_path);
+      return std::move(st).error();
+    }
+  }
+  auto installed = install_blob_locked(*blob);
+  if (!installed) return std::move(installed).error();
+
+  ArtifactInfo info;
+  info.key = key;
+  info.key_digest = *key_digest;
+  info.blob_digest = blob->header.digest;
+  info.size = blob->header.size;
+  info.stored_size = *existing_blob ? (*existing_blob)->stored_size : blob->file_size;
+  info.created_at = now();
+  info.last_access = info.created_at;
+  info.build_seconds = meta.build_seconds;
+  info.pinned = meta.pin;
+
+  std::optional<Digest> freed;
+  Status indexed = [&]() -> Status {
+    auto txn = sql::Transaction::begin(index_.db());
+    if (!txn) return std::move(txn).error();
+    if (!*existing_blob) {
+      KILN_TRY(index_.insert_blob(BlobRow{info.blob_digest, info.size, info.stored_size, info.created_at}));
+    }
+    pending_touches_.erase(info.key_digest);
+    auto replaced = index_.upsert(info, ++access_seq_);
+    if (!replaced) return std::move(replaced).error();
+    if (*replaced) {
+      auto release = release_blob_locked(**replaced);
+      if (!release) return std::move(release).error();
+      if (*release) freed = *replaced;
+    }
+    return txn->commit();
+  }();
+  if (!indexed) {
+    // The blob file is unreferenced now; remove it (open() would collect it anyway).
+    if (*installed) remove_blob_file(info.blob_digest);
+    return std::move(indexed).error();
+  }
+  if (freed) remove_blob_file(*freed);
+  if (options_.quota_bytes != 0) {
+    // Soft quota: best effort; the put itself has succeeded.
+    (void)evict_locked(options_.quota_bytes, info.key_digest);
+  }
+  return info;
+}
+
+Result<std::optional<ArtifactInfo>> StoreImpl::finish_read(const Digest& key_digest, const ArtifactInfo& info,
+                                                           Status st) {
+  std::lock_guard<std::mutex> guard(mu_);
+  if (st) {
+    if (!read_only_) {
+      auto& t = pending_touches_[key_digest];
+      t.now = now();
+      t.seq = ++access_seq_;
+      t.hits += 1;
+      pending_hits_ += 1;
+      auto since = std::chrono::steady_clock::now() - last_flush_;
+      if (since >= kTouchFlushInterval || pending_touches_.size() >= kTouchFlushCount) (void)flush_touches_locked();
+    }
+    ArtifactInfo out = info;
+    out.hits += 1;
+    out.last_access = now();
+    return std::optional<ArtifactInfo>(std::move(out));
+  }
+  Error e = std::move(st).error();
+  if (e.code == Errc::not_found) {
+    // The file went away: either a concurrent remove (then this is a miss) or damage.
+    auto row = index_.get(key_digest);
+    if (row && !*row) {
+      pending_misses_ += 1;
+      return std::optional<ArtifactInfo>();
+    }
+    e = make_error(Errc::corrupt, "blob file of artifact " + key_digest.hex() + " is missing");
+  }
+  if (e.code != Errc::corrupt) return e;
+  if (!read_only_) {
+    auto dropped = quarantine_locked(info.blob_digest, e.message);
+    if (!dropped) return std::move(dropped).error();
+    e.message += "; the entry was quarantined and removed from the index";
+  }
+  return e;
+}
+
+Result<std::optional<ArtifactInfo>> StoreImpl::read(const Digest& key_digest, const ByteSink& sink) {
+  std::optional<ArtifactInfo> info;
+  {
+    std::lock_guard<std::mutex> guard(mu_);
+    auto row = index_.get(key_digest);
+    if (!row) return std::move(row).error();
+    if (!*row) {
+      pending_misses_ += 1;
+      return std::optional<ArtifactInfo>();
+    }
+    info = std::move(*row);
+    if (auto it = pending_touches_.find(key_digest); it != pending_touches_.end()) info->hits += it->second.hits;
+  }
+  Status st = read_blob(fs_, blob_path(info->blob_digest), info->blob_digest, sink);
+  return finish_read(key_digest, *info, std::move(st));
+}
+
+Result<std::optional<ArtifactInfo>> StoreImpl::read_into(const Digest& key_digest, std::vector<std::byte>& out) {
+  std::optional<ArtifactInfo> info;
+  {
+    std::lock_guard<std::mutex> guard(mu_);
+    auto row = index_.get(key_digest);
+    if (!row) return std::move(row).error();
+    if (!*row) {
+      pending_misses_ += 1;
+      return std::optional<ArtifactInfo>();
+    }
+    info = std::move(*row);
+    if (auto it = pending_touches_.find(key_digest); it != pending_touches_.end()) info->hits += it->second.hits;
+  }
+  out.resize(info->size);
+  ByteSink none = [](std::span<const std::byte>) -> Status { return {}; };
+  Status st = info->size == 0 ? read_blob(fs_, blob_path(info->blob_digest), info->blob_digest, none)
+                              : read_blob(fs_, blob_path(info->blob_digest), info->blob_digest, none, out);
+  return finish_read(key_digest, *info, std::move(st));
+}
+
+Result<std::optional<ArtifactInfo>> StoreImpl::stat(const Digest& key_digest) {
+  std::lock_guard<std::mutex> guard(mu_);
+  KILN_TRY(flush_touches_locked());
+  return index_.get(key_digest);
+}
+
+Result<std::vector<ArtifactInfo>> StoreImpl::list(const ListQuery& query) {
+  std::lock_guard<std::mutex> guard(mu_);
+  KILN_TRY(flush_touches_locked());
+  return index_.list(query);
+}
+
+Result<bool> StoreImpl::remove(const Digest& key_digest) {
+  KILN_TRY(writable());
+  std::lock_guard<std::mutex> guard(mu_);
+  KILN_TRY(flush_touches_locked());
+  auto freed = remove_locked(key_digest, /*count_eviction=*/false);
+  if (!freed) return std::move(freed).error();
+  return freed->has_value();
+}
+
+Result<bool> StoreImpl::set_pinned(const Digest& key_digest, bool pinned) {
+  KILN_TRY(writable());
+  std::lock_guard<std::mutex> guard(mu_);
+  return index_.set_pinned(key_digest, pinned);
+}
+
+Result<StoreStats> StoreImpl::stats() {
+  std::lock_guard<std::mutex> guard(mu_);
+  KILN_TRY(flush_touches_locked());
+  auto s = index_.stats();
+  if (!s) return std::move(s).error();
+  // Read-only stores cannot write their counters; show what this process saw.
+  s->hits += pending_hits_;
+  s->misses += pending_misses_;
+  s->quota_bytes = options_.quota_bytes;
+  s->hard_limit_bytes = options_.hard_limit_bytes;
+  return s;
+}
+
+void StoreImpl::record_miss() {
+  std::lock_guard<std::mutex> guard(mu_);
+  pending_misses_ += 1;
+}
+
+Status StoreImpl::flush_touches_locked() {
+  if (read_only_) return {};
+  if (pending_touches_.empty() && pending_hits_ == 0 && pending_misses_ == 0) return {};
+  auto txn = sql::Transaction::begin(index_.db());
+  if (!txn) return std::move(txn).error();
+  for (const auto& [digest, t] : pending_touches_) KILN_TRY(index_.touch(digest, t.now, t.seq, t.hits));
+  if (pending_hits_ != 0) KILN_TRY(index_.add_counter("hits", static_cast<std::int64_t>(pending_hits_)));
+  if (pending_misses_ != 0) KILN_TRY(index_.add_counter("misses", static_cast<std::int64_t>(pending_misses_)));
+  KILN_TRY(txn->commit());
+  pending_touches_.clear();
+  pending_hits_ = 0;
+  pending_misses_ = 0;
+  last_flush_ = std::chrono::steady_clock::now();
+  return {};
+}
+
+Status StoreImpl::record_build(const BuildRecord& record) {
+  KILN_TRY(writable());
+  constexpr std::size_t kMaxLog = 1 << 20;
+  BuildRecord r = record;
+  if (r.log.size() > kMaxLog) r.log = r.log.substr(r.log.size() - kMaxLog);  // the end says why it failed
+  std::lock_guard<std::mutex> guard(mu_);
+  return index_.put_build(r);
+}
+
+Result<std::optional<BuildRecord>> StoreImpl::last_build(const Digest& key_digest) {
+  std::lock_guard<std::mutex> guard(mu_);
+  return index_.get_build(key_digest);
+}
+
+}  // namespace kiln::storage

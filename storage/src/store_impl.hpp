@@ -1,0 +1,105 @@
+// StoreImpl: the Store behind Store::open(). Split over store_impl.cpp (open, put, read,
+// metadata), store_blobs.cpp (installing, releasing and quarantining blob files),
+// store_maintenance.cpp (recovery, verification, eviction) and store_sources.cpp.
+#pragma once
+
+#include <chrono>
+#include <mutex>
+#include <unordered_map>
+
+#include "blob_writer.hpp"
+#include "index.hpp"
+#include "kiln/storage/file_system.hpp"
+#include "kiln/storage/store.hpp"
+
+namespace kiln::storage {
+
+class StoreImpl final : public Store {
+ public:
+  static Result<std::unique_ptr<Store>> open(const StoreOptions& options);
+  ~StoreImpl() override;
+
+  Result<std::unique_ptr<PutStream>> begin_put() override;
+  Result<ArtifactInfo> commit(std::unique_ptr<PutStream> stream, const Key& key, const PutMeta& meta) override;
+  Result<std::optional<ArtifactInfo>> read(const Digest& key_digest, const ByteSink& sink) override;
+  Result<std::optional<ArtifactInfo>> read_into(const Digest& key_digest, std::vector<std::byte>& out) override;
+  Result<std::optional<ArtifactInfo>> stat(const Digest& key_digest) override;
+  Result<std::vector<ArtifactInfo>> list(const ListQuery& query) override;
+  Result<bool> remove(const Digest& key_digest) override;
+  Result<bool> set_pinned(const Digest& key_digest, bool pinned) override;
+  Result<StoreStats> stats() override;
+  void record_miss() override;
+  Result<std::uint64_t> evict_to(std::uint64_t target_bytes) override;
+  Result<std::uint64_t> evict(const ListQuery& query) override;
+  Result<VerifyReport> verify() override;
+  Result<SourceInfo> put_source(const std::string& model_hash, std::unique_ptr<PutStream> stream,
+                                const std::string& name) override;
+  Result<std::optional<SourceInfo>> stat_source(const std::string& model_hash) override;
+  Result<std::optional<SourceInfo>> read_source(const std::string& model_hash, const ByteSink& sink) override;
+  Result<std::vector<SourceInfo>> list_sources() override;
+  Status record_build(const BuildRecord& record) override;
+  Result<std::optional<BuildRecord>> last_build(const Digest& key_digest) override;
+  const StoreOptions& options() const override { return options_; }
+  bool read_only() const override { return read_only_; }
+  const VerifyReport& recovery_report() const override { return recovery_; }
+  std::filesystem::path blob_path(const Digest& blob_digest) const override;
+
+ private:
+  StoreImpl(StoreOptions options, FileSystem& fs, int lock_fd, bool read_only, Index index);
+
+  // Closes the LOCK file's descriptor, releasing the flock. Declared before index_ so it
+  // is destroyed after it: the lock is held until the index is closed.
+  struct LockFd {
+    int fd = -1;
+    ~LockFd();
+  };
+
+  // Everything below with a _locked suffix requires mu_.
+  struct PendingTouch {
+    std::int64_t now = 0;
+    std::int64_t seq = 0;
+    std::uint64_t hits = 0;
+  };
+
+  Status writable() const;
+  Result<std::unique_ptr<BlobWriter>> take_writer(std::unique_ptr<PutStream> stream);
+  // Puts a finished temporary blob in place (or drops it when the same content is
+  // already stored). Returns true when a new blob file was installed. Must be followed by
+  // the index rows in the same critical section.
+  Result<bool> install_blob_locked(const FinishedBlob& blob);
+  // Drops the blob row if nothing references it; returns true when its file must be
+  // removed (after the transaction commits).
+  Result<bool> release_blob_locked(const Digest& blob);
+  void remove_blob_file(const Digest& blob);
+  // Moves a damaged blob to quarantine/, drops every row pointing at it, counts it.
+  // Returns the key digests of the artifacts dropped.
+  Result<std::vector<Digest>> quarantine_locked(const Digest& blob, const std::string& why);
+  Status make_room_locked(std::uint64_t incoming, const std::optional<Digest>& keep);
+  Result<std::uint64_t> evict_locked(std::uint64_t target_bytes, const std::optional<Digest>& keep);
+  // Removes one artifact; returns the stored bytes it freed, nullopt if it did not exist.
+  Result<std::optional<std::uint64_t>> remove_locked(const Digest& key_digest, bool count_eviction);
+  Status drop_missing_blob_locked(const Digest& blob, VerifyReport& report);
+  Status flush_touches_locked();
+  Status recover_locked(bool remove_temporaries, VerifyReport& report);
+  Status collect_orphan_files_locked(VerifyReport& report);
+  Result<std::optional<ArtifactInfo>> finish_read(const Digest& key_digest, const ArtifactInfo& info, Status st);
+  std::int64_t now() const;
+
+  StoreOptions options_;
+  FileSystem& fs_;
+  LockFd lock_;
+  const bool read_only_;
+  const std::filesystem::path blobs_dir_, tmp_dir_, quarantine_dir_;
+  VerifyReport recovery_;
+
+  std::mutex mu_;
+  // State below is protected by mu_.
+  Index index_;
+  std::int64_t access_seq_ = 0;
+  std::unordered_map<Digest, PendingTouch> pending_touches_;
+  std::uint64_t pending_hits_ = 0;
+  std::uint64_t pending_misses_ = 0;
+  std::chrono::steady_clock::time_point last_flush_;
+};
+
+}  // namespace kiln::storage

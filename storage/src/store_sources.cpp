@@ -1,0 +1,110 @@
+// StoreImpl: sources (torch.export archives by model hash), stored as blobs.
+#include <algorithm>
+#include <ctime>
+
+#include "blob_reader.hpp"
+#include "store_impl.hpp"
+
+namespace kiln::storage {
+
+namespace {
+Status check_model_hash(const std::string& model_hash) {
+  bool ok = model_hash.size() == 64 && std::all_of(model_hash.begin(), model_hash.end(), [](char c) {
+              return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
+            });
+  if (!ok) return make_error(Errc::invalid_argument, "source: model_hash must be 64 lowercase hex characters");
+  return {};
+}
+}  // namespace
+
+Result<SourceInfo> StoreImpl::put_source(const std::string& model_hash, std::unique_ptr<PutStream> stream,
+                                         const std::string& name) {
+  KILN_TRY(writable());
+  KILN_TRY(check_model_hash(model_hash));
+  if (!stream) return make_error(Errc::invalid_argument, "put_source: no put stream");
+  auto writer = take_writer(std::move(stream));
+  if (!writer) return std::move(writer).error();
+  auto blob = (*writer)->finish();
+  if (!blob) return std::move(blob).error();
+
+  std::lock_guard<std::mutex> guard(mu_);
+  auto existing_blob = index_.get_blob(blob->header.digest);
+  if (!existing_blob) {
+    (void)fs_.remove(blob->temp_path);
+    return std::move(existing_blob).error();
+  }
+  if (!*existing_blob) {
+    if (auto st = make_room_locked(blob->file_size, std::nullopt); !st) {
+      (void)fs_.remove(blob->temp_path);
+      return std::move(st).error();
+    }
+  }
+  auto installed = install_blob_locked(*blob);
+  if (!installed) return std::move(installed).error();
+
+  SourceInfo info;
+  info.model_hash = model_hash;
+  info.blob_digest = blob->header.digest;
+  info.size = blob->header.size;
+  info.created_at = static_cast<std::int64_t>(std::time(nullptr));
+  info.name = name;
+  std::optional<Digest> freed;
+  Status indexed = [&]() -> Status {
+    auto txn = sql::Transaction::begin(index_.db());
+    if (!txn) return std::move(txn).error();
+    if (!*existing_blob) {
+      KILN_TRY(index_.insert_blob(BlobRow{info.blob_digest, info.size, blob->file_size, info.created_at}));
+    }
+    auto replaced = index_.upsert_source(info);
+    if (!replaced) return std::move(replaced).error();
+    if (*replaced) {
+      auto release = release_blob_locked(**replaced);
+      if (!release) return std::move(release).error();
+      if (*release) freed = *replaced;
+    }
+    return txn->commit();
+  }();
+  if (!indexed) {
+    if (*installed) remove_blob_file(info.blob_digest);
+    return std::move(indexed).error();
+  }
+  if (freed) remove_blob_file(*freed);
+  return info;
+}
+
+Result<std::optional<SourceInfo>> StoreImpl::stat_source(const std::string& model_hash) {
+  std::lock_guard<std::mutex> guard(mu_);
+  return index_.get_source(model_hash);
+}
+
+Result<std::optional<SourceInfo>> StoreImpl::read_source(const std::string& model_hash, const ByteSink& sink) {
+  std::optional<SourceInfo> info;
+  {
+    std::lock_guard<std::mutex> guard(mu_);
+    auto row = index_.get_source(model_hash);
+    if (!row) return std::move(row).error();
+    if (!*row) return std::optional<SourceInfo>();
+    info = std::move(*row);
+  }
+  Status st = read_blob(fs_, blob_path(info->blob_digest), info->blob_digest, sink);
+  if (st) return info;
+  Error e = std::move(st).error();
+  if (e.code != Errc::corrupt && e.code != Errc::not_found) return e;
+  std::lock_guard<std::mutex> guard(mu_);
+  auto row = index_.get_source(model_hash);
+  if (row && !*row) return std::optional<SourceInfo>();  // removed meanwhile
+  if (e.code == Errc::not_found) e = make_error(Errc::corrupt, "blob file of source " + model_hash + " is missing");
+  if (!read_only_) {
+    auto dropped = quarantine_locked(info->blob_digest, e.message);
+    if (!dropped) return std::move(dropped).error();
+    e.message += "; the source was quarantined and removed from the index";
+  }
+  return e;
+}
+
+Result<std::vector<SourceInfo>> StoreImpl::list_sources() {
+  std::lock_guard<std::mutex> guard(mu_);
+  return index_.list_sources();
+}
+
+}  // namespace kiln::storage

@@ -1,0 +1,54 @@
+// Helpers shared by the storage tests: keys, byte patterns, a store in a TempDir.
+#pragma once
+
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kiln/key.hpp"
+#include "kiln/storage/store.hpp"
+
+namespace kiln::test {
+
+// A complete key; `n` varies the region so that each n gives a distinct key.
+inline Key make_key(int n, const std::string& gpu_arch = "sm_90") {
+  Key k;
+  k.kind = ArtifactKind::aoti;
+  k.model_hash = sha256(std::string_view("model")).hex();
+  k.region = "Block" + std::to_string(n);
+  k.gpu_arch = gpu_arch;
+  k.gpu_name = "NVIDIA H200";
+  k.torch_version = "2.11.0+cu130";
+  k.torch_git = "abc123";
+  k.cuda_version = "13.0";
+  k.triton_version = "3.6.0";
+  k.platform = "linux";
+  k.machine = "x86_64";
+  k.cpu_isa = "avx512";
+  k.dtype = "bfloat16";
+  k.inputs = {{{Dim::fixed(1), Dim{1, 4096}, Dim::fixed(3072)}, "bfloat16", "strided"}};
+  k.compile_options = R"({"mode":"default"})";
+  return k;
+}
+
+inline Digest digest_of(const Key& k) { return *k.digest(); }
+
+// Deterministic bytes: half code-like text (compressible), half random.
+inline std::vector<std::byte> make_bytes(std::size_t n, std::uint64_t seed) {
+  std::vector<std::byte> out(n);
+  std::mt19937_64 rng(seed);
+  static const char kText[] = "void kernel(float* out, const float* in, int n) { for (int i = 0; i < n; ++i) ";
+  for (std::size_t i = 0; i < n; ++i) {
+    out[i] = (i / 4096) % 2 == 0 ? static_cast<std::byte>(kText[i % (sizeof(kText) - 1)])
+                                 : static_cast<std::byte>(rng() & 0xff);
+  }
+  if (n >= 8) std::memcpy(out.data(), &seed, 8);  // distinct seeds give distinct content
+  return out;
+}
+
+inline std::span<const std::byte> as_bytes(const std::string& s) {
+  return {reinterpret_cast<const std::byte*>(s.data()), s.size()};
+}
+
+}  // namespace kiln::test

@@ -1,0 +1,369 @@
+// Store: put, get, stat, list, remove, pin, stats, dedupe, sources, builds, locking.
+#include <doctest/doctest.h>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <thread>
+
+#include "kiln/storage/store.hpp"
+#include "store_test_util.hpp"
+#include "temp_dir.hpp"
+
+using namespace kiln;
+using namespace kiln::storage;
+using kiln::test::make_bytes;
+using kiln::test::make_key;
+
+namespace {
+
+std::unique_ptr<Store> open_store(const std::filesystem::path& root, StoreOptions opts = {}) {
+  opts.root = root;
+  auto s = Store::open(opts);
+  REQUIRE_MESSAGE(s, (s ? "" : s.error().to_string()));
+  return std::move(*s);
+}
+
+ListQuery where(std::map<std::string, std::string> filters) {
+  ListQuery q;
+  q.filters = std::move(filters);
+  return q;
+}
+
+std::size_t count_files(const std::filesystem::path& dir) {
+  std::size_t n = 0;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(dir)) n += e.is_regular_file() ? 1 : 0;
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE("a put artifact reads back byte for byte with its metadata") {
+  kiln::test::TempDir dir;
+  auto store = open_store(dir.path());
+  auto key = make_key(1);
+  auto data = make_bytes(300000, 1);
+  auto info = store->put_bytes(key, data, PutMeta{12.5, false});
+  REQUIRE_MESSAGE(info, (info ? "" : info.error().to_string()));
+  CHECK(info->key_digest == *key.digest());
+  CHECK(info->blob_digest == sha256(data));
+  CHECK(info->size == data.size());
+  CHECK(info->stored_size < data.size());  // half of it compresses
+  CHECK(info->build_seconds == 12.5);
+
+  auto got = store->get_bytes(info->key_digest);
+  REQUIRE(got);
+  REQUIRE(got->has_value());
+  CHECK(**got == data);
+
+  std::vector<std::byte> streamed;
+  auto r = store->read(info->key_digest, [&](std::span<const std::byte> piece) -> Status {
+    streamed.insert(streamed.end(), piece.begin(), piece.end());
+    return {};
+  });
+  REQUIRE(r);
+  REQUIRE(r->has_value());
+  CHECK(streamed == data);
+  CHECK((*r)->hits == 2);
+  CHECK((*r)->key == key);
+
+  auto st = store->stat(info->key_digest);
+  REQUIRE(st);
+  REQUIRE(st->has_value());
+  CHECK((*st)->hits == 2);
+  CHECK((*st)->build_seconds == 12.5);
+  CHECK((*st)->key.to_json() == key.to_json());
+}
+
+TEST_CASE("a missing key is a miss, not an error, and is counted") {
+  kiln::test::TempDir dir;
+  auto store = open_store(dir.path());
+  auto got = store->get_bytes(*make_key(7).digest());
+  REQUIRE(got);
+  CHECK_FALSE(got->has_value());
+  store->record_miss();
+  auto stats = store->stats();
+  REQUIRE(stats);
+  CHECK(stats->misses == 2);
+  CHECK(stats->hits == 0);
+  auto st = store->stat(*make_key(7).digest());
+  REQUIRE(st);
+  CHECK_FALSE(st->has_value());
+}
+
+TEST_CASE("empty and streamed artifacts") {
+  kiln::test::TempDir dir;
+  auto store = open_store(dir.path());
+  auto empty = store->put_bytes(make_key(1), {});
+  REQUIRE(empty);
+  auto got = store->get_bytes(empty->key_digest);
+  REQUIRE(got);
+  REQUIRE(got->has_value());
+  CHECK((*got)->empty());
+
+  auto stream = store->begin_put();
+  REQUIRE(stream);
+  std::vector<std::byte> all;
+  for (int i = 0; i < 50; ++i) {
+    auto piece = make_bytes(70000 + i, static_cast<std::uint64_t>(i));
+    REQUIRE((*stream)->write(piece));
+    all.insert(all.end(), piece.begin(), piece.end());
+  }
+  auto info = store->commit(std::move(*stream), make_key(2));
+  REQUIRE(info);
+  CHECK(info->size == all.size());
+  auto back = store->get_bytes(info->key_digest);
+  REQUIRE(back);
+  CHECK(**back == all);
+}
+
+TEST_CASE("identical content is stored once and freed with its last reference") {
+  kiln::test::TempDir dir;
+  auto store = open_store(dir.path());
+  auto data = make_bytes(100000, 3);
+  auto a = store->put_bytes(make_key(1), data);
+  auto b = store->put_bytes(make_key(2), data);
+  REQUIRE(a);
+  REQUIRE(b);
+  CHECK(a->blob_digest == b->blob_digest);
+  CHECK(count_files(dir.path() / "blobs") == 1);
+  auto stats = store->stats();
+  REQUIRE(stats);
+  CHECK(stats->entries == 2);
+  CHECK(stats->stored_bytes == a->stored_size);
+  CHECK(stats->uncompressed_bytes == data.size());
+
+  REQUIRE(*store->remove(a->key_digest));
+  CHECK(count_files(dir.path() / "blobs") == 1);
+  auto still = store->get_bytes(b->key_digest);
+  REQUIRE(still);
+  CHECK(**still == data);
+  REQUIRE(*store->remove(b->key_digest));
+  CHECK(count_files(dir.path() / "blobs") == 0);
+  auto again = store->remove(b->key_digest);
+  REQUIRE(again);
+  CHECK_FALSE(*again);
+  CHECK(store->stats()->stored_bytes == 0);
+}
+
+TEST_CASE("a put of an existing key replaces it and frees the old blob") {
+  kiln::test::TempDir dir;
+  auto store = open_store(dir.path());
+  auto key = make_key(1);
+  REQUIRE(store->put_bytes(key, make_bytes(5000, 1)));
+  auto second = store->put_bytes(key, make_bytes(6000, 2));
+  REQUIRE(second);
+  CHECK(count_files(dir.path() / "blobs") == 1);
+  CHECK(**store->get_bytes(second->key_digest) == make_bytes(6000, 2));
+  CHECK(store->stats()->entries == 1);
+}
+
+TEST_CASE("list filters on key fields, pin state, and pages") {
+  kiln::test::TempDir dir;
+  auto store = open_store(dir.path());
+  for (int i = 0; i < 6; ++i) REQUIRE(store->put_bytes(make_key(i, i % 2 ? "sm_90" : "sm_89"), make_bytes(100, i)));
+  REQUIRE(*store->set_pinned(*make_key(1, "sm_90").digest(), true));
+
+  auto all = store->list({});
+  REQUIRE(all);
+  CHECK(all->size() == 6);
+  auto sm90 = store->list(where({{"gpu_arch", "sm_90"}}));
+  REQUIRE(sm90);
+  CHECK(sm90->size() == 3);
+  for (const auto& a : *sm90) CHECK(a.key.gpu_arch == "sm_90");
+  auto one = store->list(where({{"gpu_arch", "sm_89"}, {"region", "Block2"}}));
+  REQUIRE(one);
+  REQUIRE(one->size() == 1);
+  CHECK(one->front().key.region == "Block2");
+  auto by_version = store->list(where({{"format_version", "1"}}));
+  REQUIRE(by_version);
+  CHECK(by_version->size() == 6);
+  ListQuery pinned;
+  pinned.pinned = true;
+  auto p = store->list(pinned);
+  REQUIRE(p);
+  REQUIRE(p->size() == 1);
+  CHECK(p->front().pinned);
+  ListQuery page;
+  page.limit = 4;
+  page.offset = 4;
+  CHECK(store->list(page)->size() == 2);
+  auto bad = store->list(where({{"colour", "red"}}));
+  REQUIRE_FALSE(bad);
+  CHECK(bad.error().code == Errc::invalid_argument);
+  CHECK(bad.error().message.find("colour") != std::string::npos);
+}
+
+TEST_CASE("an incomplete key is refused and nothing is left behind") {
+  kiln::test::TempDir dir;
+  auto store = open_store(dir.path());
+  auto key = make_key(1);
+  key.gpu_arch.clear();
+  auto r = store->put_bytes(key, make_bytes(1000, 1));
+  REQUIRE_FALSE(r);
+  CHECK(r.error().code == Errc::invalid_argument);
+  CHECK(r.error().message.find("gpu_arch") != std::string::npos);
+  CHECK(count_files(dir.path() / "tmp") == 0);
+  CHECK(count_files(dir.path() / "blobs") == 0);
+}
+
+TEST_CASE("an abandoned put stream leaves no temporary file") {
+  kiln::test::TempDir dir;
+  auto store = open_store(dir.path());
+  {
+    auto stream = store->begin_put();
+    REQUIRE(stream);
+    REQUIRE((*stream)->write(make_bytes(10000, 1)));
+    CHECK(count_files(dir.path() / "tmp") == 1);
+  }
+  CHECK(count_files(dir.path() / "tmp") == 0);
+}
+
+TEST_CASE("a stream from another store is refused") {
+  kiln::test::TempDir dir1, dir2;
+  auto s1 = open_store(dir1.path());
+  auto s2 = open_store(dir2.path());
+  auto stream = s1->begin_put();
+  REQUIRE(stream);
+  auto r = s2->commit(std::move(*stream), make_key(1));
+  REQUIRE_FALSE(r);
+  CHECK(r.error().code == Errc::invalid_argument);
+}
+
+TEST_CASE("artifacts, hits and counters survive reopening") {
+  kiln::test::TempDir dir;
+  Digest d;
+  {
+    auto store = open_store(dir.path());
+    auto info = store->put_bytes(make_key(1), make_bytes(2000, 1), PutMeta{3.0, true});
+    REQUIRE(info);
+    d = info->key_digest;
+    REQUIRE(store->get_bytes(d));
+    REQUIRE(store->get_bytes(d));
+    REQUIRE(store->get_bytes(*make_key(2).digest()));
+  }
+  auto store = open_store(dir.path());
+  auto st = store->stat(d);
+  REQUIRE(st);
+  REQUIRE(st->has_value());
+  CHECK((*st)->hits == 2);
+  CHECK((*st)->pinned);
+  auto stats = store->stats();
+  CHECK(stats->hits == 2);
+  CHECK(stats->misses == 1);
+  CHECK(**store->get_bytes(d) == make_bytes(2000, 1));
+}
+
+TEST_CASE("put_file stores a file's bytes; a missing file is a clear error") {
+  kiln::test::TempDir dir;
+  auto store = open_store(dir.path() / "store");
+  auto data = make_bytes(1 << 20, 9);
+  {
+    std::ofstream f(dir.path() / "pkg.pt2", std::ios::binary);
+    f.write(reinterpret_cast<const char*>(data.data()), static_cast<std::streamsize>(data.size()));
+  }
+  auto info = store->put_file(make_key(1), dir.path() / "pkg.pt2");
+  REQUIRE(info);
+  CHECK(**store->get_bytes(info->key_digest) == data);
+  auto missing = store->put_file(make_key(2), dir.path() / "nope.pt2");
+  REQUIRE_FALSE(missing);
+  CHECK(missing.error().code == Errc::not_found);
+  CHECK(missing.error().message.find("nope.pt2") != std::string::npos);
+}
+
+TEST_CASE("sources are stored by model hash and build records are kept") {
+  kiln::test::TempDir dir;
+  auto store = open_store(dir.path());
+  std::string model = std::string(64, 'e');
+  auto stream = store->begin_put();
+  REQUIRE(stream);
+  auto bytes = make_bytes(50000, 4);
+  REQUIRE((*stream)->write(bytes));
+  auto src = store->put_source(model, std::move(*stream), "block.pt2");
+  REQUIRE(src);
+  CHECK(src->name == "block.pt2");
+  auto st = store->stat_source(model);
+  REQUIRE(st);
+  REQUIRE(st->has_value());
+  CHECK((*st)->size == bytes.size());
+  std::vector<std::byte> back;
+  auto r = store->read_source(model, [&](std::span<const std::byte> p) -> Status {
+    back.insert(back.end(), p.begin(), p.end());
+    return {};
+  });
+  REQUIRE(r);
+  CHECK(back == bytes);
+  CHECK(store->list_sources()->size() == 1);
+  CHECK_FALSE(store->stat_source(std::string(64, 'f'))->has_value());
+  auto bad = store->begin_put();
+  REQUIRE(bad);
+  CHECK(store->put_source("XYZ", std::move(*bad), "x").error().code == Errc::invalid_argument);
+
+  BuildRecord rec{*make_key(1).digest(), 100, 160, false, "worker crashed", std::string(3 << 20, 'x') + "tail"};
+  REQUIRE(store->record_build(rec));
+  auto last = store->last_build(rec.key_digest);
+  REQUIRE(last);
+  REQUIRE(last->has_value());
+  CHECK((*last)->error == "worker crashed");
+  CHECK((*last)->log.size() == (1u << 20));
+  CHECK((*last)->log.substr((1u << 20) - 4) == "tail");
+  rec.ok = true;
+  rec.error.clear();
+  REQUIRE(store->record_build(rec));
+  CHECK((*store->last_build(rec.key_digest))->ok);
+  CHECK_FALSE(store->last_build(*make_key(2).digest())->has_value());
+}
+
+TEST_CASE("a second process cannot open a store that is in use") {
+  kiln::test::TempDir dir;
+  auto store = open_store(dir.path());
+  pid_t child = fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    StoreOptions opts;
+    opts.root = dir.path();
+    auto other = Store::open(opts);
+    bool ok = !other && other.error().code == Errc::busy &&
+              other.error().message.find(std::to_string(getppid())) != std::string::npos;
+    _exit(ok ? 0 : 1);
+  }
+  int status = 0;
+  waitpid(child, &status, 0);
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+  store.reset();
+  StoreOptions again;
+  again.root = dir.path();
+  CHECK(Store::open(again));
+}
+
+TEST_CASE("concurrent puts and reads from many threads stay consistent") {
+  kiln::test::TempDir dir;
+  auto store = open_store(dir.path());
+  std::vector<std::thread> threads;
+  std::atomic<int> failures{0};
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 25; ++i) {
+        int n = t * 100 + i;
+        auto data = make_bytes(20000 + static_cast<std::size_t>(i), static_cast<std::uint64_t>(n % 7));
+        auto info = store->put_bytes(make_key(n), data);
+        if (!info) {
+          ++failures;
+          continue;
+        }
+        auto got = store->get_bytes(info->key_digest);
+        if (!got || !got->has_value() || **got != data) ++failures;
+        if (i % 5 == 0 && !store->remove(info->key_digest)) ++failures;
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  CHECK(failures.load() == 0);
+  auto report = store->verify();
+  REQUIRE(report);
+  CHECK(report->corrupt.empty());
+  CHECK(report->orphans_removed == 0);
+  CHECK(store->stats()->entries == 80);
+}
