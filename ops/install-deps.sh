@@ -8,7 +8,7 @@ export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -q
 $SUDO apt-get install -y -q --no-install-recommends \
   build-essential cmake ninja-build pkg-config git ca-certificates \
-  libboost1.81-dev libsqlite3-dev libzstd-dev libssl-dev \
+  libboost1.81-dev libsqlite3-dev libzstd-dev libxxhash-dev libssl-dev \
   nlohmann-json3-dev libfmt-dev libspdlog-dev libcli11-dev libtomlplusplus-dev \
   doctest-dev \
   clang libclang-rt-14-dev \
