@@ -19,7 +19,8 @@ def _dispatch(request):
     op = request.get("op")
     if op == "toolchain":
         import toolchain
-        return toolchain.describe()
+        # The CPU ISA probe runs compilers (~25 s); kilnd detects it itself and says "host": false.
+        return toolchain.describe(with_cpu_isa=bool(request.get("host", True)))
     if op == "hash":
         import model_hash
         return model_hash.describe_source(_required(request, "source"))

@@ -1,0 +1,172 @@
+// One build, start to finish. See build_runner.hpp.
+#include "build_runner.hpp"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+#include <system_error>
+
+#include <spdlog/spdlog.h>
+
+#include "kiln/build/worker_protocol.hpp"
+
+namespace kiln::build {
+
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+std::int64_t unix_now() {
+  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// The source's archive as a file the worker can open, kept under work_dir/sources by
+// blob digest so that every build of one source reuses one copy.
+Result<fs::path> materialize_source(storage::Store& store, const fs::path& work_dir, const storage::SourceInfo& src,
+                                    std::uint64_t seq) {
+  fs::path dir = work_dir / "sources";
+  fs::path path = dir / (src.blob_digest.hex() + ".pt2");
+  std::error_code ec;
+  if (fs::is_regular_file(path, ec) && fs::file_size(path, ec) == src.size && !ec) return path;
+  fs::create_directories(dir, ec);
+  fs::path tmp = dir / (src.blob_digest.hex() + ".tmp" + std::to_string(::getpid()) + "-" + std::to_string(seq));
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    if (!out) return error_from_errno(errno, "cannot create " + tmp.string());
+    auto read = store.read_source(src.model_hash, [&](std::span<const std::byte> data) -> Status {
+      out.write(reinterpret_cast<const char*>(data.data()), static_cast<std::streamsize>(data.size()));
+      if (!out) return make_error(Errc::io_error, "cannot write " + tmp.string());
+      return {};
+    });
+    if (!read || !*read) {
+      out.close();
+      fs::remove(tmp, ec);
+      if (!read) return std::move(read).error();
+      return make_error(Errc::no_source, "the source of model hash " + src.model_hash + " vanished from the store");
+    }
+    out.flush();
+    if (!out) {
+      fs::remove(tmp, ec);
+      return make_error(Errc::io_error, "cannot write " + tmp.string());
+    }
+  }
+  fs::rename(tmp, path, ec);
+  if (ec) {
+    fs::remove(tmp, ec);
+    return make_error(Errc::io_error, "cannot rename the source copy into " + path.string() + ": " + ec.message());
+  }
+  return path;
+}
+
+}  // namespace
+
+std::optional<Error> recent_failure(storage::Store& store, const Digest& digest, std::chrono::seconds ttl) {
+  if (ttl.count() <= 0) return std::nullopt;
+  auto last = store.last_build(digest);
+  if (!last || !*last || (*last)->ok) return std::nullopt;
+  const auto& rec = **last;
+  std::int64_t age = unix_now() - rec.finished_at;
+  if (age < 0 || age >= ttl.count()) return std::nullopt;
+  return make_error(Errc::build_failed,
+                    "the build of " + digest.hex() + " failed " + std::to_string(age) + " s ago: " + rec.error +
+                        " (not retried for another " + std::to_string(ttl.count() - age) +
+                        " s; see `kilnctl logs " + digest.hex() + "`, or retry now with `kilnctl build --force`)");
+}
+
+BuildRunResult run_build(storage::Store& store, const SchedulerOptions& options, const SlotConfig& slot,
+                         const BuildJobSpec& job, const std::atomic<bool>& cancel) {
+  BuildRunResult out;
+  const std::string hex = job.digest.hex();
+  // Rechecked here, inside single flight: a build that finished between a request's own
+  // check and its joining the queue must not be run twice.
+  if (!job.force) {
+    auto st = store.stat(job.digest);
+    if (!st) return {std::move(st).error(), false};
+    if (*st) return {std::move(**st), false};
+    if (auto e = recent_failure(store, job.digest, options.failure_ttl)) return {std::move(*e), false};
+  }
+  const auto t0 = Clock::now();
+  const std::int64_t started_at = unix_now();
+  auto src = store.stat_source(job.key.model_hash);
+  if (!src) return {std::move(src).error(), false};
+  if (!*src)
+    return {make_error(Errc::no_source, "no source is registered for model hash " + job.key.model_hash +
+                                            "; register the block's torch.export archive with `kilnctl source add FILE`"),
+            false};
+  auto source_path = materialize_source(store, options.work_dir, **src, job.seq);
+  if (!source_path) return {std::move(source_path).error(), false};
+  const double source_s = since(t0);
+
+  fs::path dir = options.work_dir / "jobs" / (hex.substr(0, 16) + "-" + std::to_string(job.seq));
+  std::error_code ec;
+  fs::remove_all(dir, ec);
+  if (!fs::create_directories(dir, ec) && ec)
+    return {make_error(Errc::io_error, "cannot create the build folder " + dir.string() + ": " + ec.message()), false};
+  BuildJobPaths paths{*source_path, dir / "artifact", dir};
+
+  WorkerCommand cmd = options.worker;
+  if (!slot.visible_device.empty()) cmd.env["CUDA_VISIBLE_DEVICES"] = slot.visible_device;
+  // A fresh compiler cache per build: the artifact holds everything the build produced,
+  // and nothing from an earlier build can leak into it.
+  cmd.env["TORCHINDUCTOR_CACHE_DIR"] = (dir / "inductor-cache").string();
+  cmd.env["TRITON_CACHE_DIR"] = (dir / "triton-cache").string();
+  cmd.env["KILN_BUILD_SLOT"] = slot.name;
+  WorkerLimits limits;
+  limits.timeout = options.build_timeout;
+  limits.max_log = options.max_log_bytes;
+
+  spdlog::info("build {} started on {} ({} {})", hex, slot.name, to_string(job.key.kind), job.key.region);
+  out.ran_worker = true;
+  WorkerExit exit = run_worker(cmd, encode_build_request(job.key, job.digest, paths), limits, &cancel);
+  if (exit.how == WorkerExit::How::cancelled) {
+    fs::remove_all(dir, ec);
+    out.info = make_error(Errc::cancelled, "the build of " + hex + " was cancelled: kilnd is shutting down");
+    return out;
+  }
+  auto built = parse_build_result(exit, paths);
+  const auto t_store = Clock::now();
+  Result<storage::ArtifactInfo> stored = make_error(Errc::internal, "not stored");
+  if (built) {
+    storage::PutMeta meta;
+    meta.build_seconds = exit.seconds;
+    stored = store.put_file(job.key, paths.output, meta);
+  }
+  const double store_s = since(t_store);
+  const Error* err = !built ? &built.error() : (!stored ? &stored.error() : nullptr);
+
+  storage::BuildRecord rec;
+  rec.key_digest = job.digest;
+  rec.started_at = started_at;
+  rec.finished_at = unix_now();
+  rec.ok = err == nullptr;
+  rec.error = err ? err->message : std::string();
+  char summary[512];
+  std::snprintf(summary, sizeof summary,
+                "\n[kiln] build %s on %s: worker %s in %.3f s (%s); source ready in %.3f s; stored in %.3f s; total %.3f s\n",
+                hex.c_str(), slot.name.c_str(), exit.describe().c_str(), exit.seconds,
+                built ? built->summary.c_str() : "failed", source_s, store_s, since(t0));
+  rec.log = (exit.log_truncated ? "[kiln] log truncated to its last bytes\n" : "") + exit.log + summary;
+  // A store that cannot take the artifact is not the source's fault: not remembered as a
+  // failed build (which would refuse the key for failure_ttl), only logged.
+  if (!built || stored) {
+    if (auto st = store.record_build(rec); !st)
+      spdlog::warn("build {}: cannot record its outcome: {}", hex, st.error().to_string());
+  }
+  if (err) {
+    spdlog::warn("build {} failed: {}", hex, err->message);
+    if (!options.keep_failed_work) fs::remove_all(dir, ec);
+    out.info = *err;
+  } else {
+    spdlog::info("build {} done in {:.3f} s ({}); kiln's own share {:.3f} s", hex, since(t0), built->summary,
+                 since(t0) - exit.seconds);
+    fs::remove_all(dir, ec);
+    out.info = std::move(*stored);
+  }
+  return out;
+}
+
+}  // namespace kiln::build

@@ -1,0 +1,204 @@
+// kilnd's BuildService over a BuildScheduler. See kiln/build/build_service.hpp.
+#include "kiln/build/build_service.hpp"
+
+#include <atomic>
+#include <deque>
+#include <map>
+#include <mutex>
+
+namespace kiln::build {
+
+namespace {
+
+namespace proto = kiln::protocol;
+
+proto::ArtifactMeta to_meta(const storage::ArtifactInfo& i) {
+  proto::ArtifactMeta m;
+  m.key = i.key;
+  m.key_digest = i.key_digest;
+  m.blob_digest = i.blob_digest;
+  m.size = i.size;
+  m.stored_size = i.stored_size;
+  m.created_at = i.created_at;
+  m.last_access = i.last_access;
+  m.hits = i.hits;
+  m.build_seconds = i.build_seconds;
+  m.pinned = i.pinned;
+  return m;
+}
+
+std::int64_t unix_now() {
+  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+// One PREWARM_SUBMIT (or BUILD without wait): its keys and what became of them.
+struct Submission {
+  std::mutex mu;
+  std::vector<proto::BuildState> states;      // guarded by mu; one per valid key
+  std::size_t pending = 0;                    // guarded by mu
+  bool last_sent = false;                     // guarded by mu
+  daemon::BuildService::EventSink sink;
+};
+
+class SchedulerService final : public daemon::BuildService {
+ public:
+  SchedulerService(BuildScheduler& s, storage::Store& store, std::chrono::milliseconds wait)
+      : scheduler_(s), store_(store), default_wait_(wait) {}
+
+  void ensure(const Key& key, const Digest&, const daemon::EnsureOptions& options,
+              std::function<void(Status)> done) override {
+    RequestOptions ro;
+    ro.priority = Priority::interactive;
+    ro.force = options.force ? Force::yes : Force::no;
+    ro.wait = options.wait_ms ? std::chrono::milliseconds(options.wait_ms) : default_wait_;
+    auto w = scheduler_.request(key, ro, [done = std::move(done)](const Result<storage::ArtifactInfo>& r) {
+      if (r) done(Status{});
+      else done(Status(r.error()));
+    });
+    w->detach();
+  }
+
+  Result<proto::PrewarmReply> submit(const std::vector<Key>& keys, bool force, EventSink on_event) override {
+    auto sub = std::make_shared<Submission>();
+    sub->sink = std::move(on_event);
+    proto::PrewarmReply reply;
+    reply.handle = "p" + std::to_string(++next_handle_);
+    std::vector<std::pair<Key, Digest>> to_build;
+    std::vector<proto::BuildEvent> immediate;
+    for (const Key& k : keys) {
+      proto::PrewarmResult r;
+      auto d = k.digest();
+      if (!d) {
+        r.state = "invalid";
+        r.error = d.error().message;
+        reply.results.push_back(std::move(r));
+        continue;
+      }
+      r.key_digest = *d;
+      proto::BuildState bs;
+      bs.key_digest = *d;
+      bs.queued_at = unix_now();
+      std::optional<storage::ArtifactInfo> present;
+      if (!force) {
+        auto st = store_.stat(*d);
+        if (st && *st) present = std::move(**st);
+      }
+      if (present) {
+        r.state = "present";
+        bs.state = "done";
+        bs.finished_at = bs.queued_at;
+        immediate.push_back(proto::BuildEvent{*d, "done", std::nullopt, to_meta(*present)});
+      } else {
+        auto live = scheduler_.job(*d);
+        r.state = live && live->state == "running" ? "running" : "queued";
+        bs.state = r.state;
+        to_build.emplace_back(k, *d);
+      }
+      sub->states.push_back(std::move(bs));
+      reply.results.push_back(std::move(r));
+    }
+    sub->pending = to_build.size() + immediate.size();
+    remember(reply.handle, sub);
+    for (auto& e : immediate) finish(sub, std::move(e));
+    for (auto& [k, d] : to_build) {
+      RequestOptions ro;
+      ro.priority = Priority::prewarm;
+      ro.force = force ? Force::yes : Force::no;
+      ro.on_start = [sub, d = d] {
+        set_state(*sub, d, "running", std::nullopt);
+        if (sub->sink) sub->sink(proto::BuildEvent{d, "running", std::nullopt, std::nullopt}, false);
+      };
+      auto w = scheduler_.request(k, ro, [sub, d = d](const Result<storage::ArtifactInfo>& r) {
+        if (r) finish(sub, proto::BuildEvent{d, "done", std::nullopt, to_meta(*r)});
+        else finish(sub, proto::BuildEvent{d, "failed", r.error().to_string(), std::nullopt});
+      });
+      w->detach();
+    }
+    if (to_build.empty() && immediate.empty() && sub->sink) sub->sink(proto::BuildEvent{Digest{}, "done", std::nullopt, std::nullopt}, true);
+    return reply;
+  }
+
+  Result<proto::BuildStatusReply> status(const proto::BuildStatusRequest& request) override {
+    proto::BuildStatusReply reply;
+    if (request.handle) {
+      std::shared_ptr<Submission> sub;
+      {
+        std::lock_guard lock(mu_);
+        if (auto it = handles_.find(*request.handle); it != handles_.end()) sub = it->second;
+      }
+      if (!sub) return make_error(Errc::not_found, "no build handle " + *request.handle + " (handles are kept for the 1024 most recent submissions)");
+      std::lock_guard lock(sub->mu);
+      for (const auto& s : sub->states)
+        if (!request.key_digest || s.key_digest == *request.key_digest) reply.builds.push_back(s);
+      return reply;
+    }
+    if (request.key_digest) {
+      if (auto j = scheduler_.job(*request.key_digest)) reply.builds.push_back(to_state(*j));
+      return reply;
+    }
+    for (const auto& j : scheduler_.jobs()) reply.builds.push_back(to_state(j));
+    return reply;
+  }
+
+ private:
+  static proto::BuildState to_state(const JobReport& j) {
+    proto::BuildState s;
+    s.key_digest = j.key_digest;
+    s.state = j.state;
+    s.queued_at = j.queued_at;
+    if (j.started_at) s.started_at = j.started_at;
+    if (j.finished_at) s.finished_at = j.finished_at;
+    if (!j.slot.empty()) s.progress = "slot " + j.slot + ", " + std::to_string(j.waiters) + " waiting";
+    if (!j.error.empty()) s.error = j.error;
+    return s;
+  }
+
+  static void set_state(Submission& sub, const Digest& d, const std::string& state, std::optional<std::string> error) {
+    std::lock_guard lock(sub.mu);
+    for (auto& s : sub.states) {
+      if (s.key_digest != d) continue;
+      s.state = state;
+      if (state == "running") s.started_at = unix_now();
+      if (state == "done" || state == "failed") s.finished_at = unix_now();
+      if (error) s.error = error;
+    }
+  }
+
+  static void finish(const std::shared_ptr<Submission>& sub, proto::BuildEvent e) {
+    set_state(*sub, e.key_digest, e.state, e.error);
+    bool last = false;
+    {
+      std::lock_guard lock(sub->mu);
+      if (sub->pending > 0) --sub->pending;
+      if (sub->pending == 0 && !sub->last_sent) last = sub->last_sent = true;
+    }
+    if (sub->sink) sub->sink(std::move(e), last);
+  }
+
+  void remember(const std::string& handle, std::shared_ptr<Submission> sub) {
+    std::lock_guard lock(mu_);
+    handles_[handle] = std::move(sub);
+    order_.push_back(handle);
+    while (order_.size() > 1024) {
+      handles_.erase(order_.front());
+      order_.pop_front();
+    }
+  }
+
+  BuildScheduler& scheduler_;
+  storage::Store& store_;
+  const std::chrono::milliseconds default_wait_;
+  std::atomic<std::uint64_t> next_handle_{0};
+  std::mutex mu_;
+  std::map<std::string, std::shared_ptr<Submission>> handles_;  // guarded by mu_
+  std::deque<std::string> order_;                               // guarded by mu_
+};
+
+}  // namespace
+
+std::unique_ptr<daemon::BuildService> make_build_service(BuildScheduler& scheduler, storage::Store& store,
+                                                         std::chrono::milliseconds default_wait) {
+  return std::make_unique<SchedulerService>(scheduler, store, default_wait);
+}
+
+}  // namespace kiln::build
