@@ -42,6 +42,7 @@ std::array<std::byte, kBlobHeaderSize> encode_blob_header(const BlobHeader& h) {
   put_le<std::uint64_t>(out.data() + 16, h.size);
   put_le<std::uint64_t>(out.data() + 24, h.payload_size);
   std::memcpy(out.data() + 32, h.digest.bytes.data(), 32);
+  put_le<std::uint64_t>(out.data() + 64, h.payload_check);
   auto check = header_check(out.data());
   std::memcpy(out.data() + kCheckOffset, check.data(), check.size());
   return out;
@@ -69,6 +70,7 @@ Result<BlobHeader> decode_blob_header(std::span<const std::byte> b, const std::s
   h.size = get_le<std::uint64_t>(b.data() + 16);
   h.payload_size = get_le<std::uint64_t>(b.data() + 24);
   std::memcpy(h.digest.bytes.data(), b.data() + 32, 32);
+  h.payload_check = get_le<std::uint64_t>(b.data() + 64);
   if (h.compression == Compression::none && h.payload_size != h.size) {
     return corrupt(what, "uncompressed blob with payload size different from its size");
   }

@@ -22,6 +22,7 @@ struct BlobHeader {
   std::uint64_t size = 0;          // uncompressed
   std::uint64_t payload_size = 0;  // bytes after the header
   Digest digest;                   // SHA-256 of the uncompressed bytes
+  std::uint64_t payload_check = 0; // XXH3-64 of the payload bytes as stored
 };
 
 std::array<std::byte, kBlobHeaderSize> encode_blob_header(const BlobHeader& header);

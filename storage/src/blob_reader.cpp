@@ -1,5 +1,7 @@
 #include "blob_reader.hpp"
 
+#include "payload_check.hpp"
+
 #include <zstd.h>
 
 #include <cstring>
@@ -77,6 +79,7 @@ Status read_blob(FileSystem& fs, const std::filesystem::path& path, const Digest
   }
 
   Sha256 hash;
+  PayloadCheck check;
   std::uint64_t produced = 0;
   // Delivers one piece of uncompressed output (already placed in `piece`).
   auto deliver = [&](std::span<const std::byte> piece) -> Status {
@@ -97,6 +100,7 @@ Status read_blob(FileSystem& fs, const std::filesystem::path& path, const Digest
       auto n = read_full(f, dst);
       if (!n) return std::move(n).error();
       if (*n != dst.size()) return corrupt(path, "file ended early");
+      check.update(dst);
       KILN_TRY(deliver(dst));
       payload_left -= dst.size();
     }
@@ -111,6 +115,7 @@ Status read_blob(FileSystem& fs, const std::filesystem::path& path, const Digest
       auto n = read_full(f, std::span<std::byte>(in.data(), want));
       if (!n) return std::move(n).error();
       if (*n != want) return corrupt(path, "file ended early");
+      check.update(std::span<const std::byte>(in.data(), want));
       payload_left -= want;
       ZSTD_inBuffer zin{in.data(), want, 0};
       while (zin.pos < zin.size) {
@@ -141,6 +146,7 @@ Status read_blob(FileSystem& fs, const std::filesystem::path& path, const Digest
       if (zout.pos > 0) KILN_TRY(deliver(dst.first(zout.pos)));
     }
   }
+  if (check.value() != h.payload_check) return corrupt(path, "payload check mismatch");
   if (produced != h.size) {
     return corrupt(path, "payload decompresses to " + std::to_string(produced) + " bytes, header says " +
                              std::to_string(h.size));

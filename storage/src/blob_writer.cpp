@@ -72,8 +72,10 @@ Status BlobWriter::flush_out(bool force) {
     return fail(make_error(Errc::quota_exceeded, "artifact is larger than the store's hard limit of " +
                                                      std::to_string(max_file_bytes_) + " bytes"));
   }
-  auto st = file_->append(std::span<const std::byte>(out_.data(), out_used_));
+  std::span<const std::byte> bytes(out_.data(), out_used_);
+  auto st = file_->append(bytes);
   if (!st) return fail(std::move(st).error());
+  payload_check_.update(bytes);
   payload_ += out_used_;
   out_used_ = 0;
   return {};
@@ -128,6 +130,7 @@ Result<FinishedBlob> BlobWriter::finish() {
   header.size = size_;
   header.payload_size = payload_;
   header.digest = hash_.finish();
+  header.payload_check = payload_check_.value();
   auto bytes = encode_blob_header(header);
   if (auto st = file_->write_at(0, bytes); !st) return fail(std::move(st).error());
   if (auto st = file_->sync(); !st) return fail(std::move(st).error());

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "blob_format.hpp"
+#include "payload_check.hpp"
 #include "kiln/storage/file_system.hpp"
 #include "kiln/storage/store.hpp"
 
@@ -53,6 +54,7 @@ class BlobWriter final : public PutStream {
   std::uint64_t max_file_bytes_;
   ZSTD_CCtx_s* cctx_ = nullptr;
   Sha256 hash_;
+  PayloadCheck payload_check_;
   std::vector<std::byte> out_;   // compressed (or raw) bytes waiting to be appended
   std::size_t out_used_ = 0;
   std::uint64_t size_ = 0;

@@ -1,4 +1,7 @@
 // StoreImpl: putting blob files in place, releasing them, and quarantining damaged ones.
+#include <unistd.h>
+
+#include <atomic>
 #include <ctime>
 
 #include "blob_reader.hpp"
@@ -79,7 +82,10 @@ Result<std::vector<Digest>> StoreImpl::quarantine_locked(const Digest& blob, con
   KILN_TRY(txn->commit());
   // Kept for inspection, never read again. If the move fails the file is an orphan and
   // is collected later; either way it is no longer served.
-  const auto target = quarantine_dir_ / (blob.hex() + "." + std::to_string(std::time(nullptr)) + ".blob");
+  // Unique name: the same content can be quarantined more than once.
+  static std::atomic<std::uint64_t> counter{0};
+  const auto target = quarantine_dir_ / (blob.hex() + "." + std::to_string(std::time(nullptr)) + "." +
+                                         std::to_string(::getpid()) + "-" + std::to_string(++counter) + ".blob");
   if (!fs_.rename(blob_path(blob), target)) remove_blob_file(blob);
   return std::move(*keys);
 }

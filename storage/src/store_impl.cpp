@@ -250,12 +250,12 @@ Result<std::optional<ArtifactInfo>> StoreImpl::finish_read(const Digest& key_dig
                                                            Status st) {
   std::lock_guard<std::mutex> guard(mu_);
   if (st) {
+    pending_hits_ += 1;  // a read-only store cannot write it, but stats() shows it
     if (!read_only_) {
       auto& t = pending_touches_[key_digest];
       t.now = now();
       t.seq = ++access_seq_;
       t.hits += 1;
-      pending_hits_ += 1;
       auto since = std::chrono::steady_clock::now() - last_flush_;
       if (since >= kTouchFlushInterval || pending_touches_.size() >= kTouchFlushCount) (void)flush_touches_locked();
     }

@@ -1,0 +1,129 @@
+// Eviction: LRU under the soft quota, pins never evicted, hard limit refuses writes.
+#include <doctest/doctest.h>
+
+#include "kiln/storage/store.hpp"
+#include "store_test_util.hpp"
+#include "temp_dir.hpp"
+
+using namespace kiln;
+using namespace kiln::storage;
+using kiln::test::make_key;
+
+namespace {
+
+// Random bytes do not compress: stored size ~= size + header, so sizes are predictable.
+std::vector<std::byte> incompressible(std::size_t n, std::uint64_t seed) {
+  std::vector<std::byte> out(n);
+  std::mt19937_64 rng(seed);
+  for (auto& b : out) b = static_cast<std::byte>(rng());
+  return out;
+}
+
+std::unique_ptr<Store> open_store(const std::filesystem::path& root, std::uint64_t quota, std::uint64_t hard) {
+  StoreOptions o;
+  o.root = root;
+  o.quota_bytes = quota;
+  o.hard_limit_bytes = hard;
+  auto s = Store::open(o);
+  REQUIRE_MESSAGE(s, (s ? "" : s.error().to_string()));
+  return std::move(*s);
+}
+
+bool present(Store& s, int n) { return s.stat(*make_key(n).digest())->has_value(); }
+
+}  // namespace
+
+TEST_CASE("the soft quota evicts least recently used entries first") {
+  kiln::test::TempDir dir;
+  auto store = open_store(dir.path(), 450'000, 0);
+  for (int i = 0; i < 4; ++i) REQUIRE(store->put_bytes(make_key(i), incompressible(100'000, i)));
+  // Touch 0 so that 1 becomes the least recently used.
+  REQUIRE(store->get_bytes(*make_key(0).digest()));
+  REQUIRE(store->put_bytes(make_key(4), incompressible(100'000, 4)));
+  CHECK(present(*store, 0));
+  CHECK_FALSE(present(*store, 1));
+  CHECK(present(*store, 2));
+  CHECK(present(*store, 4));
+  auto stats = store->stats();
+  CHECK(stats->stored_bytes <= 450'000);
+  CHECK(stats->evictions == 1);
+  CHECK(stats->entries == 4);
+}
+
+TEST_CASE("pinned entries are never evicted, and a new entry is not evicted by its own put") {
+  kiln::test::TempDir dir;
+  auto store = open_store(dir.path(), 250'000, 0);
+  REQUIRE(store->put_bytes(make_key(0), incompressible(100'000, 0), PutMeta{0, true}));
+  REQUIRE(store->put_bytes(make_key(1), incompressible(100'000, 1), PutMeta{0, true}));
+  REQUIRE(store->put_bytes(make_key(2), incompressible(100'000, 2)));  // over quota, but the newest
+  CHECK(present(*store, 0));
+  CHECK(present(*store, 1));
+  CHECK(present(*store, 2));
+  REQUIRE(store->put_bytes(make_key(3), incompressible(10'000, 3)));
+  CHECK_FALSE(present(*store, 2));
+  CHECK(present(*store, 0));
+  CHECK(present(*store, 1));
+  auto evicted = store->evict_to(0);
+  REQUIRE(evicted);
+  CHECK(*evicted == 1);  // only entry 3 was unpinned
+  CHECK(present(*store, 0));
+  CHECK(present(*store, 1));
+}
+
+TEST_CASE("past the hard limit writes are refused with a clear error while reads go on") {
+  kiln::test::TempDir dir;
+  auto store = open_store(dir.path(), 0, 300'000);
+  REQUIRE(store->put_bytes(make_key(0), incompressible(100'000, 0), PutMeta{0, true}));
+  REQUIRE(store->put_bytes(make_key(1), incompressible(100'000, 1), PutMeta{0, true}));
+  auto refused = store->put_bytes(make_key(2), incompressible(150'000, 2));
+  REQUIRE_FALSE(refused);
+  CHECK(refused.error().code == Errc::quota_exceeded);
+  CHECK(refused.error().message.find("hard limit") != std::string::npos);
+  CHECK(refused.error().message.find("pinned") != std::string::npos);
+  // Reads go on; nothing was lost or left behind.
+  auto got = store->get_bytes(*make_key(0).digest());
+  REQUIRE(got);
+  CHECK(**got == incompressible(100'000, 0));
+  CHECK(std::filesystem::is_empty(dir.path() / "tmp"));
+  CHECK(store->stats()->entries == 2);
+  // A bigger artifact than the limit itself stops early, while streaming.
+  auto stream = store->begin_put();
+  REQUIRE(stream);
+  Status st;
+  for (int i = 0; i < 5 && st; ++i) st = (*stream)->write(incompressible(1 << 20, 9));
+  REQUIRE_FALSE(st);
+  CHECK(st.error().code == Errc::quota_exceeded);
+  // Unpinning makes room: the LRU entry is evicted to fit.
+  REQUIRE(store->set_pinned(*make_key(0).digest(), false));
+  auto fits = store->put_bytes(make_key(2), incompressible(150'000, 2));
+  REQUIRE_MESSAGE(fits, (fits ? "" : fits.error().to_string()));
+  CHECK_FALSE(present(*store, 0));
+  CHECK(store->stats()->stored_bytes <= 300'000);
+}
+
+TEST_CASE("evict by query removes only matching unpinned entries") {
+  kiln::test::TempDir dir;
+  auto store = open_store(dir.path(), 0, 0);
+  for (int i = 0; i < 4; ++i) {
+    REQUIRE(store->put_bytes(make_key(i, i < 2 ? "sm_89" : "sm_90"), incompressible(1000, i), PutMeta{0, i == 0}));
+  }
+  ListQuery q;
+  q.filters = {{"gpu_arch", "sm_89"}};
+  auto n = store->evict(q);
+  REQUIRE(n);
+  CHECK(*n == 1);
+  CHECK(store->stats()->entries == 3);
+  CHECK(store->stat(*make_key(0, "sm_89").digest())->has_value());
+  CHECK_FALSE(store->stat(*make_key(1, "sm_89").digest())->has_value());
+}
+
+TEST_CASE("a quota above the hard limit is refused at open") {
+  kiln::test::TempDir dir;
+  StoreOptions o;
+  o.root = dir.path();
+  o.quota_bytes = 10;
+  o.hard_limit_bytes = 5;
+  auto s = Store::open(o);
+  REQUIRE_FALSE(s);
+  CHECK(s.error().code == Errc::invalid_argument);
+}
