@@ -2,6 +2,7 @@
 #include "kiln/build/worker_process.hpp"
 
 #include <fcntl.h>
+#include <pthread.h>
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
@@ -58,6 +59,26 @@ void append_tail(std::string& log, bool& truncated, const char* data, std::size_
 }
 
 void kill_group(pid_t pid, int sig) { ::kill(-pid, sig); }
+
+// write(2) to a pipe whose reader is gone raises SIGPIPE in the writing thread, which
+// would kill a process that has not ignored it. Blocked for the call; a pending one is
+// consumed, so only EPIPE remains.
+ssize_t write_no_sigpipe(int fd, const char* data, std::size_t n) {
+  sigset_t pipe_set, old;
+  sigemptyset(&pipe_set);
+  sigaddset(&pipe_set, SIGPIPE);
+  ::pthread_sigmask(SIG_BLOCK, &pipe_set, &old);
+  ssize_t w = ::write(fd, data, n);
+  if (w < 0 && errno == EPIPE) {
+    int saved = errno;
+    timespec zero{0, 0};
+    while (::sigtimedwait(&pipe_set, nullptr, &zero) > 0) {
+    }
+    errno = saved;
+  }
+  ::pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  return w;
+}
 
 }  // namespace
 
@@ -157,7 +178,7 @@ WorkerExit run_worker(const WorkerCommand& command, std::string_view request, co
     ::poll(fds, static_cast<nfds_t>(n), 50);
 
     if (idx_in >= 0 && (fds[idx_in].revents & (POLLOUT | POLLERR | POLLHUP))) {
-      ssize_t w = ::write(in.w, request.data() + written, request.size() - written);
+      ssize_t w = write_no_sigpipe(in.w, request.data() + written, request.size() - written);
       if (w > 0) written += static_cast<std::size_t>(w);
       if ((w < 0 && errno != EAGAIN && errno != EINTR) || written == request.size()) close_fd(in.w);
     }

@@ -1,0 +1,154 @@
+// kiln_test_worker: a real program speaking the worker protocol (schema/worker-protocol.md)
+// that misbehaves on command, standing in for the Python workers where there is no GPU.
+//
+// The command comes from the SOURCE it is asked to build: a JSON file
+//   {"behavior": "ok" | "fail" | "crash" | "hang" | "hang_child" | "garbage" | "nothing" |
+//                "two_lines" | "no_file" | "wrong_digest" | "flood" | "ok_then_exit_1",
+//    "sleep_ms": 0,                 // before doing it
+//    "count_file": "/path",         // a line "<region> <pid>" is appended per build started
+//    "child_pid_file": "/path",     // hang_child: where the hanging child's pid goes
+//    "log": "text"}                 // written to stderr (the build log)
+// so that one scheduler can hold sources that behave differently. The toolchain op answers
+// fixed "test" versions, or fails when KILN_TEST_WORKER_TOOLCHAIN=fail. The hash op answers
+// the SHA-256 of the source file.
+#include <fcntl.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <string>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "kiln/digest.hpp"
+
+namespace {
+
+using json = nlohmann::json;
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+int answer(const json& j) {
+  std::cout << j.dump() << "\n" << std::flush;
+  return j.value("ok", false) ? 0 : 1;
+}
+
+int fail(const std::string& why) { return answer({{"protocol", 1}, {"ok", false}, {"error", why}}); }
+
+void append_line(const std::string& path, const std::string& line) {
+  if (path.empty()) return;
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+  if (fd < 0) return;
+  std::string l = line + "\n";
+  (void)!::write(fd, l.data(), l.size());
+  ::close(fd);
+}
+
+[[noreturn]] void sleep_forever() {
+  for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
+}
+
+int build(const json& req) {
+  std::string source_text = read_file(req.value("source", ""));
+  json cmd = json::parse(source_text, nullptr, false);
+  if (cmd.is_discarded()) return fail("source is not a test-worker JSON command");
+  const std::string behavior = cmd.value("behavior", "ok");
+  const std::string region = req.contains("key") ? req["key"].value("region", "") : "";
+  append_line(cmd.value("count_file", ""), region + " " + std::to_string(::getpid()));
+  std::cerr << "test worker: building " << region << " (" << behavior << ")\n";
+  if (cmd.contains("log")) std::cerr << cmd["log"].get<std::string>() << "\n";
+  std::cerr << std::flush;
+  if (int ms = cmd.value("sleep_ms", 0); ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+
+  const std::string output = req.value("output", "");
+  const std::string content = "artifact of " + req.value("key_digest", std::string("?")) + " built by pid " + std::to_string(::getpid());
+  auto write_artifact = [&] {
+    std::ofstream(output, std::ios::binary) << content;
+  };
+  json ok = {{"protocol", 1},
+             {"ok", true},
+             {"artifact", {{"path", output}, {"size", content.size()}, {"sha256", kiln::sha256(content).hex()}}},
+             {"compile_seconds", 0.01}};
+
+  if (behavior == "ok") {
+    write_artifact();
+    return answer(ok);
+  }
+  if (behavior == "ok_then_exit_1") {
+    write_artifact();
+    answer(ok);
+    return 1;
+  }
+  if (behavior == "fail") return fail("test worker failed on purpose");
+  if (behavior == "crash") {
+    std::cerr << "test worker: about to crash\n" << std::flush;
+    ::signal(SIGSEGV, SIG_DFL);
+    ::raise(SIGSEGV);
+    return 99;
+  }
+  if (behavior == "hang") {
+    ::signal(SIGTERM, SIG_IGN);  // only SIGKILL stops it
+    sleep_forever();
+  }
+  if (behavior == "hang_child") {
+    pid_t child = ::fork();
+    if (child == 0) sleep_forever();
+    append_line(cmd.value("child_pid_file", ""), std::to_string(child));
+    sleep_forever();
+  }
+  if (behavior == "garbage") {
+    std::cout << "this is not json \x01\x02\n" << std::flush;
+    return 0;
+  }
+  if (behavior == "two_lines") {
+    std::cout << "progress 50%\n" << ok.dump() << "\n" << std::flush;
+    return 0;
+  }
+  if (behavior == "nothing") return 0;
+  if (behavior == "no_file") return answer(ok);
+  if (behavior == "wrong_digest") {
+    write_artifact();
+    ok["artifact"]["sha256"] = kiln::sha256(std::string("something else")).hex();
+    return answer(ok);
+  }
+  if (behavior == "flood") {
+    std::string line(1 << 16, 'x');
+    for (int i = 0; i < 64; ++i) std::cout << line;
+    std::cout << std::flush;
+    return 0;
+  }
+  return fail("unknown behavior " + behavior);
+}
+
+}  // namespace
+
+int main() {
+  std::stringstream ss;
+  ss << std::cin.rdbuf();
+  json req = json::parse(ss.str(), nullptr, false);
+  if (req.is_discarded() || !req.is_object()) return fail("request is not JSON");
+  const std::string op = req.value("op", "");
+  if (op == "toolchain") {
+    const char* mode = std::getenv("KILN_TEST_WORKER_TOOLCHAIN");
+    if (mode && std::string(mode) == "fail") return fail("no torch here (KILN_TEST_WORKER_TOOLCHAIN=fail)");
+    return answer({{"protocol", 1},
+                   {"ok", true},
+                   {"toolchain",
+                    {{"torch_version", "test-torch"}, {"torch_git", "test-git"}, {"cuda_version", "test-cuda"},
+                     {"triton_version", "test-triton"}, {"platform", "linux"}, {"machine", "x86_64"}}},
+                   {"gpus", json::array()}});
+  }
+  if (op == "hash") return answer({{"protocol", 1}, {"ok", true}, {"model_hash", kiln::sha256(read_file(req.value("source", ""))).hex()}, {"dtype", "bfloat16"}, {"inputs", json::array()}});
+  if (op == "build") return build(req);
+  return fail("unknown op " + op);
+}
