@@ -1,0 +1,53 @@
+// What every kilnctl command gets: the shared options, output streams, and a way to
+// connect; and CommandSet, through which a command file adds its subcommand.
+//
+// Adding a command: write commands/<name>.cpp defining `void add_<name>(CommandSet&)`,
+// add one line to commands/commands.def and the file to CMakeLists.txt.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <functional>
+#include <iosfwd>
+#include <string>
+#include <vector>
+
+#include "kiln/client/client.hpp"
+#include "kiln/result.hpp"
+
+namespace kiln::ctl {
+
+struct Context {
+  std::ostream& out;   // human or JSON output
+  std::ostream& err;   // diagnostics
+  int data_fd = 1;     // where `get` writes artifact bytes when not told a file
+  bool json = false;   // --json
+  std::string socket;  // --socket ("" = KILN_SOCKET or the default)
+
+  Result<client::Client> connect(client::Transfer transfer = client::Transfer::descriptor) const;
+  // Reports `error` ("kilnctl: <name>: <message>" on err; with --json also a JSON error
+  // document on out) and returns its exit code.
+  int fail(const Error& error) const;
+  int usage(const std::string& message) const { return fail(make_error(Errc::invalid_argument, message)); }
+};
+
+using Action = std::function<int()>;
+
+class CommandSet {
+ public:
+  CommandSet(CLI::App& root, Context& context) : root_(root), context_(context) {}
+
+  // Adds subcommand `name` with the shared --json and --socket options; `action` runs
+  // when it is the one chosen, after its options are parsed.
+  CLI::App* add(const std::string& name, const std::string& description, Action action);
+  Context& context() { return context_; }
+
+  // The action of the subcommand the parsed command line chose, or null.
+  const Action* chosen() const;
+
+ private:
+  CLI::App& root_;
+  Context& context_;
+  std::vector<std::pair<CLI::App*, Action>> commands_;
+};
+
+}  // namespace kiln::ctl

@@ -1,0 +1,45 @@
+// kilnctl stats: the store's and the daemon's counters.
+#include <iomanip>
+#include <ostream>
+#include <sstream>
+
+#include "kiln/client/json.hpp"
+#include "kilnctl/commands/commands.hpp"
+#include "kilnctl/output.hpp"
+
+namespace kiln::ctl {
+
+void add_stats(CommandSet& set) {
+  Context& ctx = set.context();
+  set.add("stats", "Show the store's size, entries, hits and misses, and the daemon's counters", [&ctx] {
+    auto client = ctx.connect();
+    if (!client) return ctx.fail(client.error());
+    auto s = client->stats();
+    if (!s) return ctx.fail(s.error());
+    if (ctx.json) {
+      ctx.out << client::to_json(*s) << "\n";
+      return 0;
+    }
+    auto line = [&](const std::string& name, const std::string& value) {
+      ctx.out << std::left << std::setw(22) << name << value << "\n";
+    };
+    line("entries", std::to_string(s->entries));
+    line("stored", format_bytes(s->stored_bytes) +
+                       (s->quota_bytes ? " of quota " + format_bytes(s->quota_bytes) : std::string{}));
+    line("uncompressed", format_bytes(s->uncompressed_bytes));
+    const std::uint64_t lookups = s->hits + s->misses;
+    std::ostringstream rate;
+    if (lookups) rate << " (" << std::fixed << std::setprecision(1) << 100.0 * double(s->hits) / double(lookups) << "% hit rate)";
+    line("hits", std::to_string(s->hits) + rate.str());
+    line("misses", std::to_string(s->misses));
+    line("evictions", std::to_string(s->evictions));
+    line("quarantined", std::to_string(s->quarantined));
+    for (const auto& [name, value] : s->daemon) {
+      const bool bytes = name.find("bytes") != std::string::npos;
+      line("daemon." + name, bytes ? format_bytes(value) : std::to_string(value));
+    }
+    return 0;
+  });
+}
+
+}  // namespace kiln::ctl

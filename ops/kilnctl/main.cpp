@@ -1,0 +1,3 @@
+#include "kilnctl/cli.hpp"
+
+int main(int argc, char** argv) { return kiln::ctl::main(argc, argv); }

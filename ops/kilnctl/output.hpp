@@ -1,0 +1,21 @@
+// Human-readable output shared by kilnctl's commands.
+#pragma once
+
+#include <cstdint>
+#include <iosfwd>
+#include <string>
+
+#include "kiln/client/artifact.hpp"
+
+namespace kiln::ctl {
+
+// "2.5 MiB", "4.0 KiB", "0 B"
+std::string format_bytes(std::uint64_t bytes);
+// "2026-11-21 06:20:53 UTC"; "-" for 0
+std::string format_time(std::int64_t unix_seconds);
+// All of `in` (stdin for "-" arguments).
+std::string read_stream(std::istream& in);
+// Every field of `info`, one "name  value" line each, key fields included.
+void print_info(std::ostream& out, const client::ArtifactInfo& info);
+
+}  // namespace kiln::ctl
