@@ -135,10 +135,9 @@ Result<FrameHeader> decode_header(std::span<const std::byte, kHeaderSize> b, std
 std::vector<std::byte> encode_frame(FrameHeader header, std::span<const std::byte> body) {
   header.length = static_cast<std::uint32_t>(body.size());
   auto hdr = encode_header(header);
-  std::vector<std::byte> out;
-  out.reserve(kHeaderSize + body.size());
-  out.insert(out.end(), hdr.begin(), hdr.end());
-  out.insert(out.end(), body.begin(), body.end());
+  std::vector<std::byte> out(hdr.begin(), hdr.end());
+  out.resize(kHeaderSize + body.size());
+  if (!body.empty()) std::memcpy(&out[kHeaderSize], body.data(), body.size());
   return out;
 }
 
@@ -156,7 +155,10 @@ void FrameParser::feed(std::span<const std::byte> data) {
     buf_.erase(buf_.begin(), buf_.begin() + static_cast<std::ptrdiff_t>(pos_));
     pos_ = 0;
   }
-  buf_.insert(buf_.end(), data.begin(), data.end());
+  if (data.empty()) return;
+  std::size_t old = buf_.size();
+  buf_.resize(old + data.size());
+  std::memcpy(buf_.data() + old, data.data(), data.size());
 }
 
 Result<std::optional<Frame>> FrameParser::next() {

@@ -1,0 +1,55 @@
+// kiln/daemon/build_service.hpp — the seam between the socket server and the build
+// scheduler (daemon/build/). The server calls it; the scheduler implements it.
+//
+// Without a BuildService (nullptr), kilnd answers BUILD, PREWARM_SUBMIT, BUILD_STATUS and
+// GET with on_miss=build with Errc::unsupported, and does not list the "build"
+// capability in hello.
+//
+// Thread safety: every method may be called from any thread, concurrently. Methods must
+// not block on a build: long work happens elsewhere and is reported through callbacks.
+// Callbacks may be invoked from any thread (including inside the call, synchronously)
+// and exactly once unless stated otherwise; the server re-posts them to its own executor.
+#pragma once
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "kiln/digest.hpp"
+#include "kiln/key.hpp"
+#include "kiln/protocol/messages.hpp"
+#include "kiln/result.hpp"
+
+namespace kiln::daemon {
+
+struct EnsureOptions {
+  bool force = false;                   // rebuild even if stored; ignore a recent failure
+  std::uint32_t wait_ms = 0;            // 0 = the scheduler's own build timeout
+};
+
+class BuildService {
+ public:
+  virtual ~BuildService() = default;
+
+  // Makes sure `key` (complete: node fields already filled, digest computed) is in the
+  // store: returns at once (done(ok)) if stored and !force, joins a running build of the
+  // same key (single flight), or starts one. done() gets ok once the artifact is in the
+  // store, else build_failed (message: the worker's last error line), no_source, timeout,
+  // unsupported (no GPU), cancelled.
+  virtual void ensure(const Key& key, const Digest& key_digest, const EnsureOptions& options,
+                      std::function<void(Status)> done) = 0;
+
+  // Submits keys without waiting (PREWARM_SUBMIT, BUILD with wait=false). Returns a
+  // handle and one result per key, in order. When `on_event` is set it receives a
+  // BuildEvent whenever a submitted key starts, finishes or fails; it is called with
+  // last=true exactly once, after every key has finished or failed (at once if none is
+  // pending). Keys may be incomplete or malformed: their result is state "invalid".
+  using EventSink = std::function<void(protocol::BuildEvent event, bool last)>;
+  virtual Result<protocol::PrewarmReply> submit(const std::vector<Key>& keys, bool force, EventSink on_event) = 0;
+
+  // BUILD_STATUS: builds known by handle, by key digest, or all.
+  virtual Result<protocol::BuildStatusReply> status(const protocol::BuildStatusRequest& request) = 0;
+};
+
+}  // namespace kiln::daemon

@@ -1,0 +1,84 @@
+// kiln/daemon/config.hpp — kilnd's configuration: defaults, the TOML file, the command line.
+//
+// Precedence: command-line flags > the TOML file (--config, or the default path if it
+// exists) > built-in defaults. The sample file ops/kilnd.toml documents every option.
+// Defaults depend on who runs kilnd (default_config()):
+//   a user:  socket $XDG_RUNTIME_DIR/kiln/kiln.sock (mode 0600), store $XDG_CACHE_HOME/kiln
+//   root:    socket /run/kiln/kiln.sock (mode 0660), store /var/lib/kiln
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "kiln/key.hpp"
+#include "kiln/result.hpp"
+
+namespace kiln::daemon {
+
+// Who may do what (schema/protocol.md, roles). Entries are user/group names or numeric
+// ids; "*" in a users list means anyone who can open the socket. Roles are cumulative:
+// admin implies write implies read.
+struct AccessConfig {
+  std::uint32_t socket_mode = 0600;    // file mode of the socket: the first gate
+  std::string socket_group;            // group to chown the socket to; "" = leave it
+  bool trust_owner = true;             // kilnd's own uid and root are admin
+  std::vector<std::string> read_users{"*"}, read_groups;
+  std::vector<std::string> write_users, write_groups;
+  std::vector<std::string> admin_users, admin_groups;
+};
+
+struct LimitsConfig {
+  std::uint32_t max_frame_bytes = 4u << 20;
+  std::uint32_t max_connections = 1024;
+  std::uint32_t max_inflight = 64;                 // requests per connection
+  std::chrono::milliseconds idle_timeout{300'000};  // no frame and nothing in flight
+  std::chrono::milliseconds frame_timeout{10'000};  // a begun frame must complete
+  std::chrono::milliseconds request_timeout{60'000};  // gap between a put's chunks
+  std::chrono::milliseconds drain_timeout{30'000};  // SIGTERM: then close what is left
+  std::uint64_t max_artifact_bytes = 16ull << 30;
+};
+
+struct StoreConfig {
+  std::uint64_t quota_bytes = 0;        // soft quota, LRU eviction; 0 = none
+  std::uint64_t hard_limit_bytes = 0;   // puts refused past it; 0 = none
+  int zstd_level = 3;
+};
+
+struct Config {
+  std::filesystem::path socket;
+  std::filesystem::path store;
+  std::optional<std::filesystem::path> config_file;  // the file these values came from
+  unsigned io_threads = 2;             // event-loop threads
+  unsigned store_threads = 4;          // thread pool for store (disk, SQLite) work
+  std::uint64_t hot_set_bytes = 2ull << 30;  // uncompressed copies kept as memfds
+  std::string metrics_listen;          // "127.0.0.1:9464"; "" = off; loopback only
+  std::string log_level = "info";      // trace, debug, info, warn, error
+  AccessConfig access;
+  LimitsConfig limits;
+  StoreConfig store_options;
+  NodeFields node;                     // "this node"; empty fields are detected or left unknown
+};
+
+// Built-in defaults for the current user (see above), before any file or flag.
+Config default_config();
+// Default config file path: $XDG_CONFIG_HOME/kiln/kilnd.toml for a user, /etc/kiln/kilnd.toml for root.
+std::filesystem::path default_config_path();
+
+// Applies a TOML file on top of `config`. Errors (invalid_argument) name the file, the
+// option and what is wrong; on error `config` is unchanged. io_error if unreadable.
+Status apply_toml_file(Config& config, const std::filesystem::path& file);
+// Same, from text (for tests); `origin` names it in errors.
+Status apply_toml_text(Config& config, std::string_view toml, std::string_view origin);
+
+// Checks cross-field consistency (frame size within protocol limits, non-zero limits,
+// metrics address is loopback, ...).
+Status validate(const Config& config);
+
+// "2GiB", "512MiB", "100MB", "4096" -> bytes. invalid_argument otherwise.
+Result<std::uint64_t> parse_size(std::string_view text);
+
+}  // namespace kiln::daemon

@@ -1,0 +1,50 @@
+// Who may do what: a peer's role from its SO_PEERCRED credentials and the [access]
+// configuration. The socket's file mode and group are the first gate (set when the
+// socket is created); this is the second.
+#pragma once
+
+#include <sys/types.h>
+
+#include <set>
+#include <string>
+#include <vector>
+
+#include "kiln/daemon/config.hpp"
+#include "kiln/protocol/messages.hpp"
+#include "kiln/result.hpp"
+
+namespace kiln::daemon {
+
+struct PeerCred {
+  pid_t pid = 0;
+  uid_t uid = 0;
+  gid_t gid = 0;
+  std::vector<gid_t> groups;   // supplementary groups (SO_PEERGROUPS), primary included
+};
+
+// Credentials of the process at the other end of a connected Unix socket.
+Result<PeerCred> peer_credentials(int socket_fd);
+
+// Resolved [access] lists. Immutable; cheap to copy behind a shared_ptr.
+class AccessPolicy {
+ public:
+  // Resolves user and group names to ids. invalid_argument naming an unknown user or
+  // group, so a typo in the config is caught at start or reload, not at a refusal.
+  static Result<AccessPolicy> make(const AccessConfig& config);
+
+  // The highest role the peer holds (roles are cumulative); Role::none if none.
+  protocol::Role role_of(const PeerCred& peer) const;
+
+ private:
+  struct Ids {
+    bool anyone = false;
+    std::set<uid_t> users;
+    std::set<gid_t> groups;
+    bool matches(const PeerCred& p) const;
+  };
+  bool trust_owner_ = true;
+  uid_t owner_ = 0;
+  Ids read_, write_, admin_;
+};
+
+}  // namespace kiln::daemon

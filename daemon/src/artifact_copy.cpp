@@ -1,0 +1,76 @@
+// Verified copies of artifacts in sealed memfds.
+#include "artifact_copy.hpp"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <string>
+
+namespace kiln::daemon {
+
+Result<UniqueFd> ArtifactCopy::reopen_read_only() const {
+  // Reopening through /proc gives a new open file description: read-only, with its own
+  // offset, so one client's read() does not move another's.
+  std::string path = "/proc/self/fd/" + std::to_string(memfd.get());
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return error_from_errno(errno, "reopen artifact copy read-only");
+  return UniqueFd(fd);
+}
+
+protocol::ArtifactMeta to_meta(const storage::ArtifactInfo& i) {
+  protocol::ArtifactMeta m;
+  m.key = i.key;
+  m.key_digest = i.key_digest;
+  m.blob_digest = i.blob_digest;
+  m.size = i.size;
+  m.stored_size = i.stored_size;
+  m.created_at = i.created_at;
+  m.last_access = i.last_access;
+  m.hits = i.hits;
+  m.build_seconds = i.build_seconds;
+  m.pinned = i.pinned;
+  return m;
+}
+
+namespace {
+Status write_all(int fd, std::span<const std::byte> data) {
+  const std::byte* p = data.data();
+  std::size_t left = data.size();
+  while (left > 0) {
+    ssize_t n = ::write(fd, p, left);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return error_from_errno(errno, "write artifact copy to memfd");
+    }
+    p += n;
+    left -= static_cast<std::size_t>(n);
+  }
+  return {};
+}
+}  // namespace
+
+Result<std::shared_ptr<const ArtifactCopy>> make_copy_or_null(storage::Store& store, const Digest& key_digest) {
+  std::string name = "kiln-" + key_digest.hex().substr(0, 16);
+  int raw = ::memfd_create(name.c_str(), MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  if (raw < 0) return error_from_errno(errno, "memfd_create for artifact copy");
+  auto copy = std::make_shared<ArtifactCopy>();
+  copy->memfd.reset(raw);
+  int fd = raw;
+  auto info = store.read(key_digest, [fd](std::span<const std::byte> data) { return write_all(fd, data); });
+  if (!info) return std::move(info).error();
+  if (!*info) return std::shared_ptr<const ArtifactCopy>{};
+  copy->size = (*info)->size;
+  copy->meta = to_meta(**info);
+  // The store verified the digest while streaming; a size disagreement means a bug.
+  off_t end = ::lseek(fd, 0, SEEK_END);
+  if (end < 0 || static_cast<std::uint64_t>(end) != copy->size)
+    return make_error(Errc::corrupt, "artifact " + key_digest.hex() + ": store delivered " + std::to_string(end) +
+                                         " bytes, index says " + std::to_string(copy->size));
+  if (::fcntl(fd, F_ADD_SEALS, F_SEAL_WRITE | F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0)
+    return error_from_errno(errno, "seal artifact memfd");
+  return std::shared_ptr<const ArtifactCopy>(std::move(copy));
+}
+
+}  // namespace kiln::daemon

@@ -1,0 +1,472 @@
+// One client connection: framing, limits, roles, timeouts, replies with descriptors.
+#include "connection.hpp"
+
+#include <sys/socket.h>
+#include <sys/uio.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/read.hpp>
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <spdlog/spdlog.h>
+
+#include "handlers.hpp"
+#include "offload.hpp"
+
+namespace kiln::daemon {
+
+using asio::use_awaitable;
+using boost::system::error_code;
+namespace proto = kiln::protocol;
+
+Connection::Connection(Socket socket, ServerState& state, PeerCred peer, std::uint64_t serial)
+    : socket_(std::move(socket)),
+      state_(state),
+      peer_(std::move(peer)),
+      serial_(serial),
+      watchdog_timer_(socket_.get_executor()),
+      write_cv_(socket_.get_executor(), Clock::time_point::max()),
+      max_frame_(state.config()->limits.max_frame_bytes) {
+  state_.metrics.connection_opened();
+  state_.open_connections.fetch_add(1);
+}
+
+Connection::~Connection() {
+  state_.metrics.connection_closed();
+  if (state_.open_connections.fetch_sub(1) == 1 && state_.on_last_connection_closed)
+    state_.on_last_connection_closed();
+}
+
+std::string Connection::peer_text() const {
+  return "conn=" + std::to_string(serial_) + " uid=" + std::to_string(peer_.uid) + " pid=" + std::to_string(peer_.pid);
+}
+
+proto::Role Connection::role() const { return state_.access()->role_of(peer_); }
+
+void Connection::start() {
+  auto self = shared_from_this();
+  set_deadline(Clock::now() + state_.config()->limits.idle_timeout, "idle");
+  asio::co_spawn(socket_.get_executor(), [self] { return self->read_loop(); }, asio::detached);
+  asio::co_spawn(socket_.get_executor(), [self] { return self->watchdog(); }, asio::detached);
+}
+
+void Connection::begin_drain() {
+  asio::post(socket_.get_executor(), [self = shared_from_this()] {
+    self->draining_ = true;
+    if (self->inflight_.empty() && self->uploads_.empty()) self->close("drained for shutdown");
+  });
+}
+
+void Connection::force_close() {
+  asio::post(socket_.get_executor(), [self = shared_from_this()] { self->close("drain timeout reached"); });
+}
+
+bool Connection::cancel(std::uint32_t id) {
+  if (!inflight_.count(id)) return false;
+  cancelled_.insert(id);
+  return true;
+}
+
+void Connection::set_deadline(Clock::time_point t, const char* why) {
+  deadline_ = t;
+  deadline_why_ = why;
+  if (t < watchdog_timer_.expiry()) watchdog_timer_.cancel();  // re-arm earlier
+}
+
+void Connection::arm_idle_deadline() {
+  if (mid_frame_) return;
+  const auto& limits = state_.config()->limits;
+  if (!uploads_.empty()) set_deadline(Clock::now() + limits.request_timeout, "upload stalled");
+  else if (!inflight_.empty()) set_deadline(Clock::time_point::max(), "idle");
+  else set_deadline(Clock::now() + limits.idle_timeout, "idle");
+}
+
+asio::awaitable<void> Connection::watchdog() {
+  auto self = shared_from_this();
+  while (!closed_) {
+    watchdog_timer_.expires_at(std::min(deadline_, write_deadline_));
+    error_code ec;
+    co_await watchdog_timer_.async_wait(asio::redirect_error(use_awaitable, ec));
+    if (closed_) break;
+    auto now = Clock::now();
+    if (now >= write_deadline_) {
+      close("timeout: the peer stopped reading replies");
+    } else if (now >= deadline_) {
+      spdlog::info("conn {} closing: {} timeout", serial_, deadline_why_);
+      close(deadline_why_);
+    }
+  }
+}
+
+void Connection::close(const char* why) {
+  if (closed_) return;
+  closed_ = true;
+  spdlog::debug("conn {} closed: {}", serial_, why);
+  error_code ec;
+  socket_.shutdown(Socket::shutdown_both, ec);
+  socket_.close(ec);
+  watchdog_timer_.cancel();
+  write_cv_.cancel();
+  drop_uploads();
+}
+
+void Connection::drop_uploads() {
+  // An uncommitted PutStream removes its temporary file when destroyed: do that on the
+  // store pool, not on the event loop.
+  for (auto& [id, up] : uploads_) asio::post(state_.pool, [u = std::move(up)]() mutable { u.reset(); });
+  uploads_.clear();
+}
+
+void Connection::request_done(std::uint32_t id) {
+  inflight_.erase(id);
+  cancelled_.erase(id);
+  if (closed_) return;
+  if (draining_ && inflight_.empty() && uploads_.empty()) {
+    close("drained for shutdown");
+    return;
+  }
+  arm_idle_deadline();
+}
+
+// ---- reading -------------------------------------------------------------------------
+
+asio::awaitable<Result<bool>> Connection::read_frame() {
+  error_code ec;
+  std::size_t n = co_await socket_.async_read_some(asio::buffer(header_buf_), asio::redirect_error(use_awaitable, ec));
+  if (ec) co_return false;  // closed by the peer or by us
+  mid_frame_ = true;
+  set_deadline(Clock::now() + state_.config()->limits.frame_timeout, "frame incomplete");
+  if (n < header_buf_.size()) {
+    co_await asio::async_read(socket_, asio::buffer(header_buf_.data() + n, header_buf_.size() - n),
+                              asio::redirect_error(use_awaitable, ec));
+    if (ec) co_return make_error(Errc::unavailable, "peer vanished mid-frame");
+  }
+  std::uint32_t rid = 0;
+  auto h = proto::decode_header(header_buf_, max_frame_, &rid);
+  if (!h) {
+    header_.request_id = rid;
+    co_return std::move(h).error();
+  }
+  header_ = *h;
+  body_.resize(h->length);
+  if (h->length > 0) {
+    co_await asio::async_read(socket_, asio::buffer(body_), asio::redirect_error(use_awaitable, ec));
+    if (ec) co_return make_error(Errc::unavailable, "peer vanished mid-frame");
+  }
+  mid_frame_ = false;
+  co_return true;
+}
+
+asio::awaitable<void> Connection::read_loop() {
+  auto self = shared_from_this();
+  while (!closed_) {
+    auto got = co_await read_frame();
+    if (closed_) break;
+    if (!got) {
+      if (got.error().code == Errc::unavailable) {
+        spdlog::info("conn {} closed: {}", serial_, got.error().message);
+        close("peer vanished");
+        break;
+      }
+      state_.metrics.protocol_violation();
+      spdlog::warn("conn {} {} protocol violation, closing: {}", serial_, peer_text(), got.error().to_string());
+      co_await send_error(header_.request_id, got.error());
+      close("protocol violation");
+      break;
+    }
+    if (!*got) {
+      if (!uploads_.empty() || !inflight_.empty())
+        spdlog::info("conn {} closed by peer with {} request(s) in flight", serial_, inflight_.size() + uploads_.size());
+      close("peer closed");
+      break;
+    }
+    if (!co_await handle_frame()) break;
+    arm_idle_deadline();
+  }
+}
+
+Status Connection::admit(const Request& r) {
+  if (draining_ || state_.draining.load())
+    return make_error(Errc::unavailable, "kilnd is shutting down; retry once it is back");
+  auto need = proto::required_role(r.type);
+  auto have = role();
+  if (have < need) {
+    return make_error(Errc::permission_denied,
+                      std::string(proto::op_name(r.type)) + " needs the " + std::string(proto::role_name(need)) +
+                          " role; uid " + std::to_string(peer_.uid) + " has " +
+                          (have == proto::Role::none ? std::string("no role") : "only " + std::string(proto::role_name(have))) +
+                          " (grant it in kilnd.toml [access] " + std::string(proto::role_name(need)) + "_users or " +
+                          std::string(proto::role_name(need)) + "_groups)");
+  }
+  auto max = state_.config()->limits.max_inflight;
+  if (inflight_.size() + uploads_.size() >= max)
+    return make_error(Errc::busy, "too many requests in flight on this connection (limit " + std::to_string(max) + ")");
+  return {};
+}
+
+asio::awaitable<bool> Connection::handle_frame() {
+  const auto type = header_.type;
+  const auto id = header_.request_id;
+  auto text = [&] { return std::string(reinterpret_cast<const char*>(body_.data()), body_.size()); };
+
+  if (!hello_done_) {
+    Request r{type, id, text(), Clock::now()};
+    if (type != proto::MsgType::hello) {
+      state_.metrics.protocol_violation();
+      co_await send_error(id, make_error(Errc::protocol_error, "the first frame of a connection must be HELLO"));
+      spdlog::warn("conn {} {} sent {} before HELLO; closing", serial_, peer_text(),
+                   proto::is_known_type(static_cast<std::uint8_t>(type)) ? proto::type_name(type) : "an unknown type");
+      close("no hello");
+      co_return false;
+    }
+    auto reply = handle_hello(*this, r, client_max_frame_);
+    Outcome o;
+    if (!reply) {
+      o.status = reply.error();
+      co_await send_error(id, reply.error());
+      log_request(r, o);
+      close("hello failed");
+      co_return false;
+    }
+    hello_done_ = true;
+    co_await send_ok(id, *reply);
+    log_request(r, o);
+    co_return true;
+  }
+
+  if (type == proto::MsgType::chunk) co_return co_await upload_chunk(id, (header_.flags & proto::kFlagEnd) != 0);
+
+  if (!proto::is_known_type(static_cast<std::uint8_t>(type)) || !proto::is_request_type(type) ||
+      type == proto::MsgType::hello) {
+    char buf[8];
+    std::snprintf(buf, sizeof buf, "0x%02x", static_cast<unsigned>(type));
+    std::string why = type == proto::MsgType::hello ? "HELLO was already received on this connection"
+                                                     : std::string("message type ") + buf + " is not a request kilnd accepts";
+    co_await send_error(id, make_error(Errc::protocol_error, why));
+    co_return true;
+  }
+  if (id == 0) {
+    co_await send_error(0, make_error(Errc::protocol_error, "request id 0 is reserved; use a non-zero id"));
+    co_return true;
+  }
+  if (inflight_.count(id) || uploads_.count(id) || discarding_.count(id)) {
+    co_await send_error(id, make_error(Errc::invalid_argument,
+                                       "request id " + std::to_string(id) + " is already in use on this connection"));
+    co_return true;
+  }
+  Request r{type, id, text(), Clock::now()};
+  bool is_upload = type == proto::MsgType::put || type == proto::MsgType::put_source;
+  if (auto st = admit(r); !st) {
+    Outcome o{st, {}, true};
+    if (st.error().code == Errc::permission_denied)
+      spdlog::warn("refused: {} {} {}", proto::op_name(type), peer_text(), st.error().message);
+    co_await send_error(id, st.error());
+    log_request(r, o);
+    if (is_upload) discarding_.insert(id);
+    co_return true;
+  }
+  if (is_upload) co_return co_await begin_upload(std::move(r));
+  inflight_.insert(id);
+  asio::co_spawn(socket_.get_executor(), [self = shared_from_this(), r = std::move(r)]() mutable {
+    return self->run_request(std::move(r));
+  }, asio::detached);
+  co_return true;
+}
+
+asio::awaitable<void> Connection::run_request(Request r) {
+  auto self = shared_from_this();
+  Outcome o = co_await handle_request(*this, r);
+  if (!o.status && !o.replied) co_await send_error(r.id, o.status.error());
+  log_request(r, o);
+  request_done(r.id);
+}
+
+// ---- uploads -------------------------------------------------------------------------
+
+asio::awaitable<bool> Connection::begin_upload(Request r) {
+  auto up = prepare_upload(*this, r);
+  if (up) {
+    auto& store = state_.store;
+    auto stream = co_await offload(state_.pool, [&store] { return store.begin_put(); });
+    if (stream) {
+      up->stream = std::move(*stream);
+      uploads_.emplace(r.id, std::make_shared<Upload>(std::move(*up)));
+      co_return true;
+    }
+    up = std::move(stream).error();
+  }
+  Outcome o{up.error(), {}, true};
+  co_await send_error(r.id, up.error());
+  log_request(r, o);
+  discarding_.insert(r.id);
+  co_return true;
+}
+
+asio::awaitable<void> Connection::fail_upload(std::uint32_t id, const Error& error, bool end) {
+  auto it = uploads_.find(id);
+  if (it == uploads_.end()) co_return;
+  auto up = std::move(it->second);
+  uploads_.erase(it);
+  if (!end) discarding_.insert(id);
+  Request r{up->type, id, {}, up->received};
+  asio::post(state_.pool, [u = std::move(up)]() mutable { u.reset(); });
+  co_await send_error(id, error);
+  log_request(r, Outcome{error, {}, true});
+  request_done(id);
+}
+
+asio::awaitable<bool> Connection::upload_chunk(std::uint32_t id, bool end) {
+  if (discarding_.count(id)) {
+    if (end) discarding_.erase(id);
+    co_return true;
+  }
+  auto it = uploads_.find(id);
+  if (it == uploads_.end()) {
+    co_await send_error(id, make_error(Errc::protocol_error,
+                                       "CHUNK for request id " + std::to_string(id) + ", which has no upload in progress"));
+    co_return true;
+  }
+  auto up = it->second;
+  const auto max = state_.config()->limits.max_artifact_bytes;
+  std::uint64_t total = up->received_bytes + body_.size();
+  if (total > max) {
+    co_await fail_upload(id, make_error(Errc::invalid_argument, "upload exceeds limits.max_artifact_bytes (" +
+                                                                  std::to_string(max) + " bytes)"), end);
+    co_return true;
+  }
+  if (up->expect_size && total > *up->expect_size) {
+    co_await fail_upload(id, make_error(Errc::invalid_argument, "upload sent more than the " +
+                                                                  std::to_string(*up->expect_size) + " bytes its size promised"), end);
+    co_return true;
+  }
+  if (!body_.empty()) {
+    std::span<const std::byte> data(body_);
+    auto st = co_await offload(state_.pool, [up, data] {
+      if (up->sha) up->sha->update(data);
+      return up->stream->write(data);
+    });
+    if (closed_) co_return false;
+    if (!st) {
+      co_await fail_upload(id, st.error(), end);
+      co_return true;
+    }
+    up->received_bytes = total;
+  }
+  if (end) {
+    uploads_.erase(id);
+    inflight_.insert(id);
+    Request r{up->type, id, {}, up->received};
+    asio::co_spawn(socket_.get_executor(), [self = shared_from_this(), r = std::move(r), up]() mutable {
+      return self->finish_upload(std::move(r), std::move(up));
+    }, asio::detached);
+  }
+  co_return true;
+}
+
+asio::awaitable<void> Connection::finish_upload(Request r, std::shared_ptr<Upload> up) {
+  auto self = shared_from_this();
+  Upload upload = std::move(*up);
+  up.reset();
+  Outcome o = co_await commit_upload(*this, r.id, std::move(upload));
+  if (!o.status && !o.replied) co_await send_error(r.id, o.status.error());
+  log_request(r, o);
+  request_done(r.id);
+}
+
+// ---- writing -------------------------------------------------------------------------
+
+asio::awaitable<bool> Connection::send(proto::FrameHeader h, std::span<const std::byte> body, int fd) {
+  while (writing_ && !closed_) {
+    error_code ec;
+    co_await write_cv_.async_wait(asio::redirect_error(use_awaitable, ec));
+  }
+  if (closed_) co_return false;
+  writing_ = true;
+  bool ok = co_await write_frame(h, body, fd);
+  writing_ = false;
+  write_cv_.cancel();
+  if (ok && !body.empty() && h.type == proto::MsgType::chunk) state_.metrics.add_bytes_served(body.size());
+  co_return ok;
+}
+
+asio::awaitable<bool> Connection::write_frame(const proto::FrameHeader& header, std::span<const std::byte> body, int fd) {
+  proto::FrameHeader h = header;
+  h.length = static_cast<std::uint32_t>(body.size());
+  auto hdr = proto::encode_header(h);
+  const std::size_t total = hdr.size() + body.size();
+  std::size_t sent = 0;
+  while (sent < total) {
+    iovec iov[2];
+    int n_iov = 0;
+    if (sent < hdr.size()) {
+      iov[n_iov++] = {hdr.data() + sent, hdr.size() - sent};
+      if (!body.empty()) iov[n_iov++] = {const_cast<std::byte*>(body.data()), body.size()};
+    } else {
+      iov[n_iov++] = {const_cast<std::byte*>(body.data()) + (sent - hdr.size()), total - sent};
+    }
+    msghdr msg{};
+    msg.msg_iov = iov;
+    msg.msg_iovlen = static_cast<std::size_t>(n_iov);
+    alignas(cmsghdr) char cbuf[CMSG_SPACE(sizeof(int))];
+    if (fd >= 0 && sent == 0) {
+      std::memset(cbuf, 0, sizeof cbuf);
+      msg.msg_control = cbuf;
+      msg.msg_controllen = sizeof cbuf;
+      cmsghdr* c = CMSG_FIRSTHDR(&msg);
+      c->cmsg_level = SOL_SOCKET;
+      c->cmsg_type = SCM_RIGHTS;
+      c->cmsg_len = CMSG_LEN(sizeof(int));
+      std::memcpy(CMSG_DATA(c), &fd, sizeof(int));
+    }
+    ssize_t n = ::sendmsg(socket_.native_handle(), &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) {
+        write_deadline_ = Clock::now() + state_.config()->limits.request_timeout;
+        if (write_deadline_ < watchdog_timer_.expiry()) watchdog_timer_.cancel();
+        error_code ec;
+        co_await socket_.async_wait(Socket::wait_write, asio::redirect_error(use_awaitable, ec));
+        write_deadline_ = Clock::time_point::max();
+        if (ec || closed_) co_return false;
+        continue;
+      }
+      spdlog::info("conn {} write failed ({}); closing", serial_, std::strerror(errno));
+      close("write failed");
+      co_return false;
+    }
+    sent += static_cast<std::size_t>(n);
+  }
+  co_return true;
+}
+
+asio::awaitable<bool> Connection::send_ok(std::uint32_t id, std::string_view body, std::uint16_t flags, int fd) {
+  proto::FrameHeader h{proto::kVersion, proto::MsgType::ok, static_cast<std::uint16_t>(flags | (fd >= 0 ? proto::kFlagFd : 0)), id, 0};
+  co_return co_await send(h, std::as_bytes(std::span(body.data(), body.size())), fd);
+}
+
+asio::awaitable<bool> Connection::send_error(std::uint32_t id, const Error& error) {
+  std::string body = proto::encode(proto::to_error_body(error));
+  proto::FrameHeader h{proto::kVersion, proto::MsgType::error, 0, id, 0};
+  co_return co_await send(h, std::as_bytes(std::span(body.data(), body.size())));
+}
+
+void Connection::log_request(const Request& r, const Outcome& o) {
+  auto secs = std::chrono::duration<double>(Clock::now() - r.received).count();
+  Errc code = o.status ? Errc::ok : o.status.error().code;
+  state_.metrics.record_request(r.type, code, secs);
+  if (o.status) {
+    spdlog::info("req op={} id={} {} outcome=ok ms={:.3f}{}{}", proto::op_name(r.type), r.id, peer_text(), secs * 1e3,
+                 o.note.empty() ? "" : " ", o.note);
+  } else {
+    auto level = code == Errc::internal || code == Errc::io_error || code == Errc::corrupt ? spdlog::level::err
+                                                                                           : spdlog::level::info;
+    spdlog::log(level, "req op={} id={} {} outcome={} ms={:.3f} msg=\"{}\"", proto::op_name(r.type), r.id, peer_text(),
+                errc_name(code), secs * 1e3, o.status.error().message);
+  }
+}
+
+}  // namespace kiln::daemon

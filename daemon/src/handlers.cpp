@@ -1,0 +1,335 @@
+// Handlers for hello and the artifact operations (get, put, stat, list, delete, pin,
+// unpin, stats, status). Admin and build operations are in handlers_admin.cpp.
+#include "handlers.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+
+#include "handlers_common.hpp"
+#include "offload.hpp"
+
+namespace kiln::daemon {
+
+namespace proto = kiln::protocol;
+using proto::MsgType;
+
+Result<Digest> resolve_key(ServerState& s, Key& key) {
+  fill_node_fields(key, s.node);
+  auto missing = key.missing_fields();
+  if (!missing.empty()) {
+    std::string names;
+    for (const auto& m : missing) names += (names.empty() ? "" : ", ") + m;
+    return make_error(Errc::invalid_argument,
+                      "key is incomplete: " + names +
+                          " empty, and this node does not know them (give them in the key, or set [node] in kilnd.toml)");
+  }
+  return key.digest();
+}
+
+Result<Digest> resolve_ref(ServerState& s, proto::KeyRef& ref) {
+  if (ref.key_digest) return *ref.key_digest;
+  return resolve_key(s, *ref.key);
+}
+
+std::map<std::string, std::string> node_map(const NodeFields& n) {
+  return {{"gpu_arch", n.gpu_arch},         {"gpu_name", n.gpu_name},         {"torch_version", n.torch_version},
+          {"torch_git", n.torch_git},       {"cuda_version", n.cuda_version}, {"triton_version", n.triton_version},
+          {"platform", n.platform},         {"machine", n.machine},           {"cpu_isa", n.cpu_isa}};
+}
+
+std::vector<std::string> capabilities(const ServerState& s) {
+  std::vector<std::string> caps{"fd", "stream"};
+  if (s.builds) {
+    caps.emplace_back("build");
+    caps.emplace_back("events");
+  }
+  if (!s.metrics_url.empty()) caps.emplace_back("metrics");
+  return caps;
+}
+
+Result<std::string> handle_hello(Connection& c, const Request& r, std::uint32_t& client_max_frame) {
+  auto req = proto::decode<proto::HelloRequest>(r.body);
+  if (!req) return std::move(req).error();
+  if (std::find(req->versions.begin(), req->versions.end(), proto::kVersion) == req->versions.end())
+    return make_error(Errc::unsupported, "no common protocol version: kilnd speaks version " +
+                                             std::to_string(proto::kVersion) + " only");
+  client_max_frame = std::clamp<std::uint32_t>(req->max_frame, 4096, proto::kHardMaxFrame);
+  auto& s = c.state();
+  auto cfg = s.config();
+  proto::HelloReply reply;
+  reply.version = proto::kVersion;
+  reply.server = kServerName;
+  reply.capabilities = capabilities(s);
+  reply.max_frame = cfg->limits.max_frame_bytes;
+  reply.max_inflight = cfg->limits.max_inflight;
+  reply.roles = proto::role_names_upto(c.role());
+  reply.node = node_map(s.node);
+  return proto::encode(reply);
+}
+
+namespace {
+
+asio::awaitable<Outcome> serve_hit(Connection& c, const Request& r, const proto::GetRequest& req, const HotHit& hit,
+                                   bool hot) {
+  auto& s = c.state();
+  s.metrics.record_get(true, hot);
+  proto::GetReply reply;
+  reply.found = true;
+  reply.delivery = req.delivery;
+  reply.info = hit.meta;
+  const std::uint64_t size = hit.copy->size;
+  std::string note = std::string(hot ? "hit hot " : "hit cold ") + std::to_string(size) + "B";
+  if (req.delivery == proto::Delivery::fd) {
+    auto fd = hit.copy->reopen_read_only();
+    if (!fd) co_return fail(fd.error());
+    if (co_await c.send_ok(r.id, proto::encode(reply), 0, fd->get())) s.metrics.add_bytes_served(size);
+    co_return Outcome{{}, note + " fd", true};
+  }
+  if (!co_await c.send_ok(r.id, proto::encode(reply), proto::kFlagMore)) co_return Outcome{{}, note, true};
+  const std::size_t chunk = std::min<std::size_t>(c.client_max_frame(), s.config()->limits.max_frame_bytes);
+  std::vector<std::byte> buf(std::min<std::uint64_t>(chunk, std::max<std::uint64_t>(size, 1)));
+  std::uint64_t off = 0;
+  do {
+    if (c.cancelled(r.id)) {
+      co_await c.send_error(r.id, make_error(Errc::cancelled, "stream cancelled by the client"));
+      co_return Outcome{make_error(Errc::cancelled, "stream cancelled"), note, true};
+    }
+    std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(buf.size(), size - off));
+    // pread from a memfd is a memory copy, not disk I/O: fine on the event loop.
+    ssize_t got = n ? ::pread(hit.copy->memfd.get(), buf.data(), n, static_cast<off_t>(off)) : 0;
+    if (got < 0 || static_cast<std::size_t>(got) != n) {
+      auto e = make_error(Errc::io_error, "reading the artifact copy failed");
+      co_await c.send_error(r.id, e);
+      co_return Outcome{e, note, true};
+    }
+    off += n;
+    proto::FrameHeader h{proto::kVersion, MsgType::chunk, static_cast<std::uint16_t>(off == size ? proto::kFlagEnd : 0),
+                         r.id, 0};
+    if (!co_await c.send(h, std::span<const std::byte>(buf.data(), n))) co_return Outcome{{}, note + " (peer gone)", true};
+  } while (off < size);
+  co_return Outcome{{}, note + " stream", true};
+}
+
+asio::awaitable<Outcome> handle_get(Connection& c, const Request& r) {
+  auto req = proto::decode<proto::GetRequest>(r.body);
+  if (!req) co_return fail(req.error());
+  auto& s = c.state();
+  auto digest = resolve_ref(s, req->ref);
+  if (!digest) co_return fail(digest.error());
+  const Digest d = *digest;
+
+  if (auto hit = s.hot.find(d)) co_return co_await serve_hit(c, r, *req, *hit, true);
+
+  auto fetch = [&s, d] { return s.hot.get_or_make(d, [&s, d] { return make_copy_or_null(s.store, d); }); };
+  auto got = co_await offload(s.pool, fetch);
+  if (!got) co_return fail(got.error());
+  if (*got) co_return co_await serve_hit(c, r, *req, **got, false);
+
+  if (req->on_miss == proto::OnMiss::build) {
+    if (!s.builds) co_return fail(make_error(Errc::unsupported, "this kilnd has no build service; a miss cannot be built here"));
+    if (!req->ref.key)
+      co_return fail(make_error(Errc::invalid_argument, "get.on_miss=build needs the key's fields, not only its digest"));
+    EnsureOptions opts;
+    opts.wait_ms = req->wait_ms;
+    Key key = *req->ref.key;
+    auto* builds = s.builds;
+    auto built = co_await await_callback<Status>([builds, key, d, opts](std::function<void(Status)> done) {
+      builds->ensure(key, d, opts, std::move(done));
+    });
+    if (!built) co_return fail(built.error());
+    got = co_await offload(s.pool, fetch);
+    if (!got) co_return fail(got.error());
+    if (*got) co_return co_await serve_hit(c, r, *req, **got, false);
+    co_return fail(make_error(Errc::internal, "the build of " + d.hex() + " finished but the store does not have it"));
+  }
+
+  s.metrics.record_get(false, false);
+  proto::GetReply reply;
+  reply.found = false;
+  reply.key_digest = d;
+  co_await c.send_ok(r.id, proto::encode(reply));
+  co_return Outcome{{}, "miss", true};
+}
+
+asio::awaitable<Outcome> handle_stat(Connection& c, const Request& r) {
+  auto req = proto::decode<proto::StatRequest>(r.body);
+  if (!req) co_return fail(req.error());
+  auto& s = c.state();
+  auto d = resolve_ref(s, req->ref);
+  if (!d) co_return fail(d.error());
+  auto info = co_await offload(s.pool, [&s, d = *d] { return s.store.stat(d); });
+  if (!info) co_return fail(info.error());
+  proto::StatReply reply;
+  reply.found = info->has_value();
+  reply.key_digest = *d;
+  if (*info) reply.info = to_meta(**info);
+  co_return co_await reply_ok(c, r, proto::encode(reply), reply.found ? "found" : "not stored");
+}
+
+asio::awaitable<Outcome> handle_list(Connection& c, const Request& r) {
+  auto req = proto::decode<proto::ListRequest>(r.body);
+  if (!req) co_return fail(req.error());
+  if (req->limit > 10000) co_return fail(make_error(Errc::invalid_argument, "list.limit: at most 10000"));
+  const std::size_t limit = req->limit ? req->limit : 1000;
+  storage::ListQuery q;
+  q.filters = req->filters;
+  q.pinned = req->pinned;
+  q.accessed_before = req->accessed_before;
+  q.limit = limit + 1;  // one more tells whether a next page exists
+  q.offset = req->offset;
+  auto& s = c.state();
+  auto items = co_await offload(s.pool, [&s, q] { return s.store.list(q); });
+  if (!items) co_return fail(items.error());
+  proto::ListReply reply;
+  for (std::size_t i = 0; i < items->size() && i < limit; ++i) reply.items.push_back(to_meta((*items)[i]));
+  if (items->size() > limit) reply.next_offset = req->offset + limit;
+  co_return co_await reply_ok(c, r, proto::encode(reply), std::to_string(reply.items.size()) + " items");
+}
+
+asio::awaitable<Outcome> handle_key_op(Connection& c, const Request& r) {
+  auto req = proto::decode<proto::KeyOpRequest>(r.body);
+  if (!req) co_return fail(req.error());
+  auto& s = c.state();
+  auto d = resolve_ref(s, req->ref);
+  if (!d) co_return fail(d.error());
+  const Digest digest = *d;
+  const MsgType type = r.type;
+  auto existed = co_await offload(s.pool, [&s, digest, type]() -> Result<bool> {
+    if (type == MsgType::del) return s.store.remove(digest);
+    return s.store.set_pinned(digest, type == MsgType::pin);
+  });
+  if (!existed) co_return fail(existed.error());
+  if (!*existed) co_return fail(make_error(Errc::not_found, "no artifact with key digest " + digest.hex()));
+  if (type == MsgType::del) s.hot.erase(digest);
+  else s.hot.set_pinned(digest, type == MsgType::pin);
+  co_return co_await reply_ok(c, r, proto::encode(proto::KeyOpReply{digest}), digest.hex().substr(0, 16));
+}
+
+asio::awaitable<Outcome> handle_stats(Connection& c, const Request& r) {
+  auto req = proto::decode<proto::StatsRequest>(r.body);
+  if (!req) co_return fail(req.error());
+  auto& s = c.state();
+  auto st = co_await offload(s.pool, [&s] { return s.store.stats(); });
+  if (!st) co_return fail(st.error());
+  proto::StatsReply reply;
+  reply.store = {{"entries", st->entries},         {"stored_bytes", st->stored_bytes},
+                 {"uncompressed_bytes", st->uncompressed_bytes}, {"hits", st->hits},
+                 {"misses", st->misses},           {"evictions", st->evictions},
+                 {"quarantined", st->quarantined}, {"quota_bytes", st->quota_bytes},
+                 {"hard_limit_bytes", st->hard_limit_bytes}};
+  reply.daemon = {{"uptime_s", s.uptime_s()},       {"connections", s.metrics.connections()},
+                  {"requests", s.metrics.requests()}, {"hot_entries", s.hot.entries()},
+                  {"hot_bytes", s.hot.bytes()},      {"hot_capacity_bytes", s.hot.capacity()},
+                  {"bytes_served", s.metrics.bytes_served()}};
+  co_return co_await reply_ok(c, r, proto::encode(reply), "");
+}
+
+asio::awaitable<Outcome> handle_status(Connection& c, const Request& r) {
+  auto req = proto::decode<proto::StatusRequest>(r.body);
+  if (!req) co_return fail(req.error());
+  auto& s = c.state();
+  auto cfg = s.config();
+  proto::StatusReply reply;
+  reply.server = kServerName;
+  reply.version = proto::kVersion;
+  reply.pid = ::getpid();
+  reply.uptime_s = s.uptime_s();
+  reply.socket = cfg->socket.string();
+  reply.store = cfg->store.string();
+  reply.node = node_map(s.node);
+  reply.roles = proto::role_names_upto(c.role());
+  reply.capabilities = capabilities(s);
+  if (!s.metrics_url.empty()) reply.metrics = s.metrics_url;
+  reply.draining = s.draining.load();
+  co_return co_await reply_ok(c, r, proto::encode(reply), "");
+}
+
+}  // namespace
+
+asio::awaitable<Outcome> reply_ok(Connection& c, const Request& r, const std::string& body, std::string note) {
+  co_await c.send_ok(r.id, body);
+  co_return Outcome{{}, std::move(note), true};
+}
+
+asio::awaitable<Outcome> handle_request(Connection& c, const Request& r) {
+  switch (r.type) {
+    case MsgType::get: co_return co_await handle_get(c, r);
+    case MsgType::stat: co_return co_await handle_stat(c, r);
+    case MsgType::list: co_return co_await handle_list(c, r);
+    case MsgType::del:
+    case MsgType::pin:
+    case MsgType::unpin: co_return co_await handle_key_op(c, r);
+    case MsgType::stats: co_return co_await handle_stats(c, r);
+    case MsgType::status: co_return co_await handle_status(c, r);
+    default: co_return co_await handle_admin_request(c, r);
+  }
+}
+
+// ---- uploads -------------------------------------------------------------------------
+
+Result<Upload> prepare_upload(Connection& c, const Request& r) {
+  auto& s = c.state();
+  const auto max = s.config()->limits.max_artifact_bytes;
+  Upload up;
+  up.type = r.type;
+  up.received = r.received;
+  if (r.type == MsgType::put) {
+    auto req = proto::decode<proto::PutRequest>(r.body);
+    if (!req) return std::move(req).error();
+    auto d = resolve_key(s, req->key);
+    if (!d) return std::move(d).error();
+    up.key = std::move(req->key);
+    up.key_digest = *d;
+    up.meta.pin = req->pin;
+    up.meta.build_seconds = req->build_seconds;
+    up.expect_size = req->size;
+    up.expect_blob = req->blob_digest;
+  } else {
+    auto req = proto::decode<proto::PutSourceRequest>(r.body);
+    if (!req) return std::move(req).error();
+    if (req->model_hash.size() != 64 || !Digest::from_hex(req->model_hash))
+      return make_error(Errc::invalid_argument, "put_source.model_hash: expected 64 hex chars");
+    up.model_hash = req->model_hash;
+    up.name = req->name;
+    up.expect_size = req->size;
+  }
+  if (up.expect_size && *up.expect_size > max)
+    return make_error(Errc::invalid_argument, "size " + std::to_string(*up.expect_size) +
+                                                  " exceeds limits.max_artifact_bytes (" + std::to_string(max) + ")");
+  if (up.expect_blob) up.sha = std::make_unique<Sha256>();
+  return up;
+}
+
+asio::awaitable<Outcome> commit_upload(Connection& c, std::uint32_t id, Upload up) {
+  auto& s = c.state();
+  Request r{up.type, id, {}, up.received};
+  if (up.expect_size && *up.expect_size != up.received_bytes)
+    co_return fail(make_error(Errc::invalid_argument, "upload ended after " + std::to_string(up.received_bytes) +
+                                                          " bytes; its size promised " + std::to_string(*up.expect_size)));
+  if (up.sha) {
+    Digest got = up.sha->finish();
+    if (got != *up.expect_blob)
+      co_return fail(make_error(Errc::invalid_argument, "upload's SHA-256 " + got.hex() +
+                                                            " differs from the blob_digest it promised " + up.expect_blob->hex()));
+  }
+  auto shared = std::make_shared<Upload>(std::move(up));
+  if (shared->type == MsgType::put_source) {
+    auto src = co_await offload(s.pool, [&s, shared] {
+      return s.store.put_source(shared->model_hash, std::move(shared->stream), shared->name);
+    });
+    if (!src) co_return fail(src.error());
+    proto::PutSourceReply reply;
+    reply.source = {src->model_hash, src->blob_digest, src->size, src->created_at, src->name};
+    co_return co_await reply_ok(c, r, proto::encode(reply), std::to_string(src->size) + "B");
+  }
+  auto info = co_await offload(s.pool, [&s, shared] {
+    return s.store.commit(std::move(shared->stream), shared->key, shared->meta);
+  });
+  if (!info) co_return fail(info.error());
+  s.hot.erase(shared->key_digest);  // a copy of the replaced artifact must not be served
+  proto::PutReply reply{to_meta(*info)};
+  co_return co_await reply_ok(c, r, proto::encode(reply), std::to_string(info->size) + "B " + info->key_digest.hex().substr(0, 16));
+}
+
+}  // namespace kiln::daemon

@@ -1,0 +1,228 @@
+// Handlers for admin operations (evict, verify, gc, reload), cancel, and the build
+// operations, which go through the BuildService seam (build_service.hpp).
+#include <ctime>
+#include <deque>
+
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+
+#include "handlers.hpp"
+#include "handlers_common.hpp"
+#include "offload.hpp"
+
+namespace kiln::daemon {
+
+namespace proto = kiln::protocol;
+using proto::MsgType;
+
+namespace {
+
+Error no_builds() {
+  return make_error(Errc::unsupported, "this kilnd has no build service (builds are not available on this node)");
+}
+
+asio::awaitable<Outcome> handle_evict(Connection& c, const Request& r) {
+  auto req = proto::decode<proto::EvictRequest>(r.body);
+  if (!req) co_return fail(req.error());
+  auto& s = c.state();
+  std::optional<std::uint64_t> target = req->target_bytes;
+  storage::ListQuery q;
+  q.filters = req->filters;
+  q.accessed_before = req->accessed_before;
+  if (req->older_than_s) {
+    std::int64_t cutoff = static_cast<std::int64_t>(std::time(nullptr)) - static_cast<std::int64_t>(req->older_than_s);
+    q.accessed_before = q.accessed_before ? std::min(q.accessed_before, cutoff) : cutoff;
+  }
+  auto n = co_await offload(s.pool, [&s, target, q]() -> Result<std::uint64_t> {
+    if (target) return s.store.evict_to(*target);
+    return s.store.evict(q);
+  });
+  if (!n) co_return fail(n.error());
+  if (*n) s.hot.clear();  // which entries went is not reported; drop every copy
+  co_return co_await reply_ok(c, r, proto::encode(proto::EvictReply{*n}), std::to_string(*n) + " evicted");
+}
+
+asio::awaitable<Outcome> handle_verify(Connection& c, const Request& r) {
+  auto req = proto::decode<proto::VerifyRequest>(r.body);
+  if (!req) co_return fail(req.error());
+  auto& s = c.state();
+  auto rep = co_await offload(s.pool, [&s] { return s.store.verify(); });
+  if (!rep) co_return fail(rep.error());
+  for (const auto& d : rep->corrupt) s.hot.erase(d);
+  proto::VerifyReply reply{rep->checked, rep->corrupt, rep->orphans_removed, rep->missing_removed};
+  co_return co_await reply_ok(c, r, proto::encode(reply),
+                              std::to_string(rep->checked) + " checked, " + std::to_string(rep->corrupt.size()) + " corrupt");
+}
+
+asio::awaitable<Outcome> handle_gc(Connection& c, const Request& r) {
+  auto req = proto::decode<proto::GcRequest>(r.body);
+  if (!req) co_return fail(req.error());
+  auto& s = c.state();
+  auto res = co_await offload(s.pool, [&s]() -> Result<proto::GcReply> {
+    proto::GcReply reply;
+    auto quota = s.store.options().quota_bytes;
+    if (quota) {
+      auto n = s.store.evict_to(quota);
+      if (!n) return std::move(n).error();
+      reply.evicted = *n;
+    }
+    auto st = s.store.stats();
+    if (!st) return std::move(st).error();
+    reply.stored_bytes = st->stored_bytes;
+    return reply;
+  });
+  if (!res) co_return fail(res.error());
+  s.hot.clear();
+  co_return co_await reply_ok(c, r, proto::encode(*res), std::to_string(res->evicted) + " evicted");
+}
+
+asio::awaitable<Outcome> handle_reload(Connection& c, const Request& r) {
+  auto req = proto::decode<proto::ReloadRequest>(r.body);
+  if (!req) co_return fail(req.error());
+  auto& s = c.state();
+  if (!s.reload) co_return fail(make_error(Errc::unsupported, "reload is not available"));
+  auto reload = s.reload;
+  auto st = co_await offload(s.pool, [reload] { return reload(); });
+  if (!st) co_return fail(st.error());
+  co_return co_await reply_ok(c, r, proto::encode(proto::ReloadReply{true}), "");
+}
+
+asio::awaitable<Outcome> handle_cancel(Connection& c, const Request& r) {
+  auto req = proto::decode<proto::CancelRequest>(r.body);
+  if (!req) co_return fail(req.error());
+  bool ok = c.cancel(req->request_id);
+  co_return co_await reply_ok(c, r, proto::encode(proto::CancelReply{ok}), ok ? "cancelled" : "nothing to cancel");
+}
+
+asio::awaitable<Outcome> handle_build(Connection& c, const Request& r) {
+  auto req = proto::decode<proto::BuildRequest>(r.body);
+  if (!req) co_return fail(req.error());
+  auto& s = c.state();
+  if (!s.builds) co_return fail(no_builds());
+  auto d = resolve_key(s, req->key);
+  if (!d) co_return fail(d.error());
+  auto* builds = s.builds;
+  if (!req->wait) {
+    auto sub = builds->submit({req->key}, req->force, nullptr);
+    if (!sub) co_return fail(sub.error());
+    proto::BuildReply reply;
+    reply.key_digest = *d;
+    reply.handle = sub->handle;
+    reply.state = sub->results.empty() ? "queued" : sub->results.front().state;
+    if (!sub->results.empty() && sub->results.front().error)
+      co_return fail(make_error(Errc::invalid_argument, *sub->results.front().error));
+    co_return co_await reply_ok(c, r, proto::encode(reply), reply.state);
+  }
+  EnsureOptions opts{req->force, req->wait_ms};
+  Key key = req->key;
+  Digest digest = *d;
+  auto built = co_await await_callback<Status>([builds, key, digest, opts](std::function<void(Status)> done) {
+    builds->ensure(key, digest, opts, std::move(done));
+  });
+  if (!built) co_return fail(built.error());
+  auto info = co_await offload(s.pool, [&s, digest] { return s.store.stat(digest); });
+  if (!info) co_return fail(info.error());
+  if (!*info) co_return fail(make_error(Errc::internal, "build of " + digest.hex() + " reported done but is not stored"));
+  s.hot.erase(digest);
+  proto::BuildReply reply;
+  reply.state = "done";
+  reply.key_digest = digest;
+  reply.info = to_meta(**info);
+  co_return co_await reply_ok(c, r, proto::encode(reply), "done");
+}
+
+// Events from the build service arrive on any thread; they are queued on the
+// connection's strand and written in order by the request's coroutine.
+struct EventQueue {
+  explicit EventQueue(asio::any_io_executor ex) : wake(ex, std::chrono::steady_clock::time_point::max()) {}
+  asio::steady_timer wake;
+  std::deque<std::pair<proto::BuildEvent, bool>> events;
+};
+
+asio::awaitable<Outcome> handle_prewarm(Connection& c, const Request& r) {
+  auto req = proto::decode<proto::PrewarmRequest>(r.body);
+  if (!req) co_return fail(req.error());
+  auto& s = c.state();
+  if (!s.builds) co_return fail(no_builds());
+  for (auto& k : req->keys) fill_node_fields(k, s.node);
+  if (!req->events) {
+    auto sub = s.builds->submit(req->keys, req->force, nullptr);
+    if (!sub) co_return fail(sub.error());
+    co_return co_await reply_ok(c, r, proto::encode(*sub), std::to_string(req->keys.size()) + " keys");
+  }
+  auto ex = co_await asio::this_coro::executor;
+  auto q = std::make_shared<EventQueue>(ex);
+  auto sub = s.builds->submit(req->keys, req->force, [q, ex](proto::BuildEvent e, bool last) {
+    asio::post(ex, [q, e = std::move(e), last]() mutable {
+      q->events.emplace_back(std::move(e), last);
+      q->wake.cancel();
+    });
+  });
+  if (!sub) co_return fail(sub.error());
+  if (!co_await c.send_ok(r.id, proto::encode(*sub), proto::kFlagMore)) co_return Outcome{{}, "peer gone", true};
+  for (;;) {
+    while (q->events.empty()) {
+      if (c.cancelled(r.id)) {
+        co_await c.send_error(r.id, make_error(Errc::cancelled, "event stream cancelled by the client"));
+        co_return Outcome{make_error(Errc::cancelled, "cancelled"), {}, true};
+      }
+      boost::system::error_code ec;
+      q->wake.expires_after(std::chrono::seconds(1));  // also polls for cancellation
+      co_await q->wake.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+    }
+    auto [event, last] = std::move(q->events.front());
+    q->events.pop_front();
+    std::string body = proto::encode(event);
+    proto::FrameHeader h{proto::kVersion, MsgType::event, static_cast<std::uint16_t>(last ? proto::kFlagEnd : 0), r.id, 0};
+    if (!co_await c.send(h, std::as_bytes(std::span(body.data(), body.size())))) co_return Outcome{{}, "peer gone", true};
+    if (last) break;
+  }
+  co_return Outcome{{}, std::to_string(req->keys.size()) + " keys, events", true};
+}
+
+asio::awaitable<Outcome> handle_build_status(Connection& c, const Request& r) {
+  auto req = proto::decode<proto::BuildStatusRequest>(r.body);
+  if (!req) co_return fail(req.error());
+  auto& s = c.state();
+  if (!s.builds) co_return fail(no_builds());
+  auto st = s.builds->status(*req);
+  if (!st) co_return fail(st.error());
+  co_return co_await reply_ok(c, r, proto::encode(*st), std::to_string(st->builds.size()) + " builds");
+}
+
+asio::awaitable<Outcome> handle_logs(Connection& c, const Request& r) {
+  auto req = proto::decode<proto::LogsRequest>(r.body);
+  if (!req) co_return fail(req.error());
+  auto& s = c.state();
+  auto rec = co_await offload(s.pool, [&s, d = req->key_digest] { return s.store.last_build(d); });
+  if (!rec) co_return fail(rec.error());
+  proto::LogsReply reply;
+  reply.found = rec->has_value();
+  if (*rec) {
+    const auto& b = **rec;
+    reply.record = proto::BuildLog{b.key_digest, b.started_at, b.finished_at, b.ok, b.error, b.log};
+  }
+  co_return co_await reply_ok(c, r, proto::encode(reply), reply.found ? "found" : "no build recorded");
+}
+
+}  // namespace
+
+asio::awaitable<Outcome> handle_admin_request(Connection& c, const Request& r) {
+  switch (r.type) {
+    case MsgType::evict: co_return co_await handle_evict(c, r);
+    case MsgType::verify: co_return co_await handle_verify(c, r);
+    case MsgType::gc: co_return co_await handle_gc(c, r);
+    case MsgType::reload: co_return co_await handle_reload(c, r);
+    case MsgType::cancel: co_return co_await handle_cancel(c, r);
+    case MsgType::build: co_return co_await handle_build(c, r);
+    case MsgType::prewarm_submit: co_return co_await handle_prewarm(c, r);
+    case MsgType::build_status: co_return co_await handle_build_status(c, r);
+    case MsgType::logs: co_return co_await handle_logs(c, r);
+    default:
+      co_return fail(make_error(Errc::protocol_error, std::string("no handler for ") +
+                                                          std::string(proto::type_name(r.type))));
+  }
+}
+
+}  // namespace kiln::daemon

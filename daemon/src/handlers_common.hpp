@@ -1,0 +1,21 @@
+// Internal to the handlers: helpers they share.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "connection.hpp"
+
+namespace kiln::daemon {
+
+inline constexpr const char* kServerName = "kilnd/0.1.0";
+
+inline Outcome fail(Error e) { return Outcome{std::move(e), {}, false}; }
+asio::awaitable<Outcome> reply_ok(Connection& c, const Request& r, const std::string& body, std::string note);
+asio::awaitable<Outcome> handle_admin_request(Connection& c, const Request& r);
+Result<Digest> resolve_ref(ServerState& s, protocol::KeyRef& ref);
+std::map<std::string, std::string> node_map(const NodeFields& n);
+std::vector<std::string> capabilities(const ServerState& s);
+
+}  // namespace kiln::daemon

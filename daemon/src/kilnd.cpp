@@ -1,0 +1,168 @@
+// kilnd's main(): command line, configuration, logging, store, server.
+#include "kiln/daemon/kilnd.hpp"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <iostream>
+
+#include <CLI/CLI.hpp>
+#include <spdlog/sinks/stdout_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include "kiln/build/daemon_builds.hpp"  // [builds edit]
+#include "kiln/daemon/config.hpp"
+#include "kiln/daemon/server.hpp"
+#include "kiln/storage/store.hpp"
+
+namespace kiln::daemon {
+
+namespace {
+
+constexpr const char* kFooter = R"(
+Defaults (a user running kilnd by hand / root or the system service):
+  socket   $XDG_RUNTIME_DIR/kiln/kiln.sock (mode 0600)  /  /run/kiln/kiln.sock (mode 0660)
+  store    $XDG_CACHE_HOME/kiln (~/.cache/kiln)          /  /var/lib/kiln
+  config   $XDG_CONFIG_HOME/kiln/kilnd.toml, if present  /  /etc/kiln/kilnd.toml, if present
+Flags override the config file; the file overrides the defaults.
+
+Config file (TOML; ops/kilnd.toml documents every option with its default):
+  socket, store, io_threads (2), store_threads (4), hot_set_bytes ("2GiB"),
+  metrics_listen ("" = off; loopback only, e.g. "127.0.0.1:9464"), log_level ("info")
+  [storage]  quota, hard_limit (sizes, 0 = none), zstd_level (3)
+  [limits]   max_frame_bytes ("4MiB"), max_connections (1024), max_inflight (64),
+             idle_timeout_s (300), frame_timeout_s (10), request_timeout_s (60),
+             drain_timeout_s (30), max_artifact_bytes ("16GiB")
+  [access]   socket_mode, socket_group, trust_owner (true: kilnd's own user and root
+             are admin), read_users (["*"]), read_groups, write_users, write_groups,
+             admin_users, admin_groups  — names or numeric ids; "*" = anyone
+  [node]     gpu_arch, gpu_name, torch_version, torch_git, cuda_version,
+             triton_version, platform, machine, cpu_isa ("this node" for keys)
+
+Roles: read (get, stat, list, stats, status, build-status, logs), write (put,
+put-source, build, prewarm), admin (delete, pin, unpin, evict, verify, gc, reload).
+Peers are identified by SO_PEERCRED; refusals are answered and logged.
+
+Signals: SIGTERM/SIGINT drain in-flight requests and exit (a second one closes at
+once); SIGHUP re-reads the config file (access lists, limits, log level, hot set).
+Socket activation: with LISTEN_FDS/LISTEN_PID (systemd kilnd.socket) kilnd serves
+the passed socket instead of creating one.
+Logs: one line per request on stderr (journald under systemd).
+Exit status: 0 clean stop, 1 could not start, 2 usage error.
+)";
+
+void setup_logging(const std::string& level) {
+  auto logger = spdlog::stderr_logger_mt("kilnd");
+  spdlog::set_default_logger(logger);
+  // Under systemd the journal stamps each line; elsewhere kilnd does.
+  if (std::getenv("JOURNAL_STREAM")) spdlog::set_pattern("%l %v");
+  else spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%f%z %l %v");
+  spdlog::set_level(spdlog::level::from_str(level));
+  spdlog::flush_on(spdlog::level::info);
+}
+
+}  // namespace
+
+int kilnd_main(int argc, char** argv) {
+  CLI::App app{"kilnd — the kiln compiled-artifact cache daemon.\n"
+               "Serves compiled PyTorch blocks to local processes over a Unix socket (schema/protocol.md)."};
+  app.footer(kFooter);
+  std::string socket, store, config_file, log_level, metrics, hot_set;
+  unsigned io_threads = 0, store_threads = 0;
+  bool check = false, version = false;
+  app.add_option("--socket", socket, "Unix socket to listen on");
+  app.add_option("--store", store, "Store folder (created if missing)");
+  app.add_option("--config", config_file, "TOML config file (must exist when given)");
+  app.add_option("--log-level", log_level, "trace, debug, info, warn, error or off");
+  app.add_option("--metrics", metrics, "Serve Prometheus metrics on this loopback host:port");
+  app.add_option("--hot-set", hot_set, "Memory for uncompressed hot copies, e.g. 2GiB");
+  app.add_option("--io-threads", io_threads, "Event-loop threads")->check(CLI::Range(1, 64));
+  app.add_option("--store-threads", store_threads, "Threads for store work")->check(CLI::Range(1, 256));
+  app.add_flag("--check-config", check, "Load and validate the configuration, print where it points, and exit");
+  app.add_flag("--version", version, "Print the version and exit");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
+  }
+  if (version) {
+    std::puts("kilnd 0.1.0 (protocol 1)");
+    return 0;
+  }
+
+  Config config = default_config();
+  std::filesystem::path file = config_file.empty() ? default_config_path() : std::filesystem::path(config_file);
+  if (!config_file.empty() || std::filesystem::exists(file)) {
+    if (auto st = apply_toml_file(config, file); !st) {
+      std::fprintf(stderr, "kilnd: %s\n", st.error().to_string().c_str());
+      return 2;
+    }
+  }
+  if (!socket.empty()) config.socket = socket;
+  if (!store.empty()) config.store = store;
+  if (!log_level.empty()) config.log_level = log_level;
+  if (!metrics.empty()) config.metrics_listen = metrics;
+  if (io_threads) config.io_threads = io_threads;
+  if (store_threads) config.store_threads = store_threads;
+  if (!hot_set.empty()) {
+    auto n = parse_size(hot_set);
+    if (!n) {
+      std::fprintf(stderr, "kilnd: --hot-set: %s\n", n.error().message.c_str());
+      return 2;
+    }
+    config.hot_set_bytes = *n;
+  }
+  if (auto st = validate(config); !st) {
+    std::fprintf(stderr, "kilnd: %s\n", st.error().to_string().c_str());
+    return 2;
+  }
+  if (check) {
+    std::printf("socket = %s\nstore = %s\nconfig = %s\n", config.socket.c_str(), config.store.c_str(),
+                config.config_file ? config.config_file->c_str() : "(none)");
+    return 0;
+  }
+  setup_logging(config.log_level);
+
+  auto listen_fd = systemd_listen_fd();
+  if (!listen_fd) {
+    spdlog::critical("{}", listen_fd.error().to_string());
+    return 1;
+  }
+  if (*listen_fd >= 0) spdlog::info("socket activation: serving the socket systemd passed (fd {})", *listen_fd);
+
+  storage::StoreOptions so;
+  so.root = config.store;
+  so.quota_bytes = config.store_options.quota_bytes;
+  so.hard_limit_bytes = config.store_options.hard_limit_bytes;
+  so.zstd_level = config.store_options.zstd_level;
+  auto opened = storage::Store::open(so);
+  if (!opened) {
+    spdlog::critical("cannot open the store at {}: {}", config.store.string(), opened.error().to_string());
+    return 1;
+  }
+  std::unique_ptr<storage::Store> the_store = std::move(*opened);
+
+  // [builds edit] The build scheduler (daemon/build/, kiln::build): probes the GPUs and the
+  // worker's toolchain, then serves build operations. "This node" is what it found.
+  auto builds = build::start_daemon_builds(config.config_file, config.store, *the_store,
+                                           detect_node_fields(config.node));
+  if (!builds) {
+    spdlog::critical("cannot start builds: {}", builds.error().to_string());
+    return 1;
+  }
+  config.node = builds->node;
+
+  auto server = Server::create(config, *the_store, builds->service.get(), *listen_fd);
+  if (!server) {
+    spdlog::critical("cannot start: {}", server.error().to_string());
+    return 1;
+  }
+  auto st = (*server)->run();
+  if (!st) {
+    spdlog::critical("{}", st.error().to_string());
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace kiln::daemon

@@ -1,0 +1,93 @@
+// Prometheus text rendering of kilnd's metrics.
+#include "metrics.hpp"
+
+#include <cstdio>
+#include <sstream>
+
+namespace kiln::daemon {
+
+namespace {
+std::string num(double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.17g", v);
+  return buf;
+}
+}  // namespace
+
+void Metrics::record_request(protocol::MsgType op, Errc outcome, double seconds) {
+  auto o = static_cast<std::size_t>(op);
+  auto c = static_cast<std::size_t>(outcome);
+  if (o >= kOps || c >= kOutcomes) return;
+  requests_[o][c].fetch_add(1, std::memory_order_relaxed);
+  std::size_t b = 0;
+  while (b < kBuckets.size() && seconds > kBuckets[b]) ++b;
+  latency_buckets_[o][b].fetch_add(1, std::memory_order_relaxed);
+  latency_count_[o].fetch_add(1, std::memory_order_relaxed);
+  double cur = latency_sum_[o].load(std::memory_order_relaxed);
+  while (!latency_sum_[o].compare_exchange_weak(cur, cur + seconds, std::memory_order_relaxed)) {
+  }
+}
+
+void Metrics::record_get(bool hit, bool hot) {
+  (hit ? hits_ : misses_).fetch_add(1, std::memory_order_relaxed);
+  if (hot) hot_hits_.fetch_add(1, std::memory_order_relaxed);
+}
+
+std::uint64_t Metrics::requests() const {
+  std::uint64_t n = 0;
+  for (const auto& op : requests_)
+    for (const auto& c : op) n += c.load(std::memory_order_relaxed);
+  return n;
+}
+
+std::string Metrics::render(const std::vector<Gauge>& gauges) const {
+  std::ostringstream os;
+  os << "# HELP kiln_requests_total Requests answered, by operation and outcome (an errc name or ok).\n"
+        "# TYPE kiln_requests_total counter\n";
+  for (std::size_t o = 0; o < kOps; ++o) {
+    auto op = static_cast<protocol::MsgType>(o);
+    if (!protocol::is_request_type(op)) continue;
+    for (std::size_t c = 0; c < kOutcomes; ++c) {
+      auto n = requests_[o][c].load(std::memory_order_relaxed);
+      if (n == 0) continue;
+      os << "kiln_requests_total{op=\"" << protocol::op_name(op) << "\",outcome=\""
+         << errc_name(static_cast<Errc>(c)) << "\"} " << n << "\n";
+    }
+  }
+  os << "# HELP kiln_request_duration_seconds Time from a request's frame to its reply.\n"
+        "# TYPE kiln_request_duration_seconds histogram\n";
+  for (std::size_t o = 0; o < kOps; ++o) {
+    auto op = static_cast<protocol::MsgType>(o);
+    auto count = latency_count_[o].load(std::memory_order_relaxed);
+    if (!protocol::is_request_type(op) || count == 0) continue;
+    std::uint64_t cum = 0;
+    for (std::size_t b = 0; b <= kBuckets.size(); ++b) {
+      cum += latency_buckets_[o][b].load(std::memory_order_relaxed);
+      os << "kiln_request_duration_seconds_bucket{op=\"" << protocol::op_name(op) << "\",le=\""
+         << (b < kBuckets.size() ? num(kBuckets[b]) : std::string("+Inf")) << "\"} " << cum << "\n";
+    }
+    os << "kiln_request_duration_seconds_sum{op=\"" << protocol::op_name(op) << "\"} "
+       << num(latency_sum_[o].load(std::memory_order_relaxed)) << "\n";
+    os << "kiln_request_duration_seconds_count{op=\"" << protocol::op_name(op) << "\"} " << count << "\n";
+  }
+  auto counter = [&](const char* name, const char* help, const Counter& c) {
+    os << "# HELP " << name << " " << help << "\n# TYPE " << name << " counter\n"
+       << name << " " << c.load(std::memory_order_relaxed) << "\n";
+  };
+  counter("kiln_get_hits_total", "GET requests answered with an artifact.", hits_);
+  counter("kiln_get_misses_total", "GET requests for an artifact that is not stored.", misses_);
+  counter("kiln_get_hot_hits_total", "Hits served from the hot set of uncompressed copies.", hot_hits_);
+  counter("kiln_bytes_served_total", "Uncompressed artifact bytes handed over (descriptor or stream).", bytes_served_);
+  counter("kiln_connections_total", "Connections accepted.", connections_total_);
+  counter("kiln_connections_refused_total", "Connections refused (limit reached or no role).", connections_refused_);
+  counter("kiln_protocol_errors_total", "Connections closed for a malformed frame.", protocol_errors_);
+  os << "# HELP kiln_connections Open client connections.\n# TYPE kiln_connections gauge\nkiln_connections "
+     << connections_.load(std::memory_order_relaxed) << "\n";
+  for (const auto& g : gauges) {
+    os << "# HELP " << g.name << " " << g.help << "\n# TYPE " << g.name << " " << (g.counter ? "counter" : "gauge")
+       << "\n" << g.name << " " << num(g.value) << "\n";
+  }
+  return os.str();
+}
+
+}  // namespace kiln::daemon

@@ -1,0 +1,295 @@
+// The kilnd server: listener, accept loop, signals, drain, reload, metrics endpoint.
+#include "kiln/daemon/server.hpp"
+
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <list>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/local/stream_protocol.hpp>
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/strand.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <spdlog/spdlog.h>
+
+#include "connection.hpp"
+#include "metrics_http.hpp"
+#include "offload.hpp"
+#include "server_state.hpp"
+#include "unix_listener.hpp"
+
+namespace kiln::daemon {
+
+using asio::use_awaitable;
+using boost::system::error_code;
+namespace proto = kiln::protocol;
+
+struct Server::Impl {
+  Impl(const Config& c, AccessPolicy access, storage::Store& store, BuildService* builds)
+      : state(io, std::make_shared<const Config>(c), std::move(access), store, builds),
+        strand(asio::make_strand(io)),
+        acceptor(strand),
+        signals(strand),
+        drain_timer(strand) {}
+
+  asio::io_context io;
+  ServerState state;
+  asio::strand<asio::io_context::executor_type> strand;  // server-level objects below live on it
+  asio::local::stream_protocol::acceptor acceptor;
+  asio::signal_set signals;
+  asio::steady_timer drain_timer;
+  std::unique_ptr<MetricsHttp> metrics_http;
+  std::filesystem::path socket_path;
+  bool created_socket = false;
+  bool draining = false;          // on `strand`
+  std::uint64_t serial = 0;
+  std::mutex conns_mu;
+  std::list<std::weak_ptr<Connection>> conns;  // protected by conns_mu
+  std::mutex reload_mu;           // one reload at a time
+
+  asio::awaitable<void> accept_loop();
+  asio::awaitable<void> signal_loop();
+  void begin_drain(const char* why);
+  void finish_drain();
+  Status reload();
+  asio::awaitable<std::string> render_metrics();
+};
+
+namespace {
+void refuse(int fd, const Error& e) {
+  auto body = proto::encode(proto::to_error_body(e));
+  auto frame = proto::encode_frame({proto::kVersion, proto::MsgType::error, 0, 0, 0}, body);
+  (void)::send(fd, frame.data(), frame.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+}
+}  // namespace
+
+asio::awaitable<void> Server::Impl::accept_loop() {
+  for (;;) {
+    error_code ec;
+    Socket sock(asio::make_strand(io));
+    co_await acceptor.async_accept(sock, asio::redirect_error(use_awaitable, ec));
+    if (ec) {
+      if (!acceptor.is_open() || ec == asio::error::operation_aborted) co_return;
+      spdlog::warn("accept failed: {}", ec.message());
+      if (ec == asio::error::no_descriptors || ec.value() == ENFILE) {
+        asio::steady_timer t(io, std::chrono::milliseconds(100));  // let descriptors free up
+        co_await t.async_wait(asio::redirect_error(use_awaitable, ec));
+      }
+      continue;
+    }
+    auto cred = peer_credentials(sock.native_handle());
+    if (!cred) {
+      spdlog::warn("connection refused: {}", cred.error().to_string());
+      continue;
+    }
+    auto cfg = state.config();
+    if (state.open_connections.load() >= cfg->limits.max_connections) {
+      state.metrics.connection_refused();
+      spdlog::warn("connection from uid={} pid={} refused: {} connections open (limits.max_connections)", cred->uid,
+                   cred->pid, state.open_connections.load());
+      refuse(sock.native_handle(),
+             make_error(Errc::busy, "kilnd has too many connections (limit " +
+                                        std::to_string(cfg->limits.max_connections) + "); retry later"));
+      continue;
+    }
+    auto conn = std::make_shared<Connection>(std::move(sock), state, std::move(*cred), ++serial);
+    {
+      std::lock_guard lock(conns_mu);
+      conns.remove_if([](const std::weak_ptr<Connection>& w) { return w.expired(); });
+      conns.push_back(conn);
+    }
+    conn->start();
+  }
+}
+
+asio::awaitable<void> Server::Impl::signal_loop() {
+  for (;;) {
+    error_code ec;
+    int sig = co_await signals.async_wait(asio::redirect_error(use_awaitable, ec));
+    if (ec) co_return;
+    if (sig == SIGHUP) {
+      auto st = co_await offload(state.pool, [this] { return reload(); });
+      if (!st) spdlog::error("reload failed, keeping the old configuration: {}", st.error().to_string());
+      continue;
+    }
+    if (draining) {
+      spdlog::warn("second stop signal: closing every connection now");
+      std::lock_guard lock(conns_mu);
+      for (auto& w : conns)
+        if (auto c = w.lock()) c->force_close();
+      continue;
+    }
+    begin_drain(sig == SIGTERM ? "SIGTERM" : "SIGINT");
+  }
+}
+
+void Server::Impl::begin_drain(const char* why) {
+  if (draining) return;
+  draining = true;
+  state.draining = true;  // connections read it to refuse new requests
+  spdlog::info("stopping ({}): draining {} connection(s)", why, state.open_connections.load());
+  error_code ec;
+  acceptor.close(ec);
+  if (created_socket) ::unlink(socket_path.c_str());  // new clients fail fast instead of hanging
+  if (metrics_http) metrics_http->stop();
+  std::vector<std::shared_ptr<Connection>> live;
+  {
+    std::lock_guard lock(conns_mu);
+    for (auto& w : conns)
+      if (auto c = w.lock()) live.push_back(std::move(c));
+  }
+  for (auto& c : live) c->begin_drain();
+  live.clear();
+  if (state.open_connections.load() == 0) {
+    finish_drain();
+    return;
+  }
+  drain_timer.expires_after(state.config()->limits.drain_timeout);
+  drain_timer.async_wait([this](error_code e) {
+    if (e) return;
+    spdlog::warn("drain timeout: closing {} connection(s) with requests still in flight", state.open_connections.load());
+    std::lock_guard lock(conns_mu);
+    for (auto& w : conns)
+      if (auto c = w.lock()) c->force_close();
+  });
+}
+
+void Server::Impl::finish_drain() {
+  drain_timer.cancel();
+  error_code ec;
+  signals.cancel(ec);
+  signals.clear(ec);
+}
+
+Status Server::Impl::reload() {
+  std::lock_guard lock(reload_mu);
+  auto cur = state.config();
+  if (!cur->config_file) {
+    spdlog::info("reload: no config file in use; nothing to re-read");
+    return {};
+  }
+  Config next = *cur;
+  // Re-read from the defaults, so options removed from the file go back to them; the
+  // paths given on the command line (socket, store) are kept.
+  Config fresh = default_config();
+  fresh.socket = cur->socket;
+  fresh.store = cur->store;
+  KILN_TRY(apply_toml_file(fresh, *cur->config_file));
+  fresh.socket = cur->socket;
+  fresh.store = cur->store;
+  KILN_TRY(validate(fresh));
+  auto access = AccessPolicy::make(fresh.access);
+  if (!access) return std::move(access).error();
+  if (fresh.io_threads != cur->io_threads || fresh.store_threads != cur->store_threads ||
+      fresh.metrics_listen != cur->metrics_listen || fresh.store_options.quota_bytes != cur->store_options.quota_bytes)
+    spdlog::warn("reload: thread counts, metrics_listen and [storage] take effect at the next restart");
+  state.hot.set_capacity(fresh.hot_set_bytes);
+  spdlog::set_level(spdlog::level::from_str(fresh.log_level));
+  state.set_config(std::make_shared<const Config>(fresh),
+                   std::make_shared<const AccessPolicy>(std::move(*access)));
+  spdlog::info("reloaded configuration from {}", cur->config_file->string());
+  return {};
+}
+
+asio::awaitable<std::string> Server::Impl::render_metrics() {
+  auto stats = co_await offload(state.pool, [this] { return state.store.stats(); });
+  std::vector<Metrics::Gauge> g;
+  if (stats) {
+    g.push_back({"kiln_store_entries", "Artifacts in the store.", double(stats->entries)});
+    g.push_back({"kiln_store_stored_bytes", "Bytes the store takes on disk (compressed).", double(stats->stored_bytes)});
+    g.push_back({"kiln_store_uncompressed_bytes", "Uncompressed bytes of the stored artifacts.", double(stats->uncompressed_bytes)});
+    g.push_back({"kiln_store_evictions_total", "Artifacts evicted from the store.", double(stats->evictions), true});
+    g.push_back({"kiln_store_quarantined_total", "Artifacts quarantined after failing verification.", double(stats->quarantined), true});
+    g.push_back({"kiln_store_quota_bytes", "Soft quota of the store (0 = none).", double(stats->quota_bytes)});
+  }
+  g.push_back({"kiln_hot_set_bytes", "Bytes held as uncompressed hot copies.", double(state.hot.bytes())});
+  g.push_back({"kiln_hot_set_entries", "Artifacts held as uncompressed hot copies.", double(state.hot.entries())});
+  g.push_back({"kiln_uptime_seconds", "Seconds since kilnd started.", double(state.uptime_s())});
+  co_return state.metrics.render(g);
+}
+
+Server::Server(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+Server::~Server() {
+  if (impl_ && impl_->created_socket && !impl_->draining) ::unlink(impl_->socket_path.c_str());
+}
+
+Result<std::unique_ptr<Server>> Server::create(const Config& config, storage::Store& store, BuildService* builds,
+                                               int listen_fd) {
+  KILN_TRY(validate(config));
+  auto access = AccessPolicy::make(config.access);
+  if (!access) return std::move(access).error();
+  auto impl = std::make_unique<Impl>(config, std::move(*access), store, builds);
+  impl->state.node = detect_node_fields(config.node);
+  impl->socket_path = config.socket;
+  UniqueFd fd;
+  if (listen_fd >= 0) {
+    fd.reset(listen_fd);
+  } else {
+    auto made = create_unix_listener(config);
+    if (!made) return std::move(made).error();
+    fd = std::move(*made);
+    impl->created_socket = true;
+  }
+  error_code ec;
+  impl->acceptor.assign(asio::local::stream_protocol(), fd.get(), ec);
+  if (ec) return make_error(Errc::io_error, "cannot use the listening socket: " + ec.message());
+  fd.release();
+  if (!config.metrics_listen.empty()) {
+    Impl* raw = impl.get();
+    auto m = MetricsHttp::start(impl->io, config.metrics_listen, [raw] { return raw->render_metrics(); });
+    if (!m) return std::move(m).error();
+    impl->metrics_http = std::move(*m);
+    impl->state.metrics_url = impl->metrics_http->url();
+  }
+  Impl* raw = impl.get();
+  impl->state.reload = [raw] { return raw->reload(); };
+  impl->state.on_last_connection_closed = [raw] {
+    asio::post(raw->strand, [raw] {
+      if (raw->draining && raw->state.open_connections.load() == 0) raw->finish_drain();
+    });
+  };
+  return std::unique_ptr<Server>(new Server(std::move(impl)));
+}
+
+Status Server::run(const RunOptions& options) {
+  auto& im = *impl_;
+  if (options.handle_signals) {
+    im.signals.add(SIGTERM);
+    im.signals.add(SIGINT);
+    im.signals.add(SIGHUP);
+    asio::co_spawn(im.strand, im.signal_loop(), asio::detached);
+  }
+  asio::co_spawn(im.strand, im.accept_loop(), asio::detached);
+  auto cfg = im.state.config();
+  spdlog::info("kilnd listening on {} (store {}, {} io threads, {} store threads{}{})", im.socket_path.string(),
+               cfg->store.string(), cfg->io_threads, cfg->store_threads, im.state.builds ? "" : ", builds unavailable",
+               im.state.metrics_url.empty() ? "" : ", metrics " + im.state.metrics_url);
+  std::vector<std::thread> threads;
+  for (unsigned i = 1; i < cfg->io_threads; ++i) threads.emplace_back([&im] { im.io.run(); });
+  im.io.run();
+  for (auto& t : threads) t.join();
+  im.state.pool.join();
+  spdlog::info("kilnd stopped cleanly");
+  return {};
+}
+
+void Server::request_stop() {
+  asio::post(impl_->strand, [im = impl_.get()] { im->begin_drain("stop requested"); });
+}
+
+Status Server::reload() { return impl_->reload(); }
+
+const std::filesystem::path& Server::socket_path() const { return impl_->socket_path; }
+
+std::string Server::metrics_url() const { return impl_->state.metrics_url; }
+
+}  // namespace kiln::daemon

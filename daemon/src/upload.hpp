@@ -1,0 +1,36 @@
+// A PUT or PUT_SOURCE whose chunks are arriving: the store's stream and what the
+// request promised (size, digest) to check at END.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "kiln/digest.hpp"
+#include "kiln/key.hpp"
+#include "kiln/protocol/frame.hpp"
+#include "kiln/storage/store.hpp"
+
+namespace kiln::daemon {
+
+struct Upload {
+  protocol::MsgType type = protocol::MsgType::put;
+  std::chrono::steady_clock::time_point received;
+  std::unique_ptr<storage::PutStream> stream;   // used on the store pool only
+  // PUT
+  Key key;
+  Digest key_digest;
+  storage::PutMeta meta;
+  // PUT_SOURCE
+  std::string model_hash;
+  std::string name;
+  // Promises checked at END.
+  std::optional<std::uint64_t> expect_size;
+  std::optional<Digest> expect_blob;
+  std::unique_ptr<Sha256> sha;   // set when expect_blob is
+  std::uint64_t received_bytes = 0;
+};
+
+}  // namespace kiln::daemon
