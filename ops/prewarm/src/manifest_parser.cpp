@@ -58,7 +58,7 @@ Result<std::vector<std::string>> Ctx::string_list(const toml::node& n, const std
     out.push_back(*n.value<std::string>());
   } else if (const toml::array* a = n.as_array()) {
     for (std::size_t i = 0; i < a->size(); ++i) {
-      const toml::node& e = *a->get(i);
+      const toml::node& e = (*a)[i];
       if (!e.is_string()) return err(&e, field + "[" + std::to_string(i) + "]", "must be a string");
       out.push_back(*e.value<std::string>());
     }
@@ -85,7 +85,7 @@ Result<nlohmann::json> Ctx::to_json(const toml::node& n, const std::string& fiel
   if (const toml::array* a = n.as_array()) {
     nlohmann::json j = nlohmann::json::array();
     for (std::size_t i = 0; i < a->size(); ++i) {
-      auto x = to_json(*a->get(i), field + "[" + std::to_string(i) + "]");
+      auto x = to_json((*a)[i], field + "[" + std::to_string(i) + "]");
       if (!x) return x;
       j.push_back(std::move(*x));
     }
@@ -113,7 +113,7 @@ Result<std::vector<std::string>> Ctx::options_list(const toml::node& n, const st
     KILN_TRY(one(n, field));
   } else if (const toml::array* a = n.as_array()) {
     if (a->empty()) return err(&n, field, "must not be an empty list (use {} for the defaults)");
-    for (std::size_t i = 0; i < a->size(); ++i) KILN_TRY(one(*a->get(i), field + "[" + std::to_string(i) + "]"));
+    for (std::size_t i = 0; i < a->size(); ++i) KILN_TRY(one((*a)[i], field + "[" + std::to_string(i) + "]"));
   } else {
     return err(&n, field, "must be a table or an array of tables");
   }
@@ -149,14 +149,14 @@ Result<SignatureSpec> Ctx::signature(const toml::node& n, const std::string& fie
   if (inputs->empty()) return err(inputs, field + ".inputs", "must list at least one input");
   for (std::size_t i = 0; i < inputs->size(); ++i) {
     std::string f = field + ".inputs[" + std::to_string(i) + "]";
-    const toml::table* in = inputs->get(i)->as_table();
-    if (in == nullptr) return err(inputs->get(i), f, "must be a table { shape = [...], dtype = \"...\" }");
+    const toml::table* in = (*inputs)[i].as_table();
+    if (in == nullptr) return err(&(*inputs)[i], f, "must be a table { shape = [...], dtype = \"...\" }");
     KILN_TRY(only_known(*in, f, {"shape", "dtype", "layout"}));
     InputSpec spec;
     const toml::array* shape = (*in)["shape"].as_array();
     if (shape == nullptr) return err(in, f + ".shape", "required: an array of dims");
     for (std::size_t d = 0; d < shape->size(); ++d) {
-      auto x = dim(*shape->get(d), f + ".shape[" + std::to_string(d) + "]");
+      auto x = dim((*shape)[d], f + ".shape[" + std::to_string(d) + "]");
       if (!x) return std::move(x).error();
       spec.shape.push_back(*x);
     }
@@ -177,7 +177,7 @@ Result<std::vector<SignatureSpec>> Ctx::signatures(const toml::node& n, const st
   if (a->empty()) return err(&n, field, "must list at least one signature");
   std::vector<SignatureSpec> out;
   for (std::size_t i = 0; i < a->size(); ++i) {
-    auto s = signature(*a->get(i), field + "[" + std::to_string(i) + "]");
+    auto s = signature((*a)[i], field + "[" + std::to_string(i) + "]");
     if (!s) return std::move(s).error();
     out.push_back(std::move(*s));
   }
@@ -256,8 +256,8 @@ Result<ParsedManifest> Ctx::parse(const toml::table& root, const std::filesystem
     if (a == nullptr) return err(s, "source", "must be an array of tables ([[source]])");
     for (std::size_t i = 0; i < a->size(); ++i) {
       std::string f = "source[" + std::to_string(i) + "]";
-      const toml::table* t = a->get(i)->as_table();
-      if (t == nullptr) return err(a->get(i), f, "must be a table");
+      const toml::table* t = (*a)[i].as_table();
+      if (t == nullptr) return err(&(*a)[i], f, "must be a table");
       KILN_TRY(only_known(*t, f, {"name", "path", "model_hash"}));
       SourceSpec src;
       auto name = string_field(*t, "name", f, true);
@@ -289,8 +289,8 @@ Result<ParsedManifest> Ctx::parse(const toml::table& root, const std::filesystem
   if (a == nullptr || a->empty()) return err(builds, "build", "must be an array of tables ([[build]])");
   for (std::size_t i = 0; i < a->size(); ++i) {
     std::string f = "build[" + std::to_string(i) + "]";
-    const toml::table* t = a->get(i)->as_table();
-    if (t == nullptr) return err(a->get(i), f, "must be a table");
+    const toml::table* t = (*a)[i].as_table();
+    if (t == nullptr) return err(&(*a)[i], f, "must be a table");
     KILN_TRY(only_known(*t, f, {"source", "region", "kind", "dtype", "compile_options", "signature", "target"}));
     BuildSpec b = defaults;
     b.node = t;

@@ -1,0 +1,105 @@
+// kilnctl evict: remove unpinned artifacts by filter, by age, or down to a size.
+#include <ctime>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <ostream>
+
+#include "kiln/client/json.hpp"
+#include "kilnctl/commands/commands.hpp"
+#include "kilnctl/commands/ops_util.hpp"
+#include "kilnctl/output.hpp"
+
+namespace kiln::ctl {
+
+namespace {
+
+struct EvictArgs {
+  std::vector<std::string> filters;
+  std::string older_than;
+  std::string to;
+  bool dry_run = false;
+};
+
+}  // namespace
+
+void add_evict(CommandSet& set) {
+  Context& ctx = set.context();
+  auto args = std::make_shared<EvictArgs>();
+  CLI::App* sub = set.add("evict", "Remove unpinned artifacts: by key-field filter, by age, or down to a size", [&ctx, args] {
+    if (args->filters.empty() && args->older_than.empty() && args->to.empty()) {
+      return ctx.usage("say what to evict: --filter FIELD=VALUE, --older-than AGE, or --to SIZE");
+    }
+    if (!args->to.empty() && (!args->filters.empty() || !args->older_than.empty())) {
+      return ctx.usage("--to SIZE evicts least-recently-used artifacts store-wide; it does not combine with --filter or --older-than");
+    }
+    protocol::EvictRequest req;
+    if (!args->to.empty()) {
+      auto bytes = parse_size_bytes(args->to);
+      if (!bytes) return ctx.fail(bytes.error());
+      req.target_bytes = *bytes;
+      if (args->dry_run) return ctx.usage("--dry-run works with --filter and --older-than, not --to");
+    }
+    auto filters = parse_filters(args->filters);
+    if (!filters) return ctx.fail(filters.error());
+    req.filters = *filters;
+    if (!args->older_than.empty()) {
+      auto age = parse_age_seconds(args->older_than);
+      if (!age) return ctx.fail(age.error());
+      if (*age == 0) return ctx.usage("--older-than 0 would mean every artifact; use --filter to choose them");
+      req.older_than_s = *age;
+    }
+    auto client = ctx.connect();
+    if (!client) return ctx.fail(client.error());
+
+    if (args->dry_run) {
+      // What would go: the same criteria as a listing of unpinned entries.
+      client::ListQuery q;
+      q.filters = req.filters;
+      q.pinned = false;
+      if (req.older_than_s > 0) q.accessed_before = static_cast<std::int64_t>(std::time(nullptr)) - static_cast<std::int64_t>(req.older_than_s);
+      client::ListPage all;
+      for (;;) {
+        auto page = client->list(q);
+        if (!page) return ctx.fail(page.error());
+        for (auto& e : page->entries) all.entries.push_back(std::move(e));
+        if (!page->next_offset) break;
+        q.offset = *page->next_offset;
+      }
+      if (ctx.json) {
+        ctx.out << client::to_json(all) << "\n";
+      } else {
+        std::uint64_t bytes = 0;
+        for (const auto& e : all.entries) {
+          bytes += e.stored_size;
+          ctx.out << "would evict  " << e.key_digest.hex() << "  " << e.key.region << " " << to_string(e.key.kind) << " "
+                  << e.key.dtype << "  " << format_bytes(e.stored_size) << "\n";
+        }
+        ctx.out << all.entries.size() << " artifact(s), " << format_bytes(bytes) << " (dry run: nothing removed)\n";
+      }
+      return 0;
+    }
+
+    auto r = call_typed<protocol::EvictReply>(*client, protocol::MsgType::evict, req);
+    if (!r) return ctx.fail(r.error());
+    if (ctx.json) {
+      ctx.out << nlohmann::json{{"evicted", r->evicted}}.dump() << "\n";
+    } else {
+      ctx.out << "evicted " << r->evicted << " artifact(s)\n";
+    }
+    return 0;
+  });
+  sub->add_option("--filter", args->filters, "FIELD=VALUE on any key field (repeat to narrow), e.g. gpu_arch=sm_80")
+      ->option_text("FIELD=VALUE");
+  sub->add_option("--older-than", args->older_than, "Last used longer ago than AGE: 90s, 30m, 12h, 7d, 2w")->option_text("AGE");
+  sub->add_option("--to", args->to, "Evict least-recently-used until the store holds at most SIZE: 500M, 10GiB")->option_text("SIZE");
+  sub->add_flag("--dry-run", args->dry_run, "List what --filter/--older-than would evict; remove nothing");
+  sub->footer(std::string(
+                  "Needs the admin role. Pinned artifacts are never evicted (unpin them first).\n"
+                  "--filter and --older-than combine (both must match). Examples:\n"
+                  "  kilnctl evict --filter torch_version=2.10.0+cu128      # an old toolchain's artifacts\n"
+                  "  kilnctl evict --older-than 30d\n"
+                  "  kilnctl evict --to 50GiB\n\n") +
+              sub->get_footer());
+}
+
+}  // namespace kiln::ctl

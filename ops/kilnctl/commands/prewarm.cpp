@@ -1,0 +1,128 @@
+// kilnctl prewarm MANIFEST: build every key a prewarm manifest lists, across the node's
+// GPUs, with a live progress screen on a terminal or one line per outcome otherwise.
+#include <sys/ioctl.h>
+#include <unistd.h>
+
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "kiln/progress/render.hpp"
+#include "kilnctl/commands/commands.hpp"
+#include "kilnctl/commands/ops_util.hpp"
+#include "kilnctl/commands/prewarm_run.hpp"
+
+namespace kiln::ctl {
+
+namespace {
+
+struct PrewarmArgs {
+  std::string manifest;
+  bool force = false;
+  std::string progress = "auto";
+  bool dry_run = false;
+};
+
+std::size_t terminal_width() {
+  winsize ws{};
+  if (::ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0) return ws.ws_col;
+  return 80;
+}
+
+nlohmann::json summary_json(const std::string& manifest, const PrewarmOutcome& o) {
+  nlohmann::json items = nlohmann::json::array();
+  for (const auto& i : o.items) {
+    nlohmann::json j = {{"label", i.label}, {"key_digest", i.key_digest}, {"outcome", progress::outcome_name(i.outcome)}};
+    if (i.outcome == progress::Outcome::built) j["seconds"] = i.seconds;
+    if (!i.error.empty()) j["error"] = i.error;
+    items.push_back(j);
+  }
+  return {{"manifest", manifest},
+          {"total", o.items.size()},
+          {"built", o.count(progress::Outcome::built)},
+          {"present", o.count(progress::Outcome::present)},
+          {"failed", o.count(progress::Outcome::failed)},
+          {"duplicates", o.duplicates},
+          {"elapsed_s", o.elapsed},
+          {"items", items}};
+}
+
+}  // namespace
+
+void add_prewarm(CommandSet& set) {
+  Context& ctx = set.context();
+  auto args = std::make_shared<PrewarmArgs>();
+  CLI::App* sub = set.add("prewarm", "Build every key a prewarm manifest lists, across the node's GPUs, and report each outcome", [&ctx, args] {
+    auto manifest = prewarm::load_manifest(args->manifest);
+    if (!manifest) return ctx.fail(manifest.error());
+    if (args->dry_run) {
+      if (ctx.json) {
+        nlohmann::json keys = nlohmann::json::array();
+        for (const auto& k : manifest->keys) keys.push_back({{"label", k.label}, {"key", nlohmann::json::parse(k.key.to_json())}});
+        ctx.out << nlohmann::json{{"keys", keys}, {"duplicates", manifest->duplicates}}.dump() << "\n";
+      } else {
+        for (const auto& k : manifest->keys) ctx.out << k.label << "  " << k.key.to_json() << "\n";
+        ctx.out << manifest->keys.size() << " key(s)" << (manifest->duplicates ? " (" + std::to_string(manifest->duplicates) + " duplicates dropped)" : "") << "\n";
+      }
+      return 0;
+    }
+    bool to_terminal = ctx.out.rdbuf() == std::cout.rdbuf() && ::isatty(STDOUT_FILENO) == 1;
+    bool live = !ctx.json && (args->progress == "live" || (args->progress == "auto" && to_terminal));
+    bool plain = !ctx.json && !live && args->progress != "none";
+
+    auto client = ctx.connect();
+    if (!client) return ctx.fail(client.error());
+
+    progress::TerminalFrame frame;
+    progress::ScreenOptions screen{"kiln prewarm " + args->manifest, live ? terminal_width() : 80, 6};
+    double last_draw = -1;
+    PrewarmObserver observer;
+    observer.tick = [&](const progress::Tracker& t, double now) {
+      if (!live) return;
+      bool done = t.all_done();
+      if (!done && now - last_draw < 0.1) return;  // at most 10 frames a second
+      last_draw = now;
+      ctx.out << frame.frame(progress::screen_lines(t.snapshot(now), screen)) << std::flush;
+    };
+    observer.finished = [&](const progress::Finished& f) {
+      if (plain) ctx.out << progress::outcome_line(f) << std::endl;
+    };
+    PrewarmOptions options;
+    options.force = args->force;
+    auto outcome = run_prewarm(*client, *manifest, options, observer);
+    if (!outcome) return ctx.fail(outcome.error());
+
+    std::size_t failed = outcome->count(progress::Outcome::failed);
+    if (ctx.json) {
+      ctx.out << summary_json(args->manifest, *outcome).dump() << "\n";
+    } else {
+      progress::Snapshot s;
+      s.total = outcome->items.size();
+      s.built = outcome->count(progress::Outcome::built);
+      s.present = outcome->count(progress::Outcome::present);
+      s.failed = failed;
+      s.elapsed = outcome->elapsed;
+      ctx.out << progress::summary_line(s) << "\n";
+      if (live) {  // the screen showed only the last few failures: list them all
+        for (const auto& i : outcome->items)
+          if (i.outcome == progress::Outcome::failed) ctx.out << "failed   " << i.label << "  " << i.error << "\n";
+      }
+    }
+    return failed == 0 ? 0 : kExitFailuresFound;
+  });
+  sub->add_option("MANIFEST", args->manifest, "The prewarm manifest (TOML, schema/prewarm-manifest.md)")->required();
+  sub->add_flag("--force", args->force, "Rebuild keys that are already stored (and retry recent failures)");
+  sub->add_option("--progress", args->progress, "auto (live screen on a terminal, else one line per key), live, plain, none")
+      ->check(CLI::IsMember({"auto", "live", "plain", "none"}));
+  sub->add_flag("--dry-run", args->dry_run, "Print the keys the manifest expands to; contact no daemon");
+  sub->footer(std::string(
+                  "Every key of the manifest that is not stored yet is submitted at once; kilnd builds them\n"
+                  "across its GPUs (one build per GPU at a time). Sources with a path are registered first.\n"
+                  "A second run finds everything stored and returns at once. Needs the write role.\n"
+                  "Outcomes: built (by this run), present (already stored), failed (with the error).\n"
+                  "Exit code 6 when any key failed; 0 when every key is stored.\n"
+                  "Sample: ops/manifests/flux.toml.\n\n") +
+              sub->get_footer());
+}
+
+}  // namespace kiln::ctl

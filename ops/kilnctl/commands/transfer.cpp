@@ -1,0 +1,162 @@
+#include "kilnctl/commands/transfer.hpp"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <vector>
+
+#include "kiln/oci/kiln_layout.hpp"
+
+namespace kiln::ctl {
+
+namespace {
+
+// Streams a descriptor's bytes [0, size) with pread (the Artifact's offset is shared).
+Status stream_fd(int fd, std::uint64_t size, const oci::ByteSink& sink) {
+  std::vector<std::byte> buf(1 << 20);
+  std::uint64_t off = 0;
+  while (off < size) {
+    std::size_t want = static_cast<std::size_t>(std::min<std::uint64_t>(buf.size(), size - off));
+    ssize_t n = ::pread(fd, buf.data(), want, static_cast<off_t>(off));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return error_from_errno(errno, "read artifact descriptor");
+    }
+    if (n == 0) return make_error(Errc::corrupt, "artifact descriptor ended early");
+    KILN_TRY(sink(std::span<const std::byte>(buf.data(), static_cast<std::size_t>(n))));
+    off += static_cast<std::uint64_t>(n);
+  }
+  return {};
+}
+
+// A memfd holding a layer's verified bytes, so a put can stream it from a path without the
+// artifact sitting in this process's heap.
+class LayerFile {
+ public:
+  ~LayerFile() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  Status fill(const oci::LayoutReader& reader, const oci::Descriptor& layer) {
+    fd_ = ::memfd_create("kiln-import", MFD_CLOEXEC);
+    if (fd_ < 0) return error_from_errno(errno, "memfd_create");
+    return reader.read_blob(layer, [&](std::span<const std::byte> data) -> Status {
+      while (!data.empty()) {
+        ssize_t n = ::write(fd_, data.data(), data.size());
+        if (n < 0) {
+          if (errno == EINTR) continue;
+          return error_from_errno(errno, "write import buffer");
+        }
+        data = data.subspan(static_cast<std::size_t>(n));
+      }
+      return {};
+    });
+  }
+  std::filesystem::path path() const { return "/proc/self/fd/" + std::to_string(fd_); }
+
+ private:
+  int fd_ = -1;
+};
+
+}  // namespace
+
+Result<ExportReport> export_artifacts(client::Client& client, const client::ListQuery& query,
+                                      const std::filesystem::path& path, oci::LayoutFormat format,
+                                      const std::function<void(const std::string&)>& progress) {
+  // List first: a layout is written only when there is something to say about the node.
+  std::vector<client::ArtifactInfo> listed;
+  client::ListQuery q = query;
+  for (;;) {
+    auto page = client.list(q);
+    if (!page) return std::move(page).error();
+    for (auto& e : page->entries) listed.push_back(std::move(e));
+    if (!page->next_offset) break;
+    q.offset = *page->next_offset;
+  }
+  auto writer = oci::LayoutWriter::create(path, format);
+  if (!writer) return std::move(writer).error();
+  ExportReport report;
+  for (const auto& entry : listed) {
+    auto got = client.get(entry.key_digest);
+    if (!got) return std::move(got).error();
+    if (!*got) {
+      report.vanished.push_back(entry.key_digest.hex());
+      continue;
+    }
+    const client::Artifact& a = **got;
+    const client::ArtifactInfo& info = a.info();
+    oci::ArtifactMeta meta{info.created_at, info.build_seconds > 0 ? std::optional<double>(info.build_seconds) : std::nullopt};
+    auto d = oci::write_artifact(**writer, info.key, meta, info.blob_digest, info.size,
+                                 [&](const oci::ByteSink& sink) { return stream_fd(a.fd(), info.size, sink); });
+    if (!d) return make_error(d.error().code, "exporting " + info.key_digest.hex() + ": " + d.error().message);
+    ++report.artifacts;
+    report.bytes += info.size;
+    if (progress) progress(info.key_digest.hex() + "  " + info.key.region + " " + std::string(to_string(info.key.kind)) + " " + info.key.dtype);
+  }
+  KILN_TRY((*writer)->finish());
+  return report;
+}
+
+std::size_t ImportReport::count(const std::string& outcome) const {
+  std::size_t n = 0;
+  for (const auto& i : items) n += i.outcome == outcome ? 1 : 0;
+  return n;
+}
+
+Result<ImportReport> import_layout(client::Client& client, const std::filesystem::path& path,
+                                   const ImportOptions& options,
+                                   const std::function<void(const ImportItem&)>& progress) {
+  auto reader = oci::LayoutReader::open(path);
+  if (!reader) return std::move(reader).error();
+  auto contents = oci::read_contents(**reader);
+  if (!contents) return std::move(contents).error();
+  ImportReport report;
+  report.sources_in_layout = contents->sources.size();
+  report.skipped = contents->skipped;
+  for (const auto& art : contents->artifacts) {
+    ImportItem item{art.key_digest.hex(), "imported", ""};
+    auto finish = [&](std::string outcome, std::string error) {
+      item.outcome = std::move(outcome);
+      item.error = std::move(error);
+      if (progress) progress(item);
+      report.items.push_back(item);
+    };
+    auto existing = client.stat(art.key_digest);
+    if (!existing) {
+      if (existing.error().code == Errc::unavailable) return std::move(existing).error();
+      finish("failed", existing.error().to_string());
+      continue;
+    }
+    if (*existing && (*existing)->blob_digest == art.layer.digest) {
+      if (options.pin && !(*existing)->pinned) {
+        auto p = client.pin(art.key_digest);
+        if (!p) return std::move(p).error();
+      }
+      finish("present", "");
+      continue;
+    }
+    LayerFile file;
+    if (auto st = file.fill(**reader, art.layer); !st) {
+      finish("failed", st.error().to_string());
+      continue;
+    }
+    client::PutOptions put;
+    put.pin = options.pin;
+    put.build_seconds = art.meta.build_seconds.value_or(0);
+    auto info = client.put_file(art.key, file.path(), put);
+    if (!info) {
+      if (info.error().code == Errc::unavailable) return std::move(info).error();
+      finish("failed", info.error().to_string());
+      continue;
+    }
+    if (info->key_digest != art.key_digest || info->blob_digest != art.layer.digest) {
+      finish("failed", "internal: kilnd stored it as key " + info->key_digest.hex() + " / blob " + info->blob_digest.hex() +
+                           ", not as exported");
+      continue;
+    }
+    finish("imported", "");
+  }
+  return report;
+}
+
+}  // namespace kiln::ctl
