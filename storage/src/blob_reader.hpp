@@ -16,8 +16,9 @@ namespace kiln::storage {
 // io_error, or whatever the sink returned.
 // If `direct` is non-empty it must be exactly the blob's size: the bytes are decompressed
 // straight into it (one copy less) and the sink is not called.
+// With `check` xxh3 the SHA-256 of the content is not computed (see ReadCheck).
 Status read_blob(FileSystem& fs, const std::filesystem::path& path, const Digest& expected,
-                 const ByteSink& sink, std::span<std::byte> direct = {});
+                 const ByteSink& sink, std::span<std::byte> direct = {}, ReadCheck check = ReadCheck::sha256);
 
 // Reads and checks only the header and the file size (cheap; used for dedupe and on open).
 Result<BlobHeader> check_blob_header(FileSystem& fs, const std::filesystem::path& path, const Digest& expected);

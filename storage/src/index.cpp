@@ -59,11 +59,24 @@ std::int64_t i64(std::uint64_t v) { return static_cast<std::int64_t>(v); }
 
 }  // namespace
 
+Result<sql::Stmt*> Index::cached(const std::string& sql_text) {
+  auto it = statements_.find(sql_text);
+  if (it == statements_.end()) {
+    auto st = db_.prepare(sql_text);
+    if (!st) return std::move(st).error();
+    it = statements_.emplace(sql_text, std::move(*st)).first;
+  }
+  it->second.reset();
+  return &it->second;
+}
+
 Result<std::optional<ArtifactInfo>> Index::get(const Digest& key_digest) {
-  auto st = db_.prepare(std::string(kSelectArtifact) + " WHERE a.key_digest = ?");
+  static const std::string sql_text = std::string(kSelectArtifact) + " WHERE a.key_digest = ?";
+  auto st = cached(sql_text);
   if (!st) return std::move(st).error();
-  st->bind(1, key_digest.hex());
-  auto rows = collect(*st);
+  (*st)->bind(1, key_digest.hex());
+  auto rows = collect(**st);
+  (*st)->reset();  // ends its read of the WAL snapshot now, not at the next use
   if (!rows) return std::move(rows).error();
   if (rows->empty()) return std::optional<ArtifactInfo>();
   return std::optional<ArtifactInfo>(std::move(rows->front()));

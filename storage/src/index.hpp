@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "kiln/storage/store.hpp"
@@ -74,7 +75,11 @@ class Index {
 
  private:
   Index(sql::Db db, bool read_only) : db_(std::move(db)), read_only_(read_only) {}
+  // A prepared statement kept for the hot paths (a lookup per read), reset and ready.
+  Result<sql::Stmt*> cached(const std::string& sql);
+
   sql::Db db_;
+  std::unordered_map<std::string, sql::Stmt> statements_;  // destroyed before db_
   bool read_only_ = false;
 };
 

@@ -74,6 +74,11 @@ Status Stmt::run() {
   }
 }
 
+void Stmt::reset() {
+  sqlite3_reset(stmt_);
+  sqlite3_clear_bindings(stmt_);
+}
+
 std::string Stmt::text(int col) const {
   const auto* p = sqlite3_column_text(stmt_, col);
   int n = sqlite3_column_bytes(stmt_, col);

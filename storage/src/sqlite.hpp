@@ -39,6 +39,8 @@ class Stmt {
   Result<bool> step();
   // Runs to completion, ignoring rows.
   Status run();
+  // Makes a prepared statement ready to run again, with no parameters bound.
+  void reset();
 
   std::string text(int col) const;
   std::int64_t i64(int col) const;

@@ -47,7 +47,7 @@ Result<bool> StoreImpl::install_blob_locked(const FinishedBlob& blob) {
     (void)fs_.remove(target);
     return std::move(st).error();
   }
-  return !*existing;
+  return true;
 }
 
 Result<bool> StoreImpl::release_blob_locked(const Digest& blob) {

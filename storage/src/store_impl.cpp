@@ -210,7 +210,7 @@ Result<ArtifactInfo> StoreImpl::commit(std::unique_ptr<PutStream> stream, const 
   info.key_digest = *key_digest;
   info.blob_digest = blob->header.digest;
   info.size = blob->header.size;
-  info.stored_size = *existing_blob ? (*existing_blob)->stored_size : blob->file_size;
+  info.stored_size = *installed ? blob->file_size : (*existing_blob)->stored_size;
   info.created_at = now();
   info.last_access = info.created_at;
   info.build_seconds = meta.build_seconds;
@@ -220,7 +220,7 @@ Result<ArtifactInfo> StoreImpl::commit(std::unique_ptr<PutStream> stream, const 
   Status indexed = [&]() -> Status {
     auto txn = sql::Transaction::begin(index_.db());
     if (!txn) return std::move(txn).error();
-    if (!*existing_blob) {
+    if (*installed) {
       KILN_TRY(index_.insert_blob(BlobRow{info.blob_digest, info.size, info.stored_size, info.created_at}));
     }
     pending_touches_.erase(info.key_digest);
@@ -296,7 +296,7 @@ Result<std::optional<ArtifactInfo>> StoreImpl::read(const Digest& key_digest, co
     info = std::move(*row);
     if (auto it = pending_touches_.find(key_digest); it != pending_touches_.end()) info->hits += it->second.hits;
   }
-  Status st = read_blob(fs_, blob_path(info->blob_digest), info->blob_digest, sink);
+  Status st = read_blob(fs_, blob_path(info->blob_digest), info->blob_digest, sink, {}, options_.read_check);
   return finish_read(key_digest, *info, std::move(st));
 }
 
@@ -315,8 +315,8 @@ Result<std::optional<ArtifactInfo>> StoreImpl::read_into(const Digest& key_diges
   }
   out.resize(info->size);
   ByteSink none = [](std::span<const std::byte>) -> Status { return {}; };
-  Status st = info->size == 0 ? read_blob(fs_, blob_path(info->blob_digest), info->blob_digest, none)
-                              : read_blob(fs_, blob_path(info->blob_digest), info->blob_digest, none, out);
+  std::span<std::byte> direct = info->size == 0 ? std::span<std::byte>() : std::span<std::byte>(out);
+  Status st = read_blob(fs_, blob_path(info->blob_digest), info->blob_digest, none, direct, options_.read_check);
   return finish_read(key_digest, *info, std::move(st));
 }
 

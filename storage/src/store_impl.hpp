@@ -64,8 +64,9 @@ class StoreImpl final : public Store {
   Status writable() const;
   Result<std::unique_ptr<BlobWriter>> take_writer(std::unique_ptr<PutStream> stream);
   // Puts a finished temporary blob in place (or drops it when the same content is
-  // already stored). Returns true when a new blob file was installed. Must be followed by
-  // the index rows in the same critical section.
+  // already stored in a whole file). Returns true when it renamed the file into place
+  // (new content, or a damaged file replaced): the blob row must then be (re)written with
+  // its size, in the same critical section.
   Result<bool> install_blob_locked(const FinishedBlob& blob);
   // Drops the blob row if nothing references it; returns true when its file must be
   // removed (after the transaction commits).

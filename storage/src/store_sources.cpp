@@ -52,7 +52,7 @@ Result<SourceInfo> StoreImpl::put_source(const std::string& model_hash, std::uni
   Status indexed = [&]() -> Status {
     auto txn = sql::Transaction::begin(index_.db());
     if (!txn) return std::move(txn).error();
-    if (!*existing_blob) {
+    if (*installed) {
       KILN_TRY(index_.insert_blob(BlobRow{info.blob_digest, info.size, blob->file_size, info.created_at}));
     }
     auto replaced = index_.upsert_source(info);
@@ -86,7 +86,7 @@ Result<std::optional<SourceInfo>> StoreImpl::read_source(const std::string& mode
     if (!*row) return std::optional<SourceInfo>();
     info = std::move(*row);
   }
-  Status st = read_blob(fs_, blob_path(info->blob_digest), info->blob_digest, sink);
+  Status st = read_blob(fs_, blob_path(info->blob_digest), info->blob_digest, sink, {}, options_.read_check);
   if (st) return info;
   Error e = std::move(st).error();
   if (e.code != Errc::corrupt && e.code != Errc::not_found) return e;

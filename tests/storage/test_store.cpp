@@ -367,3 +367,29 @@ TEST_CASE("concurrent puts and reads from many threads stay consistent") {
   CHECK(report->orphans_removed == 0);
   CHECK(store->stats()->entries == 80);
 }
+
+TEST_CASE("every compression and read-check setting reads back the same bytes, and blobs of one setting read under another") {
+  kiln::test::TempDir dir;
+  auto data = make_bytes(1'500'000, 11);
+  Digest d = *make_key(1).digest();
+  for (bool compress : {true, false}) {
+    StoreOptions w;
+    w.compress = compress;
+    auto writer = open_store(dir.path() / (compress ? "z" : "raw"), w);
+    auto info = writer->put_bytes(make_key(1), data);
+    REQUIRE(info);
+    if (compress) CHECK(info->stored_size < data.size());
+    if (!compress) CHECK(info->stored_size == data.size() + 80);
+    writer.reset();
+    for (auto check : {ReadCheck::sha256, ReadCheck::xxh3}) {
+      StoreOptions r;
+      r.compress = !compress;
+      r.read_check = check;
+      auto reader = open_store(dir.path() / (compress ? "z" : "raw"), r);
+      auto got = reader->get_bytes(d);
+      REQUIRE(got);
+      REQUIRE(got->has_value());
+      CHECK(**got == data);
+    }
+  }
+}
