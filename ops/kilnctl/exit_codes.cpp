@@ -27,9 +27,10 @@ const char* exit_code_help() noexcept {
          "  6  ran, but reports failures: a prewarm build failed, verify found corrupt artifacts,\n"
          "     import could not store some artifacts\n"
          "\n"
-         "The socket is --socket, else $KILN_SOCKET, else $XDG_RUNTIME_DIR/kiln/kiln.sock for a\n"
-         "user, /run/kiln/kiln.sock for root. --json prints one JSON document on stdout (errors\n"
-         "too: {\"error\":{\"code\":..,\"name\":..,\"message\":..}}).";
+         "The socket is --socket, else $KILN_SOCKET, else kilnd's default: /run/kiln/kiln.sock for\n"
+         "root, $XDG_RUNTIME_DIR/kiln/kiln.sock (or /tmp/kiln-<uid>/kiln/kiln.sock) for a user.\n"
+         "--json prints one JSON document on stdout (errors too:\n"
+         "{\"error\":{\"code\":..,\"name\":..,\"message\":..}}).";
 }
 
 }  // namespace kiln::ctl

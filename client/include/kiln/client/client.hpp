@@ -66,9 +66,9 @@ struct ConnectOptions {
   std::chrono::milliseconds request_timeout{0};
 };
 
-// The socket kilnd listens on by default, the same rule as kilnd's: for a user other
-// than root with $XDG_RUNTIME_DIR set, $XDG_RUNTIME_DIR/kiln/kiln.sock; otherwise the
-// system service's /run/kiln/kiln.sock.
+// The socket kilnd listens on by default, the same rule as kilnd's: for root (the system
+// service) /run/kiln/kiln.sock; for another user $XDG_RUNTIME_DIR/kiln/kiln.sock, or
+// /tmp/kiln-<uid>/kiln/kiln.sock when $XDG_RUNTIME_DIR is not set.
 std::filesystem::path default_socket_path();
 // `explicit_path` if not empty, else $KILN_SOCKET if set and not empty, else the default.
 std::filesystem::path resolve_socket_path(const std::filesystem::path& explicit_path = {});

@@ -1,0 +1,235 @@
+// kilnctl's key flags (ops/kilnctl/key_flags.hpp) and the `key` command, in process.
+#include <doctest/doctest.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "kilnctl/cli.hpp"
+#include "kilnctl/exit_codes.hpp"
+#include "kilnctl/key_flags.hpp"
+#include "temp_dir.hpp"
+
+using namespace kiln;
+using namespace kiln::ctl;
+using kiln::test::TempDir;
+
+namespace {
+
+const std::string kHash = "3fa2bd6e2c3c6bb1a1f0ff7c6e4d3b2a1908f7e6d5c4b3a29180f7e6d5c4b3a2";
+
+Result<Key> parse(std::vector<std::string> args, const std::string& stdin_text = "") {
+  CLI::App app;
+  KeyFlags flags;
+  add_key_flags(app, flags, DigestFlag::allowed);
+  std::vector<const char*> argv{"test"};
+  for (auto& a : args) argv.push_back(a.c_str());
+  app.parse(static_cast<int>(argv.size()), argv.data());
+  std::istringstream in(stdin_text);
+  return key_from_flags(flags, in);
+}
+
+struct Run {
+  int code;
+  std::string out, err;
+};
+
+Run run_ctl(std::vector<std::string> args, const std::string& stdin_text = "") {
+  std::vector<const char*> argv{"kilnctl"};
+  for (auto& a : args) argv.push_back(a.c_str());
+  std::istringstream in(stdin_text);
+  std::ostringstream out, err;
+  int code = run(static_cast<int>(argv.size()), argv.data(), Io{in, out, err, 1});
+  return {code, out.str(), err.str()};
+}
+
+std::vector<std::string> full_key_flags() {
+  return {"--kind", "aoti", "--model-hash", kHash, "--region", "FluxSingleTransformerBlock", "--dtype",
+          "bfloat16", "--input", "bfloat16:1x4096x3072", "--input", "bfloat16:1..64x3072",
+          "--gpu-arch", "sm_90", "--gpu-name", "NVIDIA H200", "--torch-version", "2.11.0+cu130",
+          "--torch-git", "abc", "--cuda-version", "13.0", "--triton-version", "3.6.0",
+          "--platform", "linux", "--machine", "x86_64", "--cpu-isa", "avx512"};
+}
+
+}  // namespace
+
+TEST_CASE("FieldFlagsBuildTheKey") {
+  auto key = parse({"--kind", "megacache", "--model-hash", kHash, "--region", "full", "--dtype", "float16",
+                    "--input", "float16:2x8", "--input", "int64:scalar", "--compile-options",
+                    R"({"mode":"max-autotune"})", "--gpu-arch", "sm_80"});
+  REQUIRE_MESSAGE(key, (key ? "" : key.error().to_string()));
+  CHECK(key->kind == ArtifactKind::megacache);
+  CHECK(key->model_hash == kHash);
+  CHECK(key->region == "full");
+  CHECK(key->dtype == "float16");
+  REQUIRE(key->inputs.size() == 2);
+  CHECK(key->inputs[0].shape == std::vector<Dim>{Dim::fixed(2), Dim::fixed(8)});
+  CHECK(key->inputs[1].shape.empty());
+  CHECK(key->compile_options == R"({"mode":"max-autotune"})");
+  CHECK(key->gpu_arch == "sm_80");
+  CHECK(key->torch_version.empty());  // node field left for the daemon
+}
+
+TEST_CASE("MissingFieldFlagsAreNamed") {
+  auto key = parse({"--kind", "aoti", "--dtype", "bfloat16"});
+  REQUIRE_FALSE(key);
+  CHECK(key.error().code == Errc::invalid_argument);
+  const auto& m = key.error().message;
+  CHECK(m.find("--model-hash") != std::string::npos);
+  CHECK(m.find("--region") != std::string::npos);
+  CHECK(m.find("--input") != std::string::npos);
+  CHECK(m.find("--dtype") == std::string::npos);
+  CHECK(m.find("--kind") == std::string::npos);
+}
+
+TEST_CASE("BadFieldValuesAreNamed") {
+  auto base = std::vector<std::string>{"--kind", "aoti", "--model-hash", kHash, "--region", "full", "--dtype", "bf16"};
+  auto bad_input = base;
+  bad_input.insert(bad_input.end(), {"--input", "bfloat16:1xZ"});
+  auto r = parse(bad_input);
+  REQUIRE_FALSE(r);
+  CHECK(r.error().message.find("--input") != std::string::npos);
+  CHECK(r.error().message.find("'Z'") != std::string::npos);
+  auto bad_kind = std::vector<std::string>{"--kind", "tensorrt", "--model-hash", kHash, "--region", "full",
+                                           "--dtype", "bf16", "--input", "bf16:1"};
+  r = parse(bad_kind);
+  REQUIRE_FALSE(r);
+  CHECK(r.error().message.find("--kind") != std::string::npos);
+  auto bad_opts = base;
+  bad_opts.insert(bad_opts.end(), {"--input", "bf16:1", "--compile-options", "not json"});
+  r = parse(bad_opts);
+  REQUIRE_FALSE(r);
+  CHECK(r.error().message.find("--compile-options") != std::string::npos);
+}
+
+TEST_CASE("KeyFileThenFlagsOverrideIt") {
+  TempDir dir;
+  Key k;
+  k.model_hash = kHash;
+  k.region = "FromFile";
+  k.dtype = "bfloat16";
+  k.inputs = {TensorSpec{{Dim::fixed(4)}, "bfloat16", "strided"}};
+  {
+    std::ofstream f(dir / "key.json");
+    f << k.to_json();
+  }
+  auto same = parse({"--key", (dir / "key.json").string()});
+  REQUIRE_MESSAGE(same, (same ? "" : same.error().to_string()));
+  CHECK(*same == k);
+  auto overridden = parse({"--key", (dir / "key.json").string(), "--region", "FromFlag", "--input", "bfloat16:8"});
+  REQUIRE(overridden);
+  CHECK(overridden->region == "FromFlag");
+  CHECK(overridden->inputs[0].shape[0] == Dim::fixed(8));
+  CHECK(overridden->model_hash == kHash);
+  auto from_stdin = parse({"--key", "-"}, k.to_json());
+  REQUIRE(from_stdin);
+  CHECK(*from_stdin == k);
+  auto missing = parse({"--key", (dir / "nope.json").string()});
+  REQUIRE_FALSE(missing);
+  CHECK(missing.error().message.find("nope.json") != std::string::npos);
+  auto garbage = parse({"--key", "-"}, "{\"kind\": 3}");
+  REQUIRE_FALSE(garbage);
+  CHECK(garbage.error().code == Errc::invalid_argument);
+}
+
+TEST_CASE("DigestAndKeyExcludeEachOther") {
+  CLI::App app;
+  KeyFlags flags;
+  add_key_flags(app, flags, DigestFlag::allowed);
+  const char* argv[] = {"t", "--digest", "00", "--region", "full"};
+  app.parse(5, argv);
+  std::istringstream in;
+  auto r = lookup_from_flags(flags, in);
+  REQUIRE_FALSE(r);
+  CHECK(r.error().message.find("not both") != std::string::npos);
+
+  KeyFlags none;
+  auto nothing = lookup_from_flags(none, in);
+  REQUIRE_FALSE(nothing);
+  CHECK(nothing.error().message.find("no key given") != std::string::npos);
+
+  KeyFlags bad;
+  bad.digest = "xyz";
+  auto bad_digest = lookup_from_flags(bad, in);
+  REQUIRE_FALSE(bad_digest);
+  CHECK(bad_digest.error().message.find("--digest") != std::string::npos);
+
+  KeyFlags good;
+  good.digest = std::string(64, 'a');
+  auto d = lookup_from_flags(good, in);
+  REQUIRE(d);
+  CHECK(std::holds_alternative<Digest>(*d));
+}
+
+TEST_CASE("KeyCommandPrintsTheDigestOfACompleteKey") {
+  auto r = run_ctl([] {
+    auto a = std::vector<std::string>{"key"};
+    auto f = full_key_flags();
+    a.insert(a.end(), f.begin(), f.end());
+    return a;
+  }());
+  REQUIRE_MESSAGE(r.code == kExitOk, r.err);
+  auto expected = parse(full_key_flags());
+  REQUIRE(expected);
+  CHECK(r.out == expected->digest()->hex() + "\n");
+
+  auto j = run_ctl([] {
+    auto a = std::vector<std::string>{"key", "--json"};
+    auto f = full_key_flags();
+    a.insert(a.end(), f.begin(), f.end());
+    return a;
+  }());
+  REQUIRE(j.code == kExitOk);
+  auto doc = nlohmann::json::parse(j.out);
+  CHECK(doc["key_digest"] == expected->digest()->hex());
+  CHECK(doc["key"]["region"] == "FluxSingleTransformerBlock");
+}
+
+TEST_CASE("KeyCommandNamesMissingNodeFields") {
+  auto r = run_ctl({"key", "--kind", "aoti", "--model-hash", kHash, "--region", "full", "--dtype", "bfloat16",
+                    "--input", "bfloat16:1", "--gpu-arch", "sm_90"});
+  CHECK(r.code == kExitUsage);
+  CHECK(r.err.find("--gpu-name") != std::string::npos);
+  CHECK(r.err.find("--cpu-isa") != std::string::npos);
+  CHECK(r.err.find("--gpu-arch") == std::string::npos);
+  CHECK(r.err.find("--node") != std::string::npos);
+}
+
+TEST_CASE("UsageErrorsAndHelpExitCodes") {
+  auto help = run_ctl({"--help"});
+  CHECK(help.code == 0);
+  CHECK(help.out.find("Exit codes") != std::string::npos);
+  for (const char* cmd : {"status", "put", "get", "stat", "ls", "rm", "pin", "unpin", "stats", "key"})
+    CHECK(help.out.find(cmd) != std::string::npos);
+  auto get_help = run_ctl({"get", "--help"});
+  CHECK(get_help.code == 0);
+  CHECK(get_help.out.find("--model-hash") != std::string::npos);
+  CHECK(get_help.out.find("--json") != std::string::npos);
+  CHECK(run_ctl({}).code == kExitUsage);
+  CHECK(run_ctl({"frobnicate"}).code == kExitUsage);
+  CHECK(run_ctl({"ls", "--limit", "many"}).code == kExitUsage);
+  auto bad_filter = run_ctl({"ls", "--filter", "nonsense", "--socket", "/nonexistent/kiln.sock"});
+  CHECK(bad_filter.code == kExitUsage);
+  CHECK(bad_filter.err.find("FIELD=VALUE") != std::string::npos);
+}
+
+TEST_CASE("NoDaemonIsExitCodeThreeWithAJsonError") {
+  TempDir dir;
+  auto r = run_ctl({"stats", "--json", "--socket", (dir / "none.sock").string()});
+  CHECK(r.code == kExitUnavailable);
+  auto doc = nlohmann::json::parse(r.out);
+  CHECK(doc["error"]["name"] == "unavailable");
+  CHECK(doc["error"]["message"].get<std::string>().find("none.sock") != std::string::npos);
+  CHECK(r.err.find("none.sock") != std::string::npos);
+}
+
+TEST_CASE("ErrcMapsToDocumentedExitCodes") {
+  CHECK(exit_code_for(Errc::ok) == 0);
+  CHECK(exit_code_for(Errc::invalid_argument) == 1);
+  CHECK(exit_code_for(Errc::not_found) == 2);
+  CHECK(exit_code_for(Errc::unavailable) == 3);
+  CHECK(exit_code_for(Errc::permission_denied) == 4);
+  CHECK(exit_code_for(Errc::quota_exceeded) == 4);
+  CHECK(exit_code_for(Errc::corrupt) == 5);
+  CHECK(exit_code_for(Errc::protocol_error) == 5);
+}

@@ -1,0 +1,274 @@
+// The kilnctl binary against a real kilnd: every first command, byte-identical artifacts
+// through files and pipes, --json output, and the documented exit codes.
+#include <doctest/doctest.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "kiln/client/client.hpp"
+#include "support/kilnd_process.hpp"
+#include "temp_dir.hpp"
+
+using namespace kiln;
+using kiln::test::KilndProcess;
+using kiln::test::TempDir;
+
+namespace {
+
+const std::string kHash = "3fa2bd6e2c3c6bb1a1f0ff7c6e4d3b2a1908f7e6d5c4b3a29180f7e6d5c4b3a2";
+
+struct Run {
+  int code = -1;
+  std::string out, err;
+};
+
+// Runs kilnctl with `args`, feeding `input` on stdin; collects stdout and stderr.
+Run kilnctl(const std::vector<std::string>& args, const std::string& input = "",
+            const std::vector<std::string>& env = {}) {
+  int in[2], out[2], err[2];
+  REQUIRE(::pipe2(in, O_CLOEXEC) == 0);
+  REQUIRE(::pipe2(out, O_CLOEXEC) == 0);
+  REQUIRE(::pipe2(err, O_CLOEXEC) == 0);
+  const std::string bin = kiln::test::kilnctl_path().string();
+  pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    ::dup2(in[0], 0);
+    ::dup2(out[1], 1);
+    ::dup2(err[1], 2);
+    for (const auto& e : env) ::putenv(const_cast<char*>(e.c_str()));
+    std::vector<char*> argv{const_cast<char*>(bin.c_str())};
+    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    ::execv(bin.c_str(), argv.data());
+    ::_exit(127);
+  }
+  ::close(in[0]);
+  ::close(out[1]);
+  ::close(err[1]);
+  // Feed stdin and drain both outputs together so that no pipe fills up.
+  Run r;
+  std::size_t fed = 0;
+  if (input.empty()) {
+    ::close(in[1]);
+    in[1] = -1;
+  }
+  pollfd fds[3] = {{out[0], POLLIN, 0}, {err[0], POLLIN, 0}, {in[1], POLLOUT, 0}};
+  int open_outputs = 2;
+  char buf[1 << 16];
+  while (open_outputs > 0) {
+    fds[2].fd = in[1];
+    ::poll(fds, 3, -1);
+    for (int i = 0; i < 2; ++i) {
+      if (fds[i].fd < 0 || !(fds[i].revents & (POLLIN | POLLHUP))) continue;
+      ssize_t n = ::read(fds[i].fd, buf, sizeof(buf));
+      if (n <= 0) {
+        ::close(fds[i].fd);
+        fds[i].fd = -1;
+        --open_outputs;
+      } else {
+        (i == 0 ? r.out : r.err).append(buf, static_cast<std::size_t>(n));
+      }
+    }
+    if (in[1] >= 0 && (fds[2].revents & (POLLOUT | POLLERR))) {
+      ssize_t n = ::write(in[1], input.data() + fed, std::min<std::size_t>(input.size() - fed, sizeof(buf)));
+      if (n > 0) fed += static_cast<std::size_t>(n);
+      if (n < 0 || fed == input.size()) {
+        ::close(in[1]);
+        in[1] = -1;
+      }
+    }
+  }
+  if (in[1] >= 0) ::close(in[1]);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return r;
+}
+
+std::vector<std::string> key_flags(const std::string& region) {
+  return {"--kind", "aoti", "--model-hash", kHash, "--region", region, "--dtype", "bfloat16",
+          "--input", "bfloat16:1x4096x3072"};
+}
+
+std::vector<std::string> cmd(std::initializer_list<std::string> head, const std::vector<std::string>& tail,
+                             const KilndProcess& d) {
+  std::vector<std::string> a(head);
+  a.insert(a.end(), tail.begin(), tail.end());
+  a.push_back("--socket");
+  a.push_back(d.socket().string());
+  return a;
+}
+
+std::string file_bytes(const std::filesystem::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::string random_text(std::size_t n, unsigned seed) {
+  std::string s(n, '\0');
+  std::uint32_t x = seed;
+  for (auto& c : s) {
+    x = x * 1664525u + 1013904223u;
+    c = static_cast<char>(x >> 24);
+  }
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("PutGetStatRoundTripsThroughFilesAndPipes") {
+  TempDir dir;
+  KilndProcess d(dir.path());
+  REQUIRE_MESSAGE(d.start(), d.log());
+
+  int n = 0;
+  for (std::size_t size : {std::size_t{0}, std::size_t{4096}, std::size_t{2'500'000}}) {
+    CAPTURE(size);
+    const std::string region = "Block" + std::to_string(n++);
+    const std::string data = random_text(size, static_cast<unsigned>(size) + 5);
+    {
+      std::ofstream f(dir / "in.bin", std::ios::binary);
+      f << data;
+    }
+    auto put = kilnctl(cmd({"put", (dir / "in.bin").string(), "--json"}, key_flags(region), d));
+    REQUIRE_MESSAGE(put.code == 0, put.err);
+    auto info = nlohmann::json::parse(put.out);
+    CHECK(info["size"] == size);
+    CHECK(info["key"]["gpu_arch"] == "sm_90");  // filled by the daemon
+    const std::string digest = info["key_digest"];
+
+    // To a file (atomically written), by key fields.
+    auto get = kilnctl(cmd({"get", "-o", (dir / "out.bin").string()}, key_flags(region), d));
+    REQUIRE_MESSAGE(get.code == 0, get.err);
+    CHECK(file_bytes(dir / "out.bin") == data);
+    // To stdout (a pipe), by digest, descriptor and streamed.
+    for (const char* extra : {"--digest", "--stream"}) {
+      auto args = cmd({"get", "--digest", digest}, {}, d);
+      if (std::string(extra) == "--stream") args.push_back("--stream");
+      auto piped = kilnctl(args);
+      REQUIRE_MESSAGE(piped.code == 0, piped.err);
+      CHECK(piped.out == data);
+    }
+    auto st = kilnctl(cmd({"stat", "--json", "--digest", digest}, {}, d));
+    REQUIRE(st.code == 0);
+    CHECK(nlohmann::json::parse(st.out)["size"] == size);
+    auto human = kilnctl(cmd({"stat"}, key_flags(region), d));
+    REQUIRE(human.code == 0);
+    CHECK(human.out.find(digest) != std::string::npos);
+    CHECK(human.out.find(region) != std::string::npos);
+  }
+
+  // put from stdin
+  const std::string piped_in = random_text(100'000, 9);
+  auto put = kilnctl(cmd({"put", "-"}, key_flags("FromStdin"), d), piped_in);
+  REQUIRE_MESSAGE(put.code == 0, put.err);
+  auto back = kilnctl(cmd({"get"}, key_flags("FromStdin"), d));
+  REQUIRE(back.code == 0);
+  CHECK(back.out == piped_in);
+}
+
+TEST_CASE("LsPinUnpinRmStatsStatusAndKey") {
+  TempDir dir;
+  KilndProcess d(dir.path());
+  REQUIRE_MESSAGE(d.start(), d.log());
+  {
+    std::ofstream f(dir / "a.bin");
+    f << "artifact";
+  }
+  for (const char* region : {"Alpha", "Beta", "Gamma"})
+    REQUIRE(kilnctl(cmd({"put", (dir / "a.bin").string()}, key_flags(region), d)).code == 0);
+
+  auto ls = kilnctl(cmd({"ls", "--json"}, {}, d));
+  REQUIRE(ls.code == 0);
+  CHECK(nlohmann::json::parse(ls.out)["items"].size() == 3);
+  auto filtered = kilnctl(cmd({"ls", "--json", "--filter", "region=Beta"}, {}, d));
+  REQUIRE(filtered.code == 0);
+  auto items = nlohmann::json::parse(filtered.out)["items"];
+  REQUIRE(items.size() == 1);
+  CHECK(items[0]["key"]["region"] == "Beta");
+  auto table = kilnctl(cmd({"ls"}, {}, d));
+  REQUIRE(table.code == 0);
+  CHECK(table.out.find("DIGEST") != std::string::npos);
+  CHECK(table.out.find("Gamma") != std::string::npos);
+  auto paged = kilnctl(cmd({"ls", "--limit", "2"}, {}, d));
+  CHECK(paged.out.find("--offset 2") != std::string::npos);
+  auto all = kilnctl(cmd({"ls", "--json", "--limit", "2", "--all"}, {}, d));
+  CHECK(nlohmann::json::parse(all.out)["items"].size() == 3);
+  CHECK(kilnctl(cmd({"ls", "--filter", "colour=blue"}, {}, d)).code == 1);
+
+  REQUIRE(kilnctl(cmd({"pin"}, key_flags("Alpha"), d)).code == 0);
+  auto pinned = kilnctl(cmd({"ls", "--json", "--pinned"}, {}, d));
+  REQUIRE(nlohmann::json::parse(pinned.out)["items"].size() == 1);
+  REQUIRE(kilnctl(cmd({"unpin"}, key_flags("Alpha"), d)).code == 0);
+  CHECK(nlohmann::json::parse(kilnctl(cmd({"ls", "--json", "--pinned"}, {}, d)).out)["items"].empty());
+
+  auto rm = kilnctl(cmd({"rm", "--json"}, key_flags("Beta"), d));
+  REQUIRE(rm.code == 0);
+  CHECK(nlohmann::json::parse(rm.out)["removed"] == true);
+  // Gone: every lookup command says "not found" with exit code 2.
+  CHECK(kilnctl(cmd({"rm"}, key_flags("Beta"), d)).code == 2);
+  CHECK(kilnctl(cmd({"get", "-o", (dir / "x").string()}, key_flags("Beta"), d)).code == 2);
+  CHECK_FALSE(std::filesystem::exists(dir / "x"));
+  CHECK(kilnctl(cmd({"stat"}, key_flags("Beta"), d)).code == 2);
+  CHECK(kilnctl(cmd({"pin"}, key_flags("Beta"), d)).code == 2);
+
+  auto stats = kilnctl(cmd({"stats", "--json"}, {}, d));
+  REQUIRE(stats.code == 0);
+  CHECK(nlohmann::json::parse(stats.out)["store"]["entries"] == 2);
+  auto human_stats = kilnctl(cmd({"stats"}, {}, d));
+  CHECK(human_stats.out.find("entries") != std::string::npos);
+
+  auto status = kilnctl(cmd({"status", "--json"}, {}, d));
+  REQUIRE(status.code == 0);
+  auto s = nlohmann::json::parse(status.out);
+  CHECK(s["pid"] == d.pid());
+  CHECK(s["node"]["gpu_arch"] == "sm_90");
+  // KILN_SOCKET is used when --socket is not given.
+  auto by_env = kilnctl({"status"}, "", {"KILN_SOCKET=" + d.socket().string()});
+  CHECK(by_env.code == 0);
+  CHECK(by_env.out.find("kilnd") != std::string::npos);
+
+  // `key --node` fills node fields from the daemon and gives the digest the daemon uses.
+  auto key = kilnctl(cmd({"key", "--node"}, key_flags("Alpha"), d));
+  REQUIRE_MESSAGE(key.code == 0, key.err);
+  auto stat = kilnctl(cmd({"stat", "--json"}, key_flags("Alpha"), d));
+  CHECK(key.out == nlohmann::json::parse(stat.out)["key_digest"].get<std::string>() + "\n");
+}
+
+TEST_CASE("ExitCodesForAbsentDaemonRefusalAndBadInput") {
+  TempDir dir;
+  // No daemon: 3.
+  auto none = kilnctl({"status", "--socket", (dir / "none.sock").string()});
+  CHECK(none.code == 3);
+  CHECK(none.err.find("none.sock") != std::string::npos);
+
+  KilndProcess d(dir.path(), "[access]\ntrust_owner = false\nread_users = [\"*\"]\n");
+  REQUIRE_MESSAGE(d.start(), d.log());
+  {
+    std::ofstream f(dir / "a.bin");
+    f << "artifact";
+  }
+  // Writing and administering are refused for this user: 4.
+  auto put = kilnctl(cmd({"put", (dir / "a.bin").string()}, key_flags("Alpha"), d));
+  CHECK(put.code == 4);
+  CHECK(put.err.find("permission_denied") != std::string::npos);
+  CHECK(kilnctl(cmd({"rm"}, key_flags("Alpha"), d)).code == 4);
+  // Reading is allowed.
+  CHECK(kilnctl(cmd({"stats"}, {}, d)).code == 0);
+  // Bad input: 1, before anything is sent.
+  auto missing = kilnctl(cmd({"get"}, {"--region", "x"}, d));
+  CHECK(missing.code == 1);
+  CHECK(missing.err.find("--model-hash") != std::string::npos);
+  CHECK(kilnctl(cmd({"put", (dir / "no-such-file").string()}, key_flags("A"), d)).code != 0);
+  CHECK(kilnctl(cmd({"get", "--digest", "abc"}, {}, d)).code == 1);
+  // get refuses to write binary to --json's stdout.
+  CHECK(kilnctl(cmd({"get", "--json"}, key_flags("Alpha"), d)).code == 1);
+}
