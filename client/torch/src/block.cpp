@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <exception>
+#include <optional>
 
 #include <torch/csrc/inductor/aoti_package/model_package_loader.h>
 #include <torch/nn/module.h>
@@ -39,7 +40,7 @@ Status build(client::Client& c, const Key& key, const LoadOptions& o) {
 }  // namespace
 
 struct LoadedBlock::Impl {
-  client::Artifact artifact;
+  std::optional<client::Artifact> artifact;
   std::unique_ptr<::torch::inductor::AOTIModelPackageLoader> loader;
   // User-managed constants are not copied: these references keep them alive.
   std::unordered_map<std::string, at::Tensor> weights;
@@ -60,7 +61,7 @@ Result<std::vector<at::Tensor>> LoadedBlock::run(const std::vector<at::Tensor>& 
 }
 
 ::torch::inductor::AOTIModelPackageLoader& LoadedBlock::loader() { return *impl_->loader; }
-const client::ArtifactInfo& LoadedBlock::info() const { return impl_->artifact.info(); }
+const client::ArtifactInfo& LoadedBlock::info() const { return impl_->artifact->info(); }
 const LoadTimings& LoadedBlock::timings() const { return impl_->timings; }
 
 Result<LoadedBlock> load_block(client::Client& client, const Key& key,
@@ -82,13 +83,13 @@ Result<LoadedBlock> load_block(client::Client& client, const Key& key,
     if (!got) return std::move(got).error();
     if (!*got) return make_error(Errc::internal, "kilnd reported the build done but has no artifact for the key");
   }
-  impl->artifact = std::move(**got);
+  impl->artifact.emplace(std::move(**got));
   impl->timings.get_s = since(t0);
 
   try {
     auto t = Clock::now();
     impl->loader = std::make_unique<::torch::inductor::AOTIModelPackageLoader>(
-        impl->artifact.path(), "model", false, 1, static_cast<c10::DeviceIndex>(options.device_index));
+        impl->artifact->path(), "model", false, 1, static_cast<c10::DeviceIndex>(options.device_index));
     impl->timings.load_s = since(t);
 
     std::vector<std::string> want = impl->loader->get_constant_fqns();

@@ -63,6 +63,16 @@ struct LoadTimings {
   double total_s = 0;
 };
 
+class LoadedBlock;
+
+Result<LoadedBlock> load_block(client::Client& client, const Key& key,
+                               const std::unordered_map<std::string, at::Tensor>& weights,
+                               const LoadOptions& options = {});
+
+// The same with a module's weights: its named parameters and buffers (recursively).
+Result<LoadedBlock> load_block(client::Client& client, const Key& key, const ::torch::nn::Module& module,
+                               const LoadOptions& options = {});
+
 class LoadedBlock {
  public:
   LoadedBlock(LoadedBlock&&) noexcept;
@@ -72,7 +82,7 @@ class LoadedBlock {
   // Runs the block. Errors from libtorch (wrong input count, shapes, device) become
   // invalid_argument with its message.
   Result<std::vector<at::Tensor>> run(const std::vector<at::Tensor>& inputs);
-  torch::inductor::AOTIModelPackageLoader& loader();
+  ::torch::inductor::AOTIModelPackageLoader& loader();
   const client::ArtifactInfo& info() const;
   const LoadTimings& timings() const;
 
@@ -83,13 +93,5 @@ class LoadedBlock {
   explicit LoadedBlock(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
-
-Result<LoadedBlock> load_block(client::Client& client, const Key& key,
-                               const std::unordered_map<std::string, at::Tensor>& weights,
-                               const LoadOptions& options = {});
-
-// The same with a module's weights: its named parameters and buffers (recursively).
-Result<LoadedBlock> load_block(client::Client& client, const Key& key, const ::torch::nn::Module& module,
-                               const LoadOptions& options = {});
 
 }  // namespace kiln::torch
