@@ -10,6 +10,8 @@ namespace kiln::storage {
 namespace {
 // Large enough that a 4 KiB put is one write(2) and a big one streams in 1 MiB appends.
 constexpr std::size_t kOutBufferSize = 1 << 20;
+// Bytes trial-compressed to choose between zstd and raw.
+constexpr std::size_t kSampleSize = 1 << 20;
 
 std::string random_name() {
   static thread_local std::mt19937_64 rng{std::random_device{}()};
@@ -86,6 +88,33 @@ Status BlobWriter::write(std::span<const std::byte> data) {
   if (finished_) return make_error(Errc::invalid_argument, "write after the put stream was committed");
   hash_.update(data);
   size_ += data.size();
+  if (!decided_) {
+    std::size_t n = std::min(data.size(), kSampleSize - sample_.size());
+    sample_.insert(sample_.end(), data.begin(), data.begin() + static_cast<std::ptrdiff_t>(n));
+    data = data.subspan(n);
+    if (sample_.size() < kSampleSize) return {};
+    KILN_TRY(decide());
+  }
+  return encode(data);
+}
+
+Status BlobWriter::decide() {
+  decided_ = true;
+  std::vector<std::byte> sample = std::move(sample_);
+  sample_ = {};
+  if (compression_ == Compression::zstd && !sample.empty()) {
+    // Trial-compress the first MiB: zstd that saves under 10% costs reads more than it
+    // saves disk (already-compressed or random bytes), so such blobs are stored raw.
+    std::vector<std::byte> trial(ZSTD_compressBound(sample.size()));
+    std::size_t n = ZSTD_compress2(cctx_, trial.data(), trial.size(), sample.data(), sample.size());
+    ZSTD_CCtx_reset(cctx_, ZSTD_reset_session_only);  // keeps the level
+    if (ZSTD_isError(n)) return fail(make_error(Errc::internal, std::string("zstd: ") + ZSTD_getErrorName(n)));
+    if (static_cast<double>(n) > 0.9 * static_cast<double>(sample.size())) compression_ = Compression::none;
+  }
+  return encode(sample);
+}
+
+Status BlobWriter::encode(std::span<const std::byte> data) {
   if (compression_ == Compression::none) {
     while (!data.empty()) {
       std::size_t n = std::min(data.size(), out_.size() - out_used_);
@@ -110,6 +139,7 @@ Status BlobWriter::write(std::span<const std::byte> data) {
 Result<FinishedBlob> BlobWriter::finish() {
   if (error_) return *error_;
   if (finished_) return make_error(Errc::invalid_argument, "put stream already committed");
+  if (!decided_) KILN_TRY(decide());
   finished_ = true;
   if (compression_ == Compression::zstd) {
     ZSTD_inBuffer in{nullptr, 0, 0};

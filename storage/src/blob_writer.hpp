@@ -1,6 +1,8 @@
 // BlobWriter: the PutStream the store hands out. Bytes are hashed and zstd-compressed as
 // they arrive into a temporary file under <root>/tmp; finish() writes the header and
 // fsyncs. Destroying a writer that was not released removes its temporary file.
+// The first MiB is held back and trial-compressed: if zstd saves less than 10% on it the
+// blob is stored raw (compression none), which reads faster.
 #pragma once
 
 #include <filesystem>
@@ -45,6 +47,9 @@ class BlobWriter final : public PutStream {
   BlobWriter(FileSystem& fs, std::filesystem::path path, std::unique_ptr<WritableFile> file,
              Compression compression, std::uint64_t max_file_bytes);
   Status flush_out(bool force);
+  // Chooses zstd or raw from the sample and encodes the sample.
+  Status decide();
+  Status encode(std::span<const std::byte> data);
   Error fail(Error e);
 
   FileSystem& fs_;
@@ -59,6 +64,8 @@ class BlobWriter final : public PutStream {
   std::size_t out_used_ = 0;
   std::uint64_t size_ = 0;
   std::uint64_t payload_ = 0;
+  std::vector<std::byte> sample_;  // the first bytes, until the compression is chosen
+  bool decided_ = false;
   std::optional<Error> error_;   // sticky: after a failure every call returns it
   bool finished_ = false;
   bool released_ = false;
