@@ -2,6 +2,8 @@
 
 #include <sqlite3.h>
 
+#include <cctype>
+#include <cstdio>
 #include <utility>
 
 namespace kiln::storage::sql {
@@ -90,9 +92,25 @@ bool Stmt::is_null(int col) const { return sqlite3_column_type(stmt_, col) == SQ
 
 Result<Db> Db::open(const std::filesystem::path& path, Mode mode) {
   sqlite3* db = nullptr;
-  int flags = SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_URI;
+  int flags = SQLITE_OPEN_NOMUTEX;
   flags |= mode == Mode::read_write ? (SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE) : SQLITE_OPEN_READONLY;
-  int rc = sqlite3_open_v2(path.c_str(), &db, flags, nullptr);
+  std::string name = path.string();
+  if (mode == Mode::immutable) {
+    // A URI, so that the path's own characters are percent-encoded where needed.
+    std::string uri = "file:";
+    for (unsigned char c : name) {
+      if (std::isalnum(c) || c == '/' || c == '.' || c == '-' || c == '_') {
+        uri += static_cast<char>(c);
+      } else {
+        char hex[4];
+        std::snprintf(hex, sizeof(hex), "%%%02X", c);
+        uri += hex;
+      }
+    }
+    name = uri + "?immutable=1";
+    flags |= SQLITE_OPEN_URI;
+  }
+  int rc = sqlite3_open_v2(name.c_str(), &db, flags, nullptr);
   if (rc != SQLITE_OK) {
     Error e = error_from_sqlite(rc, db, "open " + path.string());
     sqlite3_close(db);

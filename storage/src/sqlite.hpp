@@ -54,7 +54,9 @@ class Stmt {
 
 class Db {
  public:
-  enum class Mode { read_write, read_only };
+  // immutable: read-only for a folder where SQLite cannot create the WAL's -shm file;
+  // SQLite then neither locks nor reads a -wal file (see Index::open).
+  enum class Mode { read_write, read_only, immutable };
   static Result<Db> open(const std::filesystem::path& path, Mode mode);
   Db() = default;
   ~Db();

@@ -114,29 +114,15 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-double thread_cpu_seconds() {
-  timespec ts{};
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
-}
-
-// CPU seconds (user + system) of the last time_it() call's fastest repetition: on a
-// shared machine wall time includes other processes' time slices, CPU time does not.
-double g_last_cpu = 0;
-
 // Seconds per call over `reps` calls: the median, or the best (for page-cache reads on a
 // shared machine, where other processes' time slices only ever add).
 double time_it(int reps, const std::function<void()>& fn, bool best = false) {
   std::vector<double> t;
-  double cpu = 1e9;
   for (int i = 0; i < reps; ++i) {
-    double c0 = thread_cpu_seconds();
     auto start = Clock::now();
     fn();
     t.push_back(std::chrono::duration<double>(Clock::now() - start).count());
-    cpu = std::min(cpu, thread_cpu_seconds() - c0);
   }
-  g_last_cpu = cpu;
   if (!best) return median(t);
   double m = t.at(0);
   for (double v : t) m = std::min(m, v);
@@ -222,8 +208,8 @@ void run(const std::filesystem::path& folder, const char* title, int level, bool
   Store& store = **opened;
   std::mt19937_64 rng(7);
   std::printf("\n### %s\n\n", title);
-  std::printf("| artifact | put ms | plain write ms (no fsync / fsync) | put ÷ write+fsync | get ms | plain read ms | **get ÷ read** | get ÷ read, CPU time | get MB/s | size ÷ stored |\n");
-  std::printf("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+  std::printf("| artifact | put ms | plain write ms (no fsync / fsync) | put ÷ write+fsync | get ms | plain read ms | **get ÷ read** | get MB/s | size ÷ stored |\n");
+  std::printf("|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
   const Row rows[] = {{"4 KiB", 4096, 40, 2000}, {"2.5 MB", 2'500'000, 20, 300}, {"256 MB", 256'000'000, 3, 5}};
   int key_n = 0;
   for (const auto& r : rows) {
@@ -245,22 +231,20 @@ void run(const std::filesystem::path& folder, const char* title, int level, bool
     std::vector<std::byte> buf(r.size);
     plain_read(plain, buf);  // warm the page cache
     double read = time_it(r.get_reps, [&] { plain_read(plain, buf); }, true);
-    double read_cpu = g_last_cpu;
     std::vector<std::byte> out;
     if (!store.read_into(digest, out)) die("warm get");
     double get = time_it(r.get_reps, [&] {
       auto got = store.read_into(digest, out);
       if (!got || !*got) die("get failed");
     }, true);
-    double get_cpu = g_last_cpu;
-    std::printf("| %s | %s | %s / %s | %s | %s | %s | **%s** | %s | %s | %s |\n", r.label.c_str(), ms(put).c_str(),
+    std::printf("| %s | %s | %s / %s | %s | %s | %s | **%s** | %s | %s |\n", r.label.c_str(), ms(put).c_str(),
                 ms(write_nosync).c_str(), ms(write_sync).c_str(), fmt(put / write_sync).c_str(), ms(get).c_str(),
-                ms(read).c_str(), fmt(get / read).c_str(), fmt(get_cpu / read_cpu).c_str(), mbps(r.size, get).c_str(),
+                ms(read).c_str(), fmt(get / read).c_str(), mbps(r.size, get).c_str(),
                 fmt(static_cast<double>(r.size) / static_cast<double>(stored), 2).c_str());
     if (r.size == 2'500'000) {
       double sha = time_it(50, [&] { (void)kiln::sha256(std::span<const std::byte>(data)); }, true);
-      std::printf("| (2.5 MB: SHA-256 of the bytes alone) | | | | %s | | %s | %s | %s | |\n", ms(sha).c_str(),
-                  fmt(sha / read).c_str(), fmt(g_last_cpu / read_cpu).c_str(), mbps(r.size, sha).c_str());
+      std::printf("| (2.5 MB: SHA-256 of the bytes alone) | | | | %s | | %s | %s | |\n", ms(sha).c_str(),
+                  fmt(sha / read).c_str(), mbps(r.size, sha).c_str());
     }
     std::filesystem::remove(plain);
     if (!store.evict_to(0)) die("evict");

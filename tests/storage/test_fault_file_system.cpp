@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "kiln/storage/fault_file_system.hpp"
@@ -152,28 +153,47 @@ TEST_CASE("a read-only folder opens read-only: reads work, writes say read_only"
   CHECK(none.error().message.find("not writable") != std::string::npos);
 }
 
-TEST_CASE("a folder without write permission opens read-only (for a user that permissions bind)") {
+TEST_CASE("a folder the user may not write opens read-only: reads work, writes say read_only") {
   kiln::test::TempDir dir;
   ArtifactInfo info;
   {
     auto store = open_store(dir.path(), nullptr);
     info = *store->put_bytes(make_key(1), make_bytes(10'000, 1));
   }
-  if (::geteuid() == 0) {
-    // root ignores permission bits; the FaultFileSystem case above covers the behaviour.
-    MESSAGE("running as root: chmod does not make a folder read-only; covered through FaultFileSystem");
-    return;
-  }
   for (const auto& e : std::filesystem::recursive_directory_iterator(dir.path())) {
     if (e.is_directory()) ::chmod(e.path().c_str(), 0555);
   }
   ::chmod(dir.path().c_str(), 0555);
-  {
-    auto store = open_store(dir.path(), nullptr);
-    CHECK(store->read_only());
-    CHECK(**store->get_bytes(info.key_digest) == make_bytes(10'000, 1));
-    CHECK(store->put_bytes(make_key(2), make_bytes(10, 2)).error().code == Errc::read_only);
+  // Permission bits do not bind root, so as root the check runs in a child process that
+  // has dropped to an unprivileged user (nobody); it reports through its exit code.
+  auto scenario = [&]() -> int {
+    StoreOptions o;
+    o.root = dir.path();
+    auto store = Store::open(o);
+    if (!store) return 10;
+    if (!(*store)->read_only()) return 11;
+    auto got = (*store)->get_bytes(info.key_digest);
+    if (!got || !got->has_value() || **got != make_bytes(10'000, 1)) return 12;
+    auto put = (*store)->put_bytes(make_key(2), make_bytes(10, 2));
+    if (put || put.error().code != Errc::read_only) return 13;
+    return 0;
+  };
+  int rc = -1;
+  if (::geteuid() != 0) {
+    rc = scenario();
+  } else {
+    pid_t pid = fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+      if (::setgid(65534) != 0 || ::setuid(65534) != 0) _exit(20);
+      _exit(scenario());
+    }
+    int status = 0;
+    REQUIRE(::waitpid(pid, &status, 0) == pid);
+    REQUIRE(WIFEXITED(status));
+    rc = WEXITSTATUS(status);
   }
+  CHECK_MESSAGE(rc == 0, "10 open failed, 11 not read-only, 12 read failed, 13 put not refused, 20 cannot drop root");
   ::chmod(dir.path().c_str(), 0755);
   for (const auto& e : std::filesystem::recursive_directory_iterator(dir.path())) {
     if (e.is_directory()) ::chmod(e.path().c_str(), 0755);
