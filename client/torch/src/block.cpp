@@ -71,7 +71,7 @@ Result<LoadedBlock> load_block(client::Client& client, const Key& key,
     return make_error(Errc::invalid_argument, "load_block loads AOTInductor packages (kind aoti); this key is kind " +
                                                   std::string(to_string(key.kind)));
   const auto t0 = Clock::now();
-  auto impl = std::make_unique<Impl>();
+  auto impl = std::make_unique<LoadedBlock::Impl>();
   auto got = client.get(key);
   if (!got) return std::move(got).error();
   if (!*got) {
