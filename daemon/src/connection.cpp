@@ -15,6 +15,7 @@
 #include <spdlog/spdlog.h>
 
 #include "handlers.hpp"
+#include "handlers_common.hpp"
 #include "offload.hpp"
 
 namespace kiln::daemon {
@@ -269,15 +270,16 @@ asio::awaitable<bool> Connection::handle_frame() {
     if (is_upload) discarding_.insert(id);
     co_return true;
   }
-  if (is_upload) co_return co_await begin_upload(std::move(r));
+  if (is_upload) co_return co_await begin_upload(r);
   inflight_.insert(id);
-  asio::co_spawn(socket_.get_executor(), [self = shared_from_this(), r = std::move(r)]() mutable {
-    return self->run_request(std::move(r));
+  // The lambda (owned by co_spawn until the coroutine ends) keeps the request alive.
+  asio::co_spawn(socket_.get_executor(), [self = shared_from_this(), r = std::move(r)] {
+    return self->run_request(r);
   }, asio::detached);
   co_return true;
 }
 
-asio::awaitable<void> Connection::run_request(Request r) {
+asio::awaitable<void> Connection::run_request(const Request& r) {
   auto self = shared_from_this();
   Outcome o = co_await handle_request(*this, r);
   if (!o.status && !o.replied) co_await send_error(r.id, o.status.error());
@@ -287,7 +289,7 @@ asio::awaitable<void> Connection::run_request(Request r) {
 
 // ---- uploads -------------------------------------------------------------------------
 
-asio::awaitable<bool> Connection::begin_upload(Request r) {
+asio::awaitable<bool> Connection::begin_upload(const Request& r) {
   auto up = prepare_upload(*this, r);
   if (up) {
     auto& store = state_.store;
@@ -345,10 +347,11 @@ asio::awaitable<bool> Connection::upload_chunk(std::uint32_t id, bool end) {
   }
   if (!body_.empty()) {
     std::span<const std::byte> data(body_);
-    auto st = co_await offload(state_.pool, [up, data] {
+    auto job = [up, data] {
       if (up->sha) up->sha->update(data);
       return up->stream->write(data);
-    });
+    };
+    auto st = co_await offload(state_.pool, job);
     if (closed_) co_return false;
     if (!st) {
       co_await fail_upload(id, st.error(), end);
@@ -360,18 +363,19 @@ asio::awaitable<bool> Connection::upload_chunk(std::uint32_t id, bool end) {
     uploads_.erase(id);
     inflight_.insert(id);
     Request r{up->type, id, {}, up->received};
-    asio::co_spawn(socket_.get_executor(), [self = shared_from_this(), r = std::move(r), up]() mutable {
-      return self->finish_upload(std::move(r), std::move(up));
+    asio::co_spawn(socket_.get_executor(), [self = shared_from_this(), r = std::move(r), up] {
+      return self->finish_upload(r, up);
     }, asio::detached);
   }
   co_return true;
 }
 
-asio::awaitable<void> Connection::finish_upload(Request r, std::shared_ptr<Upload> up) {
+asio::awaitable<void> Connection::finish_upload(const Request& r, const std::shared_ptr<Upload>& up) {
   auto self = shared_from_this();
-  Upload upload = std::move(*up);
-  up.reset();
-  Outcome o = co_await commit_upload(*this, r.id, std::move(upload));
+  Outcome o;
+  Status checked = check_upload(*up);
+  if (!checked) o = fail(checked.error());
+  else o = co_await commit_upload(*this, r.id, up);
   if (!o.status && !o.replied) co_await send_error(r.id, o.status.error());
   log_request(r, o);
   request_done(r.id);

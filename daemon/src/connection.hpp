@@ -77,11 +77,11 @@ class Connection : public std::enable_shared_from_this<Connection> {
   asio::awaitable<void> watchdog();
   asio::awaitable<Result<bool>> read_frame();   // false: peer closed cleanly
   asio::awaitable<bool> handle_frame();         // false: stop reading
-  asio::awaitable<void> run_request(Request request);
-  asio::awaitable<void> finish_upload(Request request, std::shared_ptr<Upload> upload);
+  asio::awaitable<void> run_request(const Request& request);
+  asio::awaitable<void> finish_upload(const Request& request, const std::shared_ptr<Upload>& upload);
   asio::awaitable<bool> write_frame(const protocol::FrameHeader& header, std::span<const std::byte> body, int fd);
   asio::awaitable<void> fail_upload(std::uint32_t id, const Error& error, bool end);
-  asio::awaitable<bool> begin_upload(Request request);
+  asio::awaitable<bool> begin_upload(const Request& request);
   asio::awaitable<bool> upload_chunk(std::uint32_t id, bool end);
   void arm_idle_deadline();
   Status admit(const Request& request);        // role, drain, limits

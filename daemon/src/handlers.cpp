@@ -134,9 +134,10 @@ asio::awaitable<Outcome> handle_get(Connection& c, const Request& r) {
     opts.wait_ms = req->wait_ms;
     Key key = *req->ref.key;
     auto* builds = s.builds;
-    auto built = co_await await_callback<Status>([builds, key, d, opts](std::function<void(Status)> done) {
+    auto job = [builds, key, d, opts](std::function<void(Status)> done) {
       builds->ensure(key, d, opts, std::move(done));
-    });
+    };
+    auto built = co_await await_callback<Status>(job);
     if (!built) co_return fail(built.error());
     got = co_await offload(s.pool, fetch);
     if (!got) co_return fail(got.error());
@@ -179,7 +180,8 @@ asio::awaitable<Outcome> handle_list(Connection& c, const Request& r) {
   q.limit = limit + 1;  // one more tells whether a next page exists
   q.offset = req->offset;
   auto& s = c.state();
-  auto items = co_await offload(s.pool, [&s, q] { return s.store.list(q); });
+  auto job = [&s, q] { return s.store.list(q); };
+  auto items = co_await offload(s.pool, job);
   if (!items) co_return fail(items.error());
   proto::ListReply reply;
   for (std::size_t i = 0; i < items->size() && i < limit; ++i) reply.items.push_back(to_meta((*items)[i]));
@@ -301,31 +303,32 @@ Result<Upload> prepare_upload(Connection& c, const Request& r) {
   return up;
 }
 
-asio::awaitable<Outcome> commit_upload(Connection& c, std::uint32_t id, Upload up) {
-  auto& s = c.state();
-  Request r{up.type, id, {}, up.received};
+Status check_upload(Upload& up) {
   if (up.expect_size && *up.expect_size != up.received_bytes)
-    co_return fail(make_error(Errc::invalid_argument, "upload ended after " + std::to_string(up.received_bytes) +
-                                                          " bytes; its size promised " + std::to_string(*up.expect_size)));
+    return make_error(Errc::invalid_argument, "upload ended after " + std::to_string(up.received_bytes) +
+                                                  " bytes; its size promised " + std::to_string(*up.expect_size));
   if (up.sha) {
     Digest got = up.sha->finish();
     if (got != *up.expect_blob)
-      co_return fail(make_error(Errc::invalid_argument, "upload's SHA-256 " + got.hex() +
-                                                            " differs from the blob_digest it promised " + up.expect_blob->hex()));
+      return make_error(Errc::invalid_argument, "upload's SHA-256 " + got.hex() +
+                                                    " differs from the blob_digest it promised " + up.expect_blob->hex());
   }
-  auto shared = std::make_shared<Upload>(std::move(up));
+  return {};
+}
+
+asio::awaitable<Outcome> commit_upload(Connection& c, std::uint32_t id, const std::shared_ptr<Upload>& shared) {
+  auto& s = c.state();
+  Request r{shared->type, id, {}, shared->received};
   if (shared->type == MsgType::put_source) {
-    auto src = co_await offload(s.pool, [&s, shared] {
-      return s.store.put_source(shared->model_hash, std::move(shared->stream), shared->name);
-    });
+    auto job = [&s, shared] { return s.store.put_source(shared->model_hash, std::move(shared->stream), shared->name); };
+    auto src = co_await offload(s.pool, job);
     if (!src) co_return fail(src.error());
     proto::PutSourceReply reply;
     reply.source = {src->model_hash, src->blob_digest, src->size, src->created_at, src->name};
     co_return co_await reply_ok(c, r, proto::encode(reply), std::to_string(src->size) + "B");
   }
-  auto info = co_await offload(s.pool, [&s, shared] {
-    return s.store.commit(std::move(shared->stream), shared->key, shared->meta);
-  });
+  auto job = [&s, shared] { return s.store.commit(std::move(shared->stream), shared->key, shared->meta); };
+  auto info = co_await offload(s.pool, job);
   if (!info) co_return fail(info.error());
   s.hot.erase(shared->key_digest);  // a copy of the replaced artifact must not be served
   proto::PutReply reply{to_meta(*info)};

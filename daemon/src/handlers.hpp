@@ -16,8 +16,10 @@ asio::awaitable<Outcome> handle_request(Connection& c, const Request& r);
 
 // PUT / PUT_SOURCE header: decodes, checks the key; the caller opens the store stream.
 Result<Upload> prepare_upload(Connection& c, const Request& r);
-// After END: checks size and digest, commits, replies.
-asio::awaitable<Outcome> commit_upload(Connection& c, std::uint32_t id, Upload upload);
+// After END: what the request promised (size, SHA-256) against what arrived.
+Status check_upload(Upload& upload);
+// After check_upload: commits to the store and replies.
+asio::awaitable<Outcome> commit_upload(Connection& c, std::uint32_t id, const std::shared_ptr<Upload>& upload);
 
 // A key ref's digest, node fields filled from this node first ("this node").
 Result<Digest> resolve_key(ServerState& s, Key& key);

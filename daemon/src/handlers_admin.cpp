@@ -34,10 +34,11 @@ asio::awaitable<Outcome> handle_evict(Connection& c, const Request& r) {
     std::int64_t cutoff = static_cast<std::int64_t>(std::time(nullptr)) - static_cast<std::int64_t>(req->older_than_s);
     q.accessed_before = q.accessed_before ? std::min(q.accessed_before, cutoff) : cutoff;
   }
-  auto n = co_await offload(s.pool, [&s, target, q]() -> Result<std::uint64_t> {
+  auto job = [&s, target, q]() -> Result<std::uint64_t> {
     if (target) return s.store.evict_to(*target);
     return s.store.evict(q);
-  });
+  };
+  auto n = co_await offload(s.pool, job);
   if (!n) co_return fail(n.error());
   if (*n) s.hot.clear();  // which entries went is not reported; drop every copy
   co_return co_await reply_ok(c, r, proto::encode(proto::EvictReply{*n}), std::to_string(*n) + " evicted");
@@ -82,8 +83,9 @@ asio::awaitable<Outcome> handle_reload(Connection& c, const Request& r) {
   if (!req) co_return fail(req.error());
   auto& s = c.state();
   if (!s.reload) co_return fail(make_error(Errc::unsupported, "reload is not available"));
-  auto reload = s.reload;
-  auto st = co_await offload(s.pool, [reload] { return reload(); });
+  auto* reload = &s.reload;  // set once at start; outlives every request
+  auto job = [reload] { return (*reload)(); };
+  auto st = co_await offload(s.pool, job);
   if (!st) co_return fail(st.error());
   co_return co_await reply_ok(c, r, proto::encode(proto::ReloadReply{true}), "");
 }
@@ -117,9 +119,10 @@ asio::awaitable<Outcome> handle_build(Connection& c, const Request& r) {
   EnsureOptions opts{req->force, req->wait_ms};
   Key key = req->key;
   Digest digest = *d;
-  auto built = co_await await_callback<Status>([builds, key, digest, opts](std::function<void(Status)> done) {
+  auto job = [builds, key, digest, opts](std::function<void(Status)> done) {
     builds->ensure(key, digest, opts, std::move(done));
-  });
+  };
+  auto built = co_await await_callback<Status>(job);
   if (!built) co_return fail(built.error());
   auto info = co_await offload(s.pool, [&s, digest] { return s.store.stat(digest); });
   if (!info) co_return fail(info.error());

@@ -50,6 +50,7 @@ struct Server::Impl {
   std::filesystem::path socket_path;
   bool created_socket = false;
   bool draining = false;          // on `strand`
+  bool drained = false;           // on `strand`: every connection closed after a drain
   std::uint64_t serial = 0;
   std::mutex conns_mu;
   std::list<std::weak_ptr<Connection>> conns;  // protected by conns_mu
@@ -128,6 +129,7 @@ asio::awaitable<void> Server::Impl::signal_loop() {
       continue;
     }
     begin_drain(sig == SIGTERM ? "SIGTERM" : "SIGINT");
+    if (drained) co_return;  // nothing was in flight: do not wait for signals again
   }
 }
 
@@ -163,6 +165,7 @@ void Server::Impl::begin_drain(const char* why) {
 }
 
 void Server::Impl::finish_drain() {
+  drained = true;
   drain_timer.cancel();
   error_code ec;
   signals.cancel(ec);

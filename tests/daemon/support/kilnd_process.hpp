@@ -1,0 +1,43 @@
+// A real kilnd process on a temporary socket and store, for tests.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace kiln::test {
+
+class KilndProcess {
+ public:
+  // Writes `toml` to <dir>/kilnd.toml and starts kilnd with --config, --socket
+  // <dir>/kiln.sock and --store <dir>/store, stderr to <dir>/kilnd.log. Waits until the
+  // socket accepts connections (throws std::runtime_error after 20 s, with the log).
+  // `listen_fd` >= 0: passed as systemd socket activation (LISTEN_FDS) instead.
+  KilndProcess(const std::filesystem::path& dir, const std::string& toml, std::vector<std::string> extra_args = {},
+               int listen_fd = -1);
+  ~KilndProcess();  // SIGKILL if still running
+
+  const std::filesystem::path& socket() const { return socket_; }
+  pid_t pid() const { return pid_; }
+  void signal(int sig) const;
+  // Waits for exit; the exit status (WEXITSTATUS, or 128+signal), nullopt on timeout.
+  std::optional<int> wait(std::chrono::milliseconds timeout);
+  bool running();
+  std::string log() const;
+  // Waits until the log contains `text`; false on timeout.
+  bool wait_for_log(const std::string& text, std::chrono::milliseconds timeout) const;
+
+ private:
+  std::filesystem::path dir_, socket_, log_;
+  pid_t pid_ = -1;
+  std::optional<int> status_;
+};
+
+// Path of the kilnd binary under test (set by CMake).
+std::string kilnd_binary();
+
+}  // namespace kiln::test

@@ -1,0 +1,191 @@
+#include "raw_client.hpp"
+
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <stdexcept>
+
+#include "kiln/digest.hpp"
+#include "kiln/protocol/messages.hpp"
+
+namespace kiln::test {
+
+namespace proto = kiln::protocol;
+
+RawClient::RawClient(const std::filesystem::path& socket) {
+  fd_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::strncpy(addr.sun_path, socket.c_str(), sizeof(addr.sun_path) - 1);
+  if (::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+    int e = errno;
+    ::close(fd_);
+    throw std::runtime_error("connect " + socket.string() + ": " + std::strerror(e));
+  }
+}
+
+RawClient::~RawClient() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+bool RawClient::send_bytes(const void* data, std::size_t n) {
+  const char* p = static_cast<const char*>(data);
+  while (n > 0) {
+    ssize_t w = ::send(fd_, p, n, MSG_NOSIGNAL);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      return false;
+    }
+    p += w;
+    n -= static_cast<std::size_t>(w);
+  }
+  return true;
+}
+
+bool RawClient::send_frame(proto::MsgType type, std::uint32_t id, std::string_view body, std::uint16_t flags) {
+  auto f = proto::encode_frame({proto::kVersion, type, flags, id, 0}, body);
+  return send_bytes(f.data(), f.size());
+}
+
+bool RawClient::recv_exact(void* buf, std::size_t n, std::chrono::steady_clock::time_point deadline, int* fd_out) {
+  char* p = static_cast<char*>(buf);
+  while (n > 0) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()).count();
+    if (left <= 0) return false;
+    pollfd pfd{fd_, POLLIN, 0};
+    int pr = ::poll(&pfd, 1, static_cast<int>(left));
+    if (pr <= 0) {
+      if (pr < 0 && errno == EINTR) continue;
+      return false;
+    }
+    iovec iov{p, n};
+    msghdr msg{};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    alignas(cmsghdr) char cbuf[CMSG_SPACE(sizeof(int) * 4)];
+    msg.msg_control = cbuf;
+    msg.msg_controllen = sizeof cbuf;
+    ssize_t r = ::recvmsg(fd_, &msg, MSG_CMSG_CLOEXEC);
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      closed_ = true;
+      return false;
+    }
+    if (r == 0) {
+      closed_ = true;
+      return false;
+    }
+    for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
+      if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
+        int fd;
+        std::memcpy(&fd, CMSG_DATA(c), sizeof fd);
+        if (fd_out && *fd_out < 0) *fd_out = fd;
+        else ::close(fd);
+      }
+    }
+    p += r;
+    n -= static_cast<std::size_t>(r);
+  }
+  return true;
+}
+
+std::optional<RawFrame> RawClient::recv(std::chrono::milliseconds timeout) {
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  std::array<std::byte, proto::kHeaderSize> hdr{};
+  RawFrame f;
+  if (!recv_exact(hdr.data(), hdr.size(), deadline, &f.fd)) return std::nullopt;
+  auto h = proto::decode_header(hdr, proto::kHardMaxFrame);
+  if (!h) throw std::runtime_error("kilnd sent a bad frame header: " + h.error().message);
+  f.header = *h;
+  f.body.resize(h->length);
+  if (h->length && !recv_exact(f.body.data(), f.body.size(), deadline, nullptr)) return std::nullopt;
+  return f;
+}
+
+bool RawClient::wait_closed(std::chrono::milliseconds timeout) {
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  char buf[4096];
+  while (!closed_) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()).count();
+    if (left <= 0) return false;
+    pollfd pfd{fd_, POLLIN, 0};
+    if (::poll(&pfd, 1, static_cast<int>(left)) <= 0) continue;
+    ssize_t r = ::recv(fd_, buf, sizeof buf, 0);
+    if (r <= 0) closed_ = true;
+  }
+  return true;
+}
+
+std::string RawClient::hello() {
+  proto::HelloRequest req;
+  req.client = "kiln-test";
+  req.capabilities = {"fd", "stream"};
+  auto r = call(proto::MsgType::hello, proto::encode(req));
+  if (r.header.type != proto::MsgType::ok) throw std::runtime_error("hello refused: " + r.body);
+  return r.body;
+}
+
+RawFrame RawClient::call(proto::MsgType type, std::string_view body, std::uint16_t flags) {
+  auto id = next_id();
+  if (!send_frame(type, id, body, flags)) throw std::runtime_error("send failed");
+  auto r = recv();
+  if (!r) throw std::runtime_error("no reply to " + std::string(proto::type_name(type)));
+  if (r->header.request_id != id) throw std::runtime_error("reply for another request id");
+  return std::move(*r);
+}
+
+RawFrame RawClient::put(const Key& key, const std::string& bytes, std::size_t chunk) {
+  auto id = next_id();
+  proto::PutRequest req;
+  req.key = key;
+  req.size = bytes.size();
+  send_frame(proto::MsgType::put, id, proto::encode(req));
+  std::size_t off = 0;
+  do {
+    std::size_t n = std::min(chunk, bytes.size() - off);
+    bool end = off + n == bytes.size();
+    send_frame(proto::MsgType::chunk, id, std::string_view(bytes).substr(off, n), end ? proto::kFlagEnd : 0);
+    off += n;
+  } while (off < bytes.size());
+  auto r = recv(std::chrono::seconds(60));
+  if (!r) throw std::runtime_error("no reply to PUT");
+  return std::move(*r);
+}
+
+Key test_key(const std::string& seed) {
+  Key k;
+  k.kind = ArtifactKind::aoti;
+  k.model_hash = sha256(seed).hex();
+  k.region = "FluxSingleTransformerBlock";
+  k.gpu_arch = "sm_90";
+  k.gpu_name = "NVIDIA H200";
+  k.torch_version = "2.11.0+cu130";
+  k.torch_git = "abc123";
+  k.cuda_version = "13.0";
+  k.triton_version = "3.6.0";
+  k.platform = "linux";
+  k.machine = "x86_64";
+  k.cpu_isa = "avx512";
+  k.dtype = "bfloat16";
+  k.inputs = {TensorSpec{{Dim::fixed(1), Dim{1, 4096}, Dim::fixed(3072)}, "bfloat16", "strided"}};
+  return k;
+}
+
+std::string read_fd(int fd) {
+  std::string out;
+  char buf[1 << 16];
+  off_t off = 0;
+  for (;;) {
+    ssize_t n = ::pread(fd, buf, sizeof buf, off);
+    if (n <= 0) break;
+    out.append(buf, static_cast<std::size_t>(n));
+    off += n;
+  }
+  return out;
+}
+
+}  // namespace kiln::test

@@ -1,0 +1,59 @@
+// A protocol client over a raw Unix socket, for driving kilnd byte by byte in tests
+// (deliberately not libkiln: these tests send what a correct client never would).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "kiln/key.hpp"
+#include "kiln/protocol/frame.hpp"
+
+namespace kiln::test {
+
+struct RawFrame {
+  protocol::FrameHeader header;
+  std::string body;
+  int fd = -1;   // owned by the caller when >= 0
+};
+
+class RawClient {
+ public:
+  explicit RawClient(const std::filesystem::path& socket);  // throws if it cannot connect
+  ~RawClient();
+  RawClient(const RawClient&) = delete;
+  RawClient& operator=(const RawClient&) = delete;
+
+  int fd() const { return fd_; }
+  bool send_bytes(const void* data, std::size_t n);
+  bool send_frame(protocol::MsgType type, std::uint32_t id, std::string_view body, std::uint16_t flags = 0);
+  // Next frame, or nullopt on timeout / closed connection (closed() tells which).
+  std::optional<RawFrame> recv(std::chrono::milliseconds timeout = std::chrono::seconds(10));
+  // True once the peer has closed (reads return 0 / ECONNRESET) within `timeout`.
+  bool wait_closed(std::chrono::milliseconds timeout = std::chrono::seconds(10));
+  bool closed() const { return closed_; }
+
+  // HELLO; returns the reply body (throws on error reply).
+  std::string hello();
+  // A request and its one reply frame.
+  RawFrame call(protocol::MsgType type, std::string_view body, std::uint16_t flags = 0);
+  // PUT of `bytes` in chunks of `chunk` bytes; the reply.
+  RawFrame put(const Key& key, const std::string& bytes, std::size_t chunk = 1 << 20);
+  std::uint32_t next_id() { return ++id_; }
+
+ private:
+  bool recv_exact(void* buf, std::size_t n, std::chrono::steady_clock::time_point deadline, int* fd_out);
+  int fd_ = -1;
+  bool closed_ = false;
+  std::uint32_t id_ = 0;
+};
+
+// A complete key (every field set) whose model hash is derived from `seed`.
+Key test_key(const std::string& seed);
+// Reads all of an fd with pread from 0.
+std::string read_fd(int fd);
+
+}  // namespace kiln::test

@@ -1,0 +1,106 @@
+// kilnd's configuration: TOML parsing, defaults, validation, sizes.
+#include <doctest/doctest.h>
+
+#include <unistd.h>
+
+#include "kiln/daemon/config.hpp"
+
+using namespace kiln;
+using namespace kiln::daemon;
+
+TEST_CASE("every documented option is read from TOML") {
+  Config c = default_config();
+  auto st = apply_toml_text(c, R"(
+socket = "/tmp/k.sock"
+store = "/tmp/kstore"
+io_threads = 3
+store_threads = 5
+hot_set_bytes = "512MiB"
+metrics_listen = "127.0.0.1:9464"
+log_level = "debug"
+[storage]
+quota = "10GiB"
+hard_limit = 20000000000
+zstd_level = 5
+[limits]
+max_frame_bytes = "1MiB"
+max_connections = 10
+max_inflight = 4
+idle_timeout_s = 1.5
+frame_timeout_s = 2
+request_timeout_s = 3
+drain_timeout_s = 4
+max_artifact_bytes = "1GiB"
+[access]
+socket_mode = "0660"
+socket_group = "0"
+trust_owner = false
+read_users = ["*"]
+write_users = ["root", 1000]
+admin_groups = ["0"]
+[node]
+gpu_arch = "sm_90"
+cpu_isa = "avx2"
+)", "test.toml");
+  REQUIRE(st);
+  CHECK(c.socket == "/tmp/k.sock");
+  CHECK(c.io_threads == 3);
+  CHECK(c.hot_set_bytes == 512ull << 20);
+  CHECK(c.store_options.quota_bytes == 10ull << 30);
+  CHECK(c.store_options.hard_limit_bytes == 20000000000ull);
+  CHECK(c.limits.max_frame_bytes == 1u << 20);
+  CHECK(c.limits.idle_timeout == std::chrono::milliseconds(1500));
+  CHECK(c.access.socket_mode == 0660);
+  CHECK_FALSE(c.access.trust_owner);
+  CHECK(c.access.write_users == std::vector<std::string>{"root", "1000"});
+  CHECK(c.node.gpu_arch == "sm_90");
+  CHECK(validate(c));
+}
+
+TEST_CASE("a bad option is named, with its file, and the config is unchanged") {
+  Config c = default_config();
+  auto before = c.limits.max_inflight;
+  auto st = apply_toml_text(c, "[limits]\nmax_inflight = 0\n", "k.toml");
+  REQUIRE_FALSE(st);
+  CHECK(st.error().code == Errc::invalid_argument);
+  CHECK(st.error().message.find("k.toml: limits.max_inflight") != std::string::npos);
+  CHECK(c.limits.max_inflight == before);
+
+  st = apply_toml_text(c, "[limits]\nmax_inflightt = 3\n", "k.toml");
+  REQUIRE_FALSE(st);
+  CHECK(st.error().message.find("unknown option") != std::string::npos);
+
+  st = apply_toml_text(c, "socket = \n", "k.toml");
+  REQUIRE_FALSE(st);
+  CHECK(st.error().message.find("k.toml:1") != std::string::npos);
+}
+
+TEST_CASE("validation refuses a non-loopback metrics address and out-of-range frames") {
+  Config c = default_config();
+  c.metrics_listen = "0.0.0.0:9464";
+  CHECK_FALSE(validate(c));
+  c.metrics_listen = "127.0.0.1:9464";
+  CHECK(validate(c));
+  c.limits.max_frame_bytes = 128u << 20;
+  CHECK_FALSE(validate(c));
+}
+
+TEST_CASE("sizes parse with binary and decimal units") {
+  CHECK(*parse_size("4096") == 4096);
+  CHECK(*parse_size("2GiB") == 2ull << 30);
+  CHECK(*parse_size("1.5MiB") == 1572864);
+  CHECK(*parse_size("100MB") == 100000000);
+  CHECK_FALSE(parse_size("12 parsecs"));
+  CHECK_FALSE(parse_size("-1"));
+}
+
+TEST_CASE("defaults follow who runs kilnd") {
+  Config c = default_config();
+  if (::geteuid() == 0) {
+    CHECK(c.socket == "/run/kiln/kiln.sock");
+    CHECK(c.store == "/var/lib/kiln");
+  } else {
+    CHECK(c.socket.filename() == "kiln.sock");
+    CHECK(c.access.socket_mode == 0600);
+  }
+}

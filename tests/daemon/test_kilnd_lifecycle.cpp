@@ -1,0 +1,238 @@
+// kilnd's lifecycle and limits: SIGTERM drains what is in flight, connection and
+// in-flight limits, socket activation, the metrics endpoint, bad configuration.
+#include <doctest/doctest.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <thread>
+
+#include "kiln/protocol/messages.hpp"
+#include "support/kilnd_process.hpp"
+#include "support/raw_client.hpp"
+#include "temp_dir.hpp"
+
+using namespace kiln;
+using namespace kiln::test;
+namespace proto = kiln::protocol;
+using proto::MsgType;
+
+namespace {
+
+Errc error_code(const RawFrame& f) {
+  REQUIRE(f.header.type == MsgType::error);
+  auto e = proto::decode<proto::ErrorBody>(f.body);
+  REQUIRE(e);
+  return e->code;
+}
+
+std::string http_get(const std::string& url) {
+  // url: http://127.0.0.1:PORT/metrics
+  auto host_start = url.find("//") + 2;
+  auto colon = url.find(':', host_start);
+  auto slash = url.find('/', colon);
+  int port = std::stoi(url.substr(colon + 1, slash - colon - 1));
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+    ::close(fd);
+    return {};
+  }
+  std::string req = "GET " + url.substr(slash) + " HTTP/1.1\r\nHost: localhost\r\n\r\n";
+  (void)!::write(fd, req.data(), req.size());
+  std::string out;
+  char buf[8192];
+  ssize_t n;
+  while ((n = ::read(fd, buf, sizeof buf)) > 0) out.append(buf, static_cast<std::size_t>(n));
+  ::close(fd);
+  return out;
+}
+
+std::string slurp(const std::filesystem::path& p) {
+  std::string out;
+  if (FILE* f = std::fopen(p.c_str(), "rb")) {
+    char buf[4096];
+    std::size_t n;
+    while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) out.append(buf, n);
+    std::fclose(f);
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("SIGTERM finishes the upload in flight, refuses new requests, then exits cleanly") {
+  TempDir dir;
+  KilndProcess d(dir.path(), "");
+  RawClient c(d.socket());
+  c.hello();
+  const Key key = test_key("drain");
+  proto::PutRequest req;
+  req.key = key;
+  std::uint32_t id = c.next_id();
+  c.send_frame(MsgType::put, id, proto::encode(req));
+  c.send_frame(MsgType::chunk, id, std::string(1 << 20, 'a'));
+
+  d.signal(SIGTERM);
+  REQUIRE(d.wait_for_log("stopping (SIGTERM)", std::chrono::seconds(5)));
+  CHECK(d.running());                              // the upload holds it open
+  CHECK_FALSE(std::filesystem::exists(d.socket()));  // new clients fail fast
+  CHECK(error_code(c.call(MsgType::stats, "{}")) == Errc::unavailable);
+
+  c.send_frame(MsgType::chunk, id, std::string(1 << 20, 'b'), proto::kFlagEnd);
+  auto r = c.recv();
+  REQUIRE(r);
+  CHECK(r->header.type == MsgType::ok);  // the upload in flight completed
+  CHECK(c.wait_closed());
+  auto status = d.wait(std::chrono::seconds(10));
+  REQUIRE(status);
+  CHECK(*status == 0);
+  CHECK(d.log().find("kilnd stopped cleanly") != std::string::npos);
+
+  // What was committed during the drain is there after a restart.
+  KilndProcess again(dir.path(), "");
+  RawClient c2(again.socket());
+  c2.hello();
+  proto::StatRequest stat;
+  stat.ref.key_digest = *key.digest();
+  auto s = proto::decode<proto::StatReply>(c2.call(MsgType::stat, proto::encode(stat)).body);
+  REQUIRE(s);
+  CHECK(s->found);
+  CHECK(s->info->size == (2u << 20));
+}
+
+TEST_CASE("SIGTERM with nothing in flight exits at once") {
+  TempDir dir;
+  KilndProcess d(dir.path(), "");
+  RawClient idle(d.socket());
+  idle.hello();
+  d.signal(SIGTERM);
+  auto status = d.wait(std::chrono::seconds(5));
+  REQUIRE(status);
+  CHECK(*status == 0);
+  CHECK(idle.wait_closed());
+}
+
+TEST_CASE("connections over the limit are refused with busy; the others carry on") {
+  TempDir dir;
+  KilndProcess d(dir.path(), "[limits]\nmax_connections = 2\n");
+  RawClient a(d.socket()), b(d.socket());
+  a.hello();
+  b.hello();
+  RawClient c(d.socket());
+  auto r = c.recv();
+  REQUIRE(r);
+  CHECK(error_code(*r) == Errc::busy);
+  CHECK(r->body.find("max_connections") == std::string::npos);  // says "too many connections (limit 2)"
+  CHECK(r->body.find("limit 2") != std::string::npos);
+  CHECK(c.wait_closed());
+  CHECK(a.call(MsgType::stats, "{}").header.type == MsgType::ok);
+}
+
+TEST_CASE("requests over the in-flight limit get busy") {
+  TempDir dir;
+  KilndProcess d(dir.path(), "[limits]\nmax_inflight = 1\n");
+  RawClient c(d.socket());
+  c.hello();
+  proto::PutRequest req;
+  req.key = test_key("inflight");
+  c.send_frame(MsgType::put, 1, proto::encode(req));  // an open upload is in flight
+  CHECK(error_code(c.call(MsgType::stats, "{}")) == Errc::busy);
+  c.send_frame(MsgType::chunk, 1, "x", proto::kFlagEnd);
+  auto r = c.recv();
+  REQUIRE(r);
+  CHECK(r->header.type == MsgType::ok);
+  CHECK(c.call(MsgType::stats, "{}").header.type == MsgType::ok);
+}
+
+TEST_CASE("a stalled upload is cut off at the request timeout") {
+  TempDir dir;
+  KilndProcess d(dir.path(), "[limits]\nrequest_timeout_s = 0.5\n");
+  RawClient c(d.socket());
+  c.hello();
+  proto::PutRequest req;
+  req.key = test_key("stall");
+  c.send_frame(MsgType::put, 1, proto::encode(req));
+  c.send_frame(MsgType::chunk, 1, "abc");
+  CHECK(c.wait_closed(std::chrono::seconds(5)));
+  CHECK(d.running());
+}
+
+TEST_CASE("socket activation: kilnd serves the socket systemd passes") {
+  TempDir dir;
+  auto path = dir / "activated.sock";
+  int lfd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
+  REQUIRE(::bind(lfd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+  REQUIRE(::listen(lfd, 16) == 0);
+  KilndProcess d(dir.path(), "", {}, lfd);
+  ::close(lfd);
+  CHECK(d.log().find("socket activation") != std::string::npos);
+  RawClient c(path);
+  c.hello();
+  CHECK(c.call(MsgType::stats, "{}").header.type == MsgType::ok);
+}
+
+TEST_CASE("the metrics endpoint serves Prometheus text on loopback") {
+  TempDir dir;
+  KilndProcess d(dir.path(), "metrics_listen = \"127.0.0.1:0\"\n");
+  RawClient c(d.socket());
+  c.hello();
+  auto status = proto::decode<proto::StatusReply>(c.call(MsgType::status, "{}").body);
+  REQUIRE(status);
+  REQUIRE(status->metrics);
+  REQUIRE(c.put(test_key("m"), "hello").header.type == MsgType::ok);
+  proto::GetRequest get;
+  get.ref.key_digest = *test_key("m").digest();
+  auto hit = c.call(MsgType::get, proto::encode(get));
+  if (hit.fd >= 0) ::close(hit.fd);
+  get.ref.key_digest = *test_key("absent").digest();
+  c.call(MsgType::get, proto::encode(get));
+  auto page = http_get(*status->metrics);
+  CHECK(page.find("200 OK") != std::string::npos);
+  CHECK(page.find("kiln_requests_total{op=\"get\",outcome=\"ok\"} 2") != std::string::npos);
+  CHECK(page.find("kiln_get_hits_total 1") != std::string::npos);
+  CHECK(page.find("kiln_get_misses_total 1") != std::string::npos);
+  CHECK(page.find("kiln_request_duration_seconds_bucket{op=\"put\"") != std::string::npos);
+  CHECK(page.find("kiln_store_entries 1") != std::string::npos);
+  CHECK(page.find("kiln_bytes_served_total 5") != std::string::npos);
+}
+
+TEST_CASE("a bad configuration is refused at start with the option named") {
+  TempDir dir;
+  auto config = dir / "bad.toml";
+  std::ofstream(config) << "[limits]\nmax_inflight = \"lots\"\n";
+  std::string cmd = kilnd_binary() + " --config " + config.string() + " --socket " + (dir / "s.sock").string() +
+                    " --store " + (dir / "store").string() + " 2>" + (dir / "err").string();
+  int rc = std::system(cmd.c_str());
+  CHECK(WEXITSTATUS(rc) == 2);
+  std::string err = slurp(dir / "err");
+  CHECK(err.find("limits.max_inflight") != std::string::npos);
+}
+
+TEST_CASE("a second kilnd on the same socket refuses to start") {
+  TempDir dir;
+  KilndProcess d(dir.path(), "");
+  std::string cmd = kilnd_binary() + " --socket " + d.socket().string() + " --store " + (dir / "store2").string() +
+                    " 2>" + (dir / "err").string();
+  int rc = std::system(cmd.c_str());
+  CHECK(WEXITSTATUS(rc) == 1);
+  std::string err = slurp(dir / "err");
+  CHECK(err.find("already listening") != std::string::npos);
+  RawClient c(d.socket());
+  c.hello();  // the first one is untouched
+}

@@ -1,0 +1,315 @@
+// kilnd against well-formed and malformed input over a real socket: a real kilnd
+// process, driven byte by byte. Whatever one client sends, the daemon stays up and
+// serves the others.
+#include <doctest/doctest.h>
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <random>
+#include <thread>
+
+#include "kiln/protocol/messages.hpp"
+#include "support/kilnd_process.hpp"
+#include "support/raw_client.hpp"
+#include "temp_dir.hpp"
+
+using namespace kiln;
+using namespace kiln::test;
+namespace proto = kiln::protocol;
+using proto::MsgType;
+
+namespace {
+
+const char* kConfig = R"(
+[limits]
+frame_timeout_s = 1
+idle_timeout_s = 30
+)";
+
+Errc error_code(const RawFrame& f) {
+  REQUIRE(f.header.type == MsgType::error);
+  auto e = proto::decode<proto::ErrorBody>(f.body);
+  REQUIRE(e);
+  return e->code;
+}
+
+// The daemon still answers a fresh client.
+void check_serves(const KilndProcess& d) {
+  RawClient c(d.socket());
+  c.hello();
+  auto r = c.call(MsgType::stats, "{}");
+  CHECK(r.header.type == MsgType::ok);
+}
+
+std::string bytes_of(std::size_t n, unsigned seed) {
+  std::string s(n, '\0');
+  std::mt19937 rng(seed);
+  for (auto& ch : s) ch = static_cast<char>(rng());
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("put, get by descriptor and by stream, stat, list, delete round trip") {
+  TempDir dir;
+  KilndProcess d(dir.path(), kConfig);
+  RawClient c(d.socket());
+  auto hello = proto::decode<proto::HelloReply>(c.hello());
+  REQUIRE(hello);
+  CHECK(hello->version == 1);
+  CHECK(hello->roles == std::vector<std::string>{"read", "write", "admin"});
+
+  const Key key = test_key("roundtrip");
+  const std::string data = bytes_of(3 << 20, 1);  // several chunks
+  auto put = c.put(key, data, 1 << 20);
+  REQUIRE(put.header.type == MsgType::ok);
+  auto put_reply = proto::decode<proto::PutReply>(put.body);
+  REQUIRE(put_reply);
+  CHECK(put_reply->info.size == data.size());
+  CHECK(put_reply->info.key_digest == *key.digest());
+
+  proto::GetRequest get;
+  get.ref.key_digest = *key.digest();
+  for (int round = 0; round < 2; ++round) {  // cold, then from the hot set
+    auto r = c.call(MsgType::get, proto::encode(get));
+    REQUIRE(r.header.type == MsgType::ok);
+    CHECK((r.header.flags & proto::kFlagFd) != 0);
+    REQUIRE(r.fd >= 0);
+    CHECK(read_fd(r.fd) == data);
+    // The descriptor is read-only and sealed: the client cannot change what others read.
+    CHECK(::write(r.fd, "x", 1) < 0);
+    ::close(r.fd);
+  }
+
+  get.delivery = proto::Delivery::stream;
+  auto r = c.call(MsgType::get, proto::encode(get));
+  REQUIRE(r.header.type == MsgType::ok);
+  CHECK((r.header.flags & proto::kFlagMore) != 0);
+  std::string streamed;
+  for (;;) {
+    auto chunk = c.recv();
+    REQUIRE(chunk);
+    REQUIRE(chunk->header.type == MsgType::chunk);
+    streamed += chunk->body;
+    if (chunk->header.flags & proto::kFlagEnd) break;
+  }
+  CHECK(streamed == data);
+
+  // By key fields instead of the digest.
+  proto::StatRequest stat;
+  stat.ref.key = key;
+  auto s = c.call(MsgType::stat, proto::encode(stat));
+  auto stat_reply = proto::decode<proto::StatReply>(s.body);
+  REQUIRE(stat_reply);
+  CHECK(stat_reply->found);
+
+  auto l = c.call(MsgType::list, proto::encode(proto::ListRequest{}));
+  auto list_reply = proto::decode<proto::ListReply>(l.body);
+  REQUIRE(list_reply);
+  CHECK(list_reply->items.size() == 1);
+
+  proto::KeyOpRequest del;
+  del.ref.key_digest = *key.digest();
+  CHECK(c.call(MsgType::del, proto::encode(del)).header.type == MsgType::ok);
+  CHECK(error_code(c.call(MsgType::del, proto::encode(del))) == Errc::not_found);
+  get.delivery = proto::Delivery::fd;
+  auto miss = proto::decode<proto::GetReply>(c.call(MsgType::get, proto::encode(get)).body);
+  REQUIRE(miss);
+  CHECK_FALSE(miss->found);  // deleted: not served from the hot set either
+}
+
+TEST_CASE("a zero-byte artifact round-trips") {
+  TempDir dir;
+  KilndProcess d(dir.path(), kConfig);
+  RawClient c(d.socket());
+  c.hello();
+  const Key key = test_key("empty");
+  REQUIRE(c.put(key, "").header.type == MsgType::ok);
+  proto::GetRequest get;
+  get.ref.key_digest = *key.digest();
+  auto r = c.call(MsgType::get, proto::encode(get));
+  REQUIRE(r.fd >= 0);
+  CHECK(read_fd(r.fd).empty());
+  ::close(r.fd);
+}
+
+TEST_CASE("a put whose bytes break its promises is refused and stores nothing") {
+  TempDir dir;
+  KilndProcess d(dir.path(), kConfig);
+  RawClient c(d.socket());
+  c.hello();
+  const Key key = test_key("liar");
+  proto::PutRequest req;
+  req.key = key;
+  req.size = 10;
+  auto id = c.next_id();
+  c.send_frame(MsgType::put, id, proto::encode(req));
+  c.send_frame(MsgType::chunk, id, "12345", proto::kFlagEnd);
+  auto r = c.recv();
+  REQUIRE(r);
+  CHECK(error_code(*r) == Errc::invalid_argument);
+  CHECK(r->body.find("size promised 10") != std::string::npos);
+
+  req.size.reset();
+  req.blob_digest = sha256(std::string_view("something else"));
+  id = c.next_id();
+  c.send_frame(MsgType::put, id, proto::encode(req));
+  c.send_frame(MsgType::chunk, id, "12345", proto::kFlagEnd);
+  r = c.recv();
+  REQUIRE(r);
+  CHECK(error_code(*r) == Errc::invalid_argument);
+
+  proto::StatRequest stat;
+  stat.ref.key_digest = *key.digest();
+  auto s = proto::decode<proto::StatReply>(c.call(MsgType::stat, proto::encode(stat)).body);
+  REQUIRE(s);
+  CHECK_FALSE(s->found);
+}
+
+TEST_CASE("malformed frames close only their own connection") {
+  TempDir dir;
+  KilndProcess d(dir.path(), kConfig);
+
+  SUBCASE("wrong magic") {
+    RawClient c(d.socket());
+    c.send_bytes("GET / HTTP/1.1\r\nHost: x\r\n\r\n", 27);
+    auto r = c.recv();
+    REQUIRE(r);
+    CHECK(error_code(*r) == Errc::protocol_error);
+    CHECK(c.wait_closed());
+  }
+  SUBCASE("wrong version") {
+    RawClient c(d.socket());
+    auto f = proto::encode_frame({7, MsgType::hello, 0, 1, 0}, std::string_view("{}"));
+    c.send_bytes(f.data(), f.size());
+    auto r = c.recv();
+    REQUIRE(r);
+    CHECK(error_code(*r) == Errc::unsupported);
+    CHECK(r->body.find("version 7") != std::string::npos);
+    CHECK(c.wait_closed());
+  }
+  SUBCASE("oversized length is refused before any allocation") {
+    RawClient c(d.socket());
+    c.hello();
+    auto h = proto::encode_header({proto::kVersion, MsgType::get, 0, 9, 0xFFFFFFF0u});
+    c.send_bytes(h.data(), h.size());
+    auto r = c.recv();
+    REQUIRE(r);
+    CHECK(error_code(*r) == Errc::protocol_error);
+    CHECK(r->header.request_id == 9);
+    CHECK(c.wait_closed());
+  }
+  SUBCASE("unknown flag bits") {
+    RawClient c(d.socket());
+    c.hello();
+    c.send_frame(MsgType::stats, 3, "{}", 0x8000);
+    auto r = c.recv();
+    REQUIRE(r);
+    CHECK(error_code(*r) == Errc::protocol_error);
+    CHECK(c.wait_closed());
+  }
+  SUBCASE("a request before HELLO") {
+    RawClient c(d.socket());
+    c.send_frame(MsgType::stats, 1, "{}");
+    auto r = c.recv();
+    REQUIRE(r);
+    CHECK(error_code(*r) == Errc::protocol_error);
+    CHECK(c.wait_closed());
+  }
+  SUBCASE("HELLO with no common version") {
+    RawClient c(d.socket());
+    c.send_frame(MsgType::hello, 1, R"({"versions":[2,3]})");
+    auto r = c.recv();
+    REQUIRE(r);
+    CHECK(error_code(*r) == Errc::unsupported);
+    CHECK(c.wait_closed());
+  }
+  SUBCASE("truncated frame then the peer vanishes") {
+    RawClient c(d.socket());
+    c.hello();
+    auto f = proto::encode_frame({proto::kVersion, MsgType::stats, 0, 2, 0}, std::string_view("{}"));
+    c.send_bytes(f.data(), 10);
+  }
+  SUBCASE("a put that vanishes mid-upload stores nothing") {
+    {
+      RawClient c(d.socket());
+      c.hello();
+      proto::PutRequest req;
+      req.key = test_key("vanish");
+      req.size = 1 << 20;
+      c.send_frame(MsgType::put, 5, proto::encode(req));
+      c.send_frame(MsgType::chunk, 5, std::string(1000, 'x'));
+    }
+    RawClient c(d.socket());
+    c.hello();
+    proto::StatRequest stat;
+    stat.ref.key_digest = *test_key("vanish").digest();
+    auto s = proto::decode<proto::StatReply>(c.call(MsgType::stat, proto::encode(stat)).body);
+    REQUIRE(s);
+    CHECK_FALSE(s->found);
+  }
+  SUBCASE("random bytes") {
+    for (unsigned seed = 0; seed < 20; ++seed) {
+      RawClient c(d.socket());
+      auto junk = bytes_of(1 + seed * 97, seed);
+      c.send_bytes(junk.data(), junk.size());
+      // Either an error and a close, or nothing yet (too few bytes for a header): both fine.
+      (void)c.recv(std::chrono::milliseconds(200));
+    }
+  }
+  check_serves(d);
+  CHECK(d.running());
+}
+
+TEST_CASE("well-framed but wrong messages get an error and the connection stays") {
+  TempDir dir;
+  KilndProcess d(dir.path(), kConfig);
+  RawClient c(d.socket());
+  c.hello();
+  CHECK(error_code(c.call(static_cast<MsgType>(0x55), "{}")) == Errc::protocol_error);  // unknown type
+  CHECK(error_code(c.call(MsgType::ok, "{}")) == Errc::protocol_error);                // a reply type
+  CHECK(error_code(c.call(MsgType::get, "{not json")) == Errc::protocol_error);
+  auto bad = c.call(MsgType::get, R"({"key_digest":"zz"})");
+  CHECK(error_code(bad) == Errc::invalid_argument);
+  CHECK(bad.body.find("key_digest") != std::string::npos);
+  CHECK(error_code(c.call(MsgType::get, R"({"key":{"kind":"aoti"}})")) == Errc::invalid_argument);
+  CHECK(error_code(c.call(MsgType::hello, "{}")) == Errc::protocol_error);  // a second HELLO
+  c.send_frame(MsgType::stats, 0, "{}");                                    // request id 0
+  auto r = c.recv();
+  REQUIRE(r);
+  CHECK(error_code(*r) == Errc::protocol_error);
+  c.send_frame(MsgType::chunk, 77, "stray");  // a chunk of no upload
+  r = c.recv();
+  REQUIRE(r);
+  CHECK(error_code(*r) == Errc::protocol_error);
+  CHECK(c.call(MsgType::stats, "{}").header.type == MsgType::ok);
+}
+
+TEST_CASE("a slow sender is cut off at the frame timeout while others are served") {
+  TempDir dir;
+  KilndProcess d(dir.path(), kConfig);  // frame_timeout_s = 1
+  RawClient slow(d.socket());
+  slow.hello();
+  auto f = proto::encode_frame({proto::kVersion, MsgType::stats, 0, 2, 0}, std::string_view("{}"));
+  auto start = std::chrono::steady_clock::now();
+  for (std::size_t i = 0; i < 5; ++i) {  // a byte every 100 ms, then silence
+    slow.send_bytes(f.data() + i, 1);
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  check_serves(d);  // meanwhile
+  CHECK(slow.wait_closed(std::chrono::seconds(5)));
+  auto waited = std::chrono::steady_clock::now() - start;
+  CHECK(waited >= std::chrono::milliseconds(900));
+  CHECK(waited < std::chrono::seconds(4));
+  check_serves(d);
+}
+
+TEST_CASE("an idle connection is closed after the idle timeout") {
+  TempDir dir;
+  KilndProcess d(dir.path(), "[limits]\nidle_timeout_s = 0.5\n");
+  RawClient c(d.socket());
+  c.hello();
+  CHECK(c.wait_closed(std::chrono::seconds(5)));
+  check_serves(d);
+}

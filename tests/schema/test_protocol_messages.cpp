@@ -1,0 +1,98 @@
+// The wire protocol's JSON bodies (schema/protocol.md, "Messages").
+#include <doctest/doctest.h>
+
+#include "kiln/protocol/messages.hpp"
+
+using namespace kiln;
+using namespace kiln::protocol;
+
+namespace {
+Key complete_key() {
+  Key k;
+  k.model_hash = std::string(64, 'a');
+  k.region = "full";
+  k.gpu_arch = "sm_90";
+  k.gpu_name = "NVIDIA H200";
+  k.torch_version = "2.11.0";
+  k.torch_git = "g";
+  k.cuda_version = "13.0";
+  k.triton_version = "3.6.0";
+  k.platform = "linux";
+  k.machine = "x86_64";
+  k.cpu_isa = "avx512";
+  k.dtype = "bfloat16";
+  k.inputs = {TensorSpec{{Dim::fixed(1), Dim{1, 64}}, "bfloat16", "strided"}};
+  return k;
+}
+}  // namespace
+
+TEST_CASE("requests and replies round-trip") {
+  GetRequest g;
+  g.ref.key = complete_key();
+  g.delivery = Delivery::stream;
+  g.on_miss = OnMiss::build;
+  g.wait_ms = 5000;
+  auto g2 = decode<GetRequest>(encode(g));
+  REQUIRE(g2);
+  CHECK(g2->ref.key == g.ref.key);
+  CHECK(g2->delivery == Delivery::stream);
+  CHECK(g2->on_miss == OnMiss::build);
+  CHECK(g2->wait_ms == 5000);
+
+  ArtifactMeta m;
+  m.key = complete_key();
+  m.key_digest = *m.key.digest();
+  m.blob_digest = sha256(std::string_view("x"));
+  m.size = 1ull << 40;
+  m.pinned = true;
+  GetReply r{true, Delivery::fd, std::nullopt, m};
+  auto r2 = decode<GetReply>(encode(r));
+  REQUIRE(r2);
+  CHECK(r2->info->size == 1ull << 40);
+  CHECK(r2->info->key_digest == m.key_digest);
+  CHECK(r2->info->pinned);
+
+  ErrorBody e{Errc::quota_exceeded, "store full"};
+  auto e2 = decode<ErrorBody>(encode(e));
+  REQUIRE(e2);
+  CHECK(e2->code == Errc::quota_exceeded);
+  CHECK(encode(e).find("\"name\":\"quota_exceeded\"") != std::string::npos);
+
+  PrewarmReply p{"h1", {{m.key_digest, "queued", std::nullopt}, {std::nullopt, "invalid", "key.region: empty"}}};
+  auto p2 = decode<PrewarmReply>(encode(p));
+  REQUIRE(p2);
+  CHECK(p2->results.size() == 2);
+  CHECK(p2->results[1].error == "key.region: empty");
+}
+
+TEST_CASE("malformed bodies name the field and never throw") {
+  CHECK(decode<GetRequest>("{").error().code == Errc::protocol_error);
+  CHECK(decode<GetRequest>("[1]").error().code == Errc::protocol_error);
+  auto both = decode<GetRequest>(R"({"key_digest":")" + std::string(64, 'a') + R"(","key":{}})");
+  CHECK(both.error().code == Errc::invalid_argument);
+  auto neither = decode<GetRequest>("{}");
+  CHECK(neither.error().message.find("key_digest or key required") != std::string::npos);
+  auto bad = decode<ListRequest>(R"({"limit":-4})");
+  CHECK(bad.error().message.find("list.limit") != std::string::npos);
+  auto big = decode<HelloRequest>(R"({"versions":[1],"max_frame":99999999999})");
+  CHECK(big.error().message.find("hello.max_frame") != std::string::npos);
+  auto ev = decode<EvictRequest>("{}");
+  CHECK(ev.error().code == Errc::invalid_argument);
+  // Unknown error codes from a newer peer decode as internal, message kept.
+  auto e = decode<ErrorBody>(R"({"code":999,"message":"new"})");
+  REQUIRE(e);
+  CHECK(e->code == Errc::internal);
+  CHECK(e->message == "new");
+  // Unknown fields are ignored.
+  CHECK(decode<StatsRequest>(R"({"future_field":true})"));
+  CHECK(decode<StatsRequest>(""));
+}
+
+TEST_CASE("roles are cumulative and every request type needs the documented one") {
+  CHECK(required_role(MsgType::get) == Role::read);
+  CHECK(required_role(MsgType::put) == Role::write);
+  CHECK(required_role(MsgType::del) == Role::admin);
+  CHECK(required_role(MsgType::evict) == Role::admin);
+  CHECK(required_role(MsgType::hello) == Role::none);
+  CHECK(role_names_upto(Role::write) == std::vector<std::string>{"read", "write"});
+}
