@@ -5,6 +5,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <fstream>
@@ -23,6 +24,22 @@ using kiln::test::TempDir;
 using kiln::test::test_key;
 
 namespace {
+
+[[maybe_unused]] client::ListQuery query_filter(const std::string& field, const std::string& value) {
+  client::ListQuery q;
+  q.filters[field] = value;
+  return q;
+}
+[[maybe_unused]] client::ListQuery query_pinned() {
+  client::ListQuery q;
+  q.pinned = true;
+  return q;
+}
+[[maybe_unused]] client::ListQuery query_limit(std::size_t n) {
+  client::ListQuery q;
+  q.limit = n;
+  return q;
+}
 
 std::vector<std::byte> random_bytes(std::size_t n, unsigned seed) {
   std::vector<std::byte> out(n);
@@ -189,27 +206,27 @@ TEST_CASE("StatListPinUnpinRemoveStatsAndStatus") {
   REQUIRE(all);
   CHECK(all->entries.size() == 5);
   CHECK_FALSE(all->next_offset.has_value());
-  auto filtered = c.list({.filters = {{"region", "Block3"}}});
+  auto filtered = c.list(query_filter("region", "Block3"));
   REQUIRE(filtered);
   REQUIRE(filtered->entries.size() == 1);
   CHECK(filtered->entries[0].key_digest == digests[3]);
-  auto paged = c.list({.limit = 2});
+  auto paged = c.list(query_limit(2));
   REQUIRE(paged);
   CHECK(paged->entries.size() == 2);
   REQUIRE(paged->next_offset.has_value());
-  auto bad_filter = c.list({.filters = {{"colour", "blue"}}});
+  auto bad_filter = c.list(query_filter("colour", "blue"));
   REQUIRE_FALSE(bad_filter);
   CHECK(bad_filter.error().code == Errc::invalid_argument);
 
   auto pin = c.pin(digests[1]);
   REQUIRE(pin);
   CHECK(*pin);
-  auto pinned = c.list({.pinned = true});
+  auto pinned = c.list(query_pinned());
   REQUIRE(pinned);
   REQUIRE(pinned->entries.size() == 1);
   CHECK(pinned->entries[0].key_digest == digests[1]);
   REQUIRE(c.unpin(digests[1]));
-  CHECK(c.list({.pinned = true})->entries.empty());
+  CHECK(c.list(query_pinned())->entries.empty());
 
   auto rm = c.remove(test_key(4));
   REQUIRE(rm);

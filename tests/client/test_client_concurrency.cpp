@@ -19,6 +19,22 @@ using kiln::test::test_key;
 
 namespace {
 
+[[maybe_unused]] client::ListQuery query_filter(const std::string& field, const std::string& value) {
+  client::ListQuery q;
+  q.filters[field] = value;
+  return q;
+}
+[[maybe_unused]] client::ListQuery query_pinned() {
+  client::ListQuery q;
+  q.pinned = true;
+  return q;
+}
+[[maybe_unused]] client::ListQuery query_limit(std::size_t n) {
+  client::ListQuery q;
+  q.limit = n;
+  return q;
+}
+
 constexpr int kClients = 64;
 constexpr int kPutsPerClient = 4;
 
@@ -76,7 +92,7 @@ TEST_CASE("SixtyFourConcurrentClientsLoseNothing") {
         auto st = c->stat(test_key(key_id(t, i)));
         if (!st || !*st || (**st).size != data.size()) fail("stat own");
         if (i == 1) {
-          auto page = c->list({.filters = {{"region", test_key(key_id(t, i)).region}}});
+          auto page = c->list(query_filter("region", test_key(key_id(t, i)).region));
           if (!page || page->entries.size() != 1) fail("list own region");
         }
       }
@@ -112,7 +128,7 @@ TEST_CASE("SixtyFourConcurrentClientsLoseNothing") {
       }
     }
   }
-  auto pinned = c->list({.pinned = true});
+  auto pinned = c->list(query_pinned());
   REQUIRE(pinned);
   CHECK(pinned->entries.size() == kClients);
 }

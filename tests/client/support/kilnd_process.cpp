@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
@@ -39,7 +40,11 @@ Key test_key(int n) {
   return k;
 }
 
-std::filesystem::path kilnd_path() { return KILN_KILND_PATH; }
+std::filesystem::path kilnd_path() {
+  // KILN_TEST_KILND runs the tests against another kilnd binary (an installed one, say).
+  if (const char* env = std::getenv("KILN_TEST_KILND"); env != nullptr && *env != '\0') return env;
+  return KILN_KILND_PATH;
+}
 std::filesystem::path kilnctl_path() {
 #ifdef KILN_KILNCTL_PATH
   return KILN_KILNCTL_PATH;

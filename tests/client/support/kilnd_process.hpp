@@ -25,7 +25,7 @@ NodeFields test_node_fields();
 // `n` makes keys differ (in model hash and region).
 Key test_key(int n);
 
-// The kilnd binary under test (KILN_KILND_PATH, set by CMake).
+// The kilnd binary under test: $KILN_TEST_KILND if set, else the one built here.
 std::filesystem::path kilnd_path();
 // The kilnctl binary under test (KILN_KILNCTL_PATH), for tests/ops.
 std::filesystem::path kilnctl_path();
