@@ -5,6 +5,8 @@
 
 #include <chrono>
 #include <fstream>
+#include <future>
+#include <thread>
 #include <system_error>
 
 #include <spdlog/spdlog.h>
@@ -97,16 +99,37 @@ BuildRunResult run_build(storage::Store& store, const SchedulerOptions& options,
     return {make_error(Errc::no_source, "no source is registered for model hash " + job.key.model_hash +
                                             "; register the block's torch.export archive with `kilnctl source add FILE`"),
             false};
-  auto source_path = materialize_source(store, options.work_dir, **src, job.seq);
-  if (!source_path) return {std::move(source_path).error(), false};
-  const double source_s = since(t0);
-
   fs::path dir = options.work_dir / "jobs" / (hex.substr(0, 16) + "-" + std::to_string(job.seq));
   std::error_code ec;
   fs::remove_all(dir, ec);
   if (!fs::create_directories(dir, ec) && ec)
     return {make_error(Errc::io_error, "cannot create the build folder " + dir.string() + ": " + ec.message()), false};
-  BuildJobPaths paths{*source_path, dir / "artifact", dir};
+
+  // The source is copied out of the store while the worker starts Python and imports
+  // torch (seconds): the request goes to the worker once the copy is ready, so a 700 MB
+  // source adds nothing to the miss. A failed copy closes the worker's stdin (it exits)
+  // and is the build's error.
+  auto source_future = std::async(std::launch::async, [&store, &options, &src, &job, t0] {
+    auto r = materialize_source(store, options.work_dir, **src, job.seq);
+    return std::make_pair(std::move(r), since(t0));
+  });
+  std::optional<Error> source_error;
+  double source_s = 0;
+  BuildJobPaths paths{{}, dir / "artifact", dir};
+  bool source_taken = false;
+  PendingRequest pending = [&]() -> std::optional<std::string> {
+    if (source_taken) return std::nullopt;
+    if (source_future.wait_for(std::chrono::seconds(0)) != std::future_status::ready) return std::nullopt;
+    source_taken = true;
+    auto [path, seconds] = source_future.get();
+    source_s = seconds;
+    if (!path) {
+      source_error = std::move(path).error();
+      return std::string();
+    }
+    paths.source = *path;
+    return encode_build_request(job.key, job.digest, paths);
+  };
 
   WorkerCommand cmd = options.worker;
   if (!slot.visible_device.empty()) cmd.env["CUDA_VISIBLE_DEVICES"] = slot.visible_device;
@@ -121,7 +144,19 @@ BuildRunResult run_build(storage::Store& store, const SchedulerOptions& options,
 
   spdlog::info("build {} started on {} ({} {})", hex, slot.name, to_string(job.key.kind), job.key.region);
   out.ran_worker = true;
-  WorkerExit exit = run_worker(cmd, encode_build_request(job.key, job.digest, paths), limits, &cancel);
+  WorkerExit exit = run_worker(cmd, pending, limits, &cancel);
+  if (!source_taken) {  // the worker ended before the source was ready: wait for the copy
+    (void)pending();
+    while (!source_taken) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      (void)pending();
+    }
+  }
+  if (source_error) {
+    fs::remove_all(dir, ec);
+    out.info = std::move(*source_error);
+    return out;
+  }
   if (exit.how == WorkerExit::How::cancelled) {
     fs::remove_all(dir, ec);
     out.info = make_error(Errc::cancelled, "the build of " + hex + " was cancelled: kilnd is shutting down");
@@ -146,7 +181,8 @@ BuildRunResult run_build(storage::Store& store, const SchedulerOptions& options,
   rec.error = err ? err->message : std::string();
   char summary[512];
   std::snprintf(summary, sizeof summary,
-                "\n[kiln] build %s on %s: worker %s in %.3f s (%s); source ready in %.3f s; stored in %.3f s; total %.3f s\n",
+                "\n[kiln] build %s on %s: worker %s in %.3f s (%s); source ready in %.3f s (while the worker "
+                "started); stored in %.3f s; total %.3f s\n",
                 hex.c_str(), slot.name.c_str(), exit.describe().c_str(), exit.seconds,
                 built ? built->summary.c_str() : "failed", source_s, store_s, since(t0));
   rec.log = (exit.log_truncated ? "[kiln] log truncated to its last bytes\n" : "") + exit.log + summary;

@@ -102,6 +102,13 @@ std::string WorkerExit::describe() const {
 
 WorkerExit run_worker(const WorkerCommand& command, std::string_view request, const WorkerLimits& limits,
                       const std::atomic<bool>* cancel) {
+  std::string copy(request);
+  return run_worker(command, PendingRequest([&copy]() -> std::optional<std::string> { return std::move(copy); }), limits,
+                    cancel);
+}
+
+WorkerExit run_worker(const WorkerCommand& command, const PendingRequest& pending, const WorkerLimits& limits,
+                      const std::atomic<bool>* cancel) {
   WorkerExit result;
   if (command.argv.empty()) {
     result.spawn_error = "no worker command configured";
@@ -152,7 +159,8 @@ WorkerExit run_worker(const WorkerCommand& command, std::string_view request, co
   ::fcntl(in.w, F_SETFL, O_NONBLOCK);
 
   std::size_t written = 0;
-  if (request.empty()) close_fd(in.w);
+  std::string request;
+  bool have_request = false;
   bool reaped = false, killing = false;
   int status = 0;
   WorkerExit::How forced = WorkerExit::How::exited;
@@ -174,7 +182,14 @@ WorkerExit run_worker(const WorkerCommand& command, std::string_view request, co
     int idx_out = -1, idx_err = -1, idx_in = -1;
     if (out.r >= 0) idx_out = n, fds[n++] = {out.r, POLLIN, 0};
     if (err.r >= 0) idx_err = n, fds[n++] = {err.r, POLLIN, 0};
-    if (in.w >= 0) idx_in = n, fds[n++] = {in.w, POLLOUT, 0};
+    if (in.w >= 0 && !have_request) {
+      if (auto r = pending()) {
+        request = std::move(*r);
+        have_request = true;
+        if (request.empty()) close_fd(in.w);
+      }
+    }
+    if (in.w >= 0 && have_request) idx_in = n, fds[n++] = {in.w, POLLOUT, 0};
     ::poll(fds, static_cast<nfds_t>(n), 50);
 
     if (idx_in >= 0 && (fds[idx_in].revents & (POLLOUT | POLLERR | POLLHUP))) {

@@ -43,8 +43,18 @@ def _required(request, name):
     return request[name]
 
 
+def _warm_up():
+    """Imports torch before the request is read: kilnd writes the request only when the
+    build's source is ready, and copies it while this import runs."""
+    try:
+        import torch  # noqa: F401
+    except Exception as e:  # noqa: BLE001 - reported by the op that needs torch
+        log(f"cannot import torch: {type(e).__name__}: {e}")
+
+
 def serve(stdin, result_out):
     started = time.monotonic()
+    _warm_up()
     try:
         request = json.loads(stdin.read())
         if not isinstance(request, dict):

@@ -3,6 +3,7 @@
 
 #include <signal.h>
 
+#include <fstream>
 #include <future>
 #include <thread>
 
@@ -367,6 +368,29 @@ TEST_CASE("ShuttingDownKillsARunningBuildAndCancelsItsWaiters") {
   CHECK(r2.error().code == Errc::cancelled);
   // A cancelled build is not remembered as a failure.
   auto rec = f.store->last_build(*f.key(hash).digest());
+  REQUIRE(rec.has_value());
+  CHECK_FALSE(rec->has_value());
+}
+
+TEST_CASE("ASourceThatCannotBeReadFailsTheBuildWithoutBlamingTheKey") {
+  BuildFixture f;
+  auto hash = f.add_source({{"behavior", "ok"}});
+  auto src = f.store->stat_source(hash);
+  REQUIRE(src.has_value());
+  REQUIRE(src->has_value());
+  {  // damage the stored source's blob
+    std::fstream blob(f.store->blob_path((*src)->blob_digest), std::ios::in | std::ios::out | std::ios::binary);
+    REQUIRE(blob.good());
+    blob.seekp(-4, std::ios::end);
+    blob.write("XXXX", 4);
+  }
+  auto s = f.scheduler();
+  const Key key = f.key(hash);
+  auto r = s->request_and_wait(key, RequestOptions{});
+  REQUIRE_FALSE(r.has_value());
+  CHECK(r.error().code == Errc::corrupt);
+  // Not a failed build of this key: nothing remembered, nothing stored.
+  auto rec = f.store->last_build(*key.digest());
   REQUIRE(rec.has_value());
   CHECK_FALSE(rec->has_value());
 }

@@ -118,3 +118,19 @@ TEST_CASE("ExtraEnvironmentReachesTheWorker") {
   auto e = run_worker(WorkerCommand{{"/bin/sh", "-c", "printf %s \"$KILN_X\""}, {{"KILN_X", "42"}}}, "", WorkerLimits{});
   CHECK(e.out == "42");
 }
+
+TEST_CASE("APendingRequestIsWrittenOnceReadyWhileTheWorkerAlreadyRuns") {
+  auto ready_at = std::chrono::steady_clock::now() + 300ms;
+  int polls = 0;
+  PendingRequest pending = [&]() -> std::optional<std::string> {
+    ++polls;
+    if (std::chrono::steady_clock::now() < ready_at) return std::nullopt;
+    return std::string("late request");
+  };
+  // The worker is up (it writes to its log) before the request exists.
+  auto e = run_worker(sh("echo started >&2; cat"), pending, WorkerLimits{});
+  CHECK(e.clean_exit());
+  CHECK(e.out == "late request");
+  CHECK(e.log == "started\n");
+  CHECK(polls > 1);
+}

@@ -13,6 +13,8 @@
 #include <atomic>
 #include <chrono>
 #include <cstddef>
+#include <functional>
+#include <optional>
 #include <map>
 #include <string>
 #include <string_view>
@@ -53,6 +55,14 @@ struct WorkerExit {
 // is polled about every 50 ms; when it becomes true the worker's group is killed.
 // Thread safety: reentrant; many workers may run at once from different threads.
 WorkerExit run_worker(const WorkerCommand& command, std::string_view request, const WorkerLimits& limits,
+                      const std::atomic<bool>* cancel = nullptr);
+
+// The same with a request that is not ready when the worker starts: `request` is polled
+// (about every 50 ms, from the calling thread) until it returns the request, which is then
+// written to the worker's stdin. kilnd uses this to prepare a build's source while the
+// worker starts Python and imports torch. To give up, set `cancel`.
+using PendingRequest = std::function<std::optional<std::string>()>;
+WorkerExit run_worker(const WorkerCommand& command, const PendingRequest& request, const WorkerLimits& limits,
                       const std::atomic<bool>* cancel = nullptr);
 
 }  // namespace kiln::build

@@ -1,0 +1,30 @@
+// kilnd's builds from its configuration. See kiln/build/daemon_builds.hpp.
+#include "kiln/build/daemon_builds.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include "kiln/build/build_service.hpp"
+
+namespace kiln::build {
+
+Result<DaemonBuilds> start_daemon_builds(const std::optional<std::filesystem::path>& config_file,
+                                         const std::filesystem::path& store_root, storage::Store& store,
+                                         const NodeFields& host) {
+  BuildsConfig config = default_builds_config(store_root);
+  if (config_file) KILN_TRY(apply_builds_toml_file(config, *config_file));
+  DaemonBuilds out;
+  out.node = host;
+  if (!config.enabled) {
+    spdlog::info("builds: disabled in the configuration ([builds] enabled = false)");
+    return out;
+  }
+  const auto wait = config.scheduler.build_timeout;
+  auto scheduler = BuildScheduler::create(std::move(config.scheduler), store, host);
+  if (!scheduler) return std::move(scheduler).error();
+  out.scheduler = std::move(*scheduler);
+  out.service = make_build_service(*out.scheduler, store, wait);
+  out.node = out.scheduler->node();
+  return out;
+}
+
+}  // namespace kiln::build
