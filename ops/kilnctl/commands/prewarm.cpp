@@ -5,6 +5,7 @@
 
 #include <iostream>
 #include <memory>
+#include <utility>
 #include <nlohmann/json.hpp>
 
 #include "kiln/progress/render.hpp"
@@ -23,10 +24,11 @@ struct PrewarmArgs {
   bool dry_run = false;
 };
 
-std::size_t terminal_width() {
+// Columns and rows of the terminal on stdout (80x24 when it does not say).
+std::pair<std::size_t, std::size_t> terminal_size() {
   winsize ws{};
-  if (::ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0) return ws.ws_col;
-  return 80;
+  if (::ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0 && ws.ws_row > 0) return {ws.ws_col, ws.ws_row};
+  return {80, 24};
 }
 
 nlohmann::json summary_json(const std::string& manifest, const PrewarmOutcome& o) {
@@ -54,7 +56,8 @@ void add_prewarm(CommandSet& set) {
   auto args = std::make_shared<PrewarmArgs>();
   CLI::App* sub = set.add("prewarm", "Build every key a prewarm manifest lists, across the node's GPUs, and report each outcome", [&ctx, args] {
     auto manifest = prewarm::load_manifest(args->manifest);
-    if (!manifest) return ctx.fail(manifest.error());
+    // A manifest that cannot be read or used is bad input (exit 1), whatever the cause.
+    if (!manifest) return ctx.usage(manifest.error().message);
     if (args->dry_run) {
       if (ctx.json) {
         nlohmann::json keys = nlohmann::json::array();
@@ -74,7 +77,9 @@ void add_prewarm(CommandSet& set) {
     if (!client) return ctx.fail(client.error());
 
     progress::TerminalFrame frame;
-    progress::ScreenOptions screen{"kiln prewarm " + args->manifest, live ? terminal_width() : 80, 6};
+    const auto term = terminal_size();
+    const std::size_t rows = term.second;
+    progress::ScreenOptions screen{"kiln prewarm " + args->manifest, term.first, 6};
     double last_draw = -1;
     PrewarmObserver observer;
     observer.tick = [&](const progress::Tracker& t, double now) {
@@ -82,7 +87,10 @@ void add_prewarm(CommandSet& set) {
       bool done = t.all_done();
       if (!done && now - last_draw < 0.1) return;  // at most 10 frames a second
       last_draw = now;
-      ctx.out << frame.frame(progress::screen_lines(t.snapshot(now), screen)) << std::flush;
+      auto lines = progress::screen_lines(t.snapshot(now), screen);
+      // A frame taller than the terminal would scroll, and the cursor could not get back up.
+      if (lines.size() >= rows) lines.resize(rows > 1 ? rows - 1 : 1);
+      ctx.out << frame.frame(lines) << std::flush;
     };
     observer.finished = [&](const progress::Finished& f) {
       if (plain) ctx.out << progress::outcome_line(f) << std::endl;

@@ -118,7 +118,7 @@ class Run {
         }
         for (std::size_t i : it->second) {
           if (b.state == "done") finish(i, Outcome::built, seconds, b.key_digest.hex(), "");
-          else finish(i, Outcome::failed, seconds, b.key_digest.hex(), "build_failed: " + b.error.value_or("(no error message)"));
+          else finish(i, Outcome::failed, seconds, b.key_digest.hex(), b.error.value_or("build_failed: (no error message)"));
         }
         pending_.erase(it);
       }

@@ -1,0 +1,33 @@
+// Helpers for the end-to-end tests of kilnctl's operations commands: run the kilnctl
+// binary, start a kilnd whose builds run the test worker, write small files.
+#pragma once
+
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "support/kilnd_process.hpp"
+
+namespace kiln::ops_test {
+
+struct Run {
+  int code = -1;
+  std::string out, err;
+};
+
+// Runs kilnctl with `args` (and --socket when `socket` is not empty); stdin is empty.
+Run kilnctl(std::vector<std::string> args, const std::filesystem::path& socket = {});
+
+// kilnd config enabling builds with the test worker on `slots` fake GPUs matching the
+// test node (tests/client/support/kilnd_process.cpp).
+std::string builds_toml(int slots, int failure_ttl_s = 600);
+
+void write_file(const std::filesystem::path& p, const std::string& bytes);
+std::string read_file(const std::filesystem::path& p);
+// Deterministic bytes.
+std::string random_bytes(std::size_t n, unsigned seed);
+// Lines of `text` that start with `prefix`.
+std::vector<std::string> lines_starting(const std::string& text, const std::string& prefix);
+
+}  // namespace kiln::ops_test

@@ -1,0 +1,56 @@
+// A prewarm scenario for the end-to-end tests: two sources for the test worker (one builds,
+// one fails on purpose) and a manifest expanding to `good_keys + bad_keys` keys.
+#pragma once
+
+#include <filesystem>
+#include <string>
+
+#include "kiln/digest.hpp"
+#include "ops_test_util.hpp"
+
+namespace kiln::ops_test {
+
+struct PrewarmFixture {
+  std::filesystem::path manifest, good_count, bad_count;
+  int good_keys = 0, bad_keys = 0;
+};
+
+// Good: 2 kinds x 3 dtypes x `good_signatures` signatures; bad: 2 kinds x 2 dtypes x 2.
+inline PrewarmFixture write_prewarm_fixture(const std::filesystem::path& dir, int good_signatures, int sleep_ms) {
+  PrewarmFixture f;
+  f.good_count = dir / "good.count";
+  f.bad_count = dir / "bad.count";
+  std::string good = R"({"behavior":"ok","sleep_ms":)" + std::to_string(sleep_ms) + R"(,"count_file":")" +
+                     f.good_count.string() + R"(","log":"planned success"})";
+  std::string bad = R"({"behavior":"fail","count_file":")" + f.bad_count.string() + R"(","log":"planned failure"})";
+  write_file(dir / "good.json", good);
+  write_file(dir / "bad.json", bad);
+  std::string m = "format = 1\n";
+  m += "[[source]]\nname = \"good\"\npath = \"good.json\"\nmodel_hash = \"" + sha256(good).hex() + "\"\n";
+  m += "[[source]]\nname = \"bad\"\npath = \"bad.json\"\nmodel_hash = \"" + sha256(bad).hex() + "\"\n";
+  m += "[[build]]\nsource = \"good\"\nregion = \"GoodBlock\"\nkind = [\"aoti\", \"megacache\"]\n"
+       "dtype = [\"bfloat16\", \"float16\", \"float32\"]\n";
+  for (int s = 1; s <= good_signatures; ++s) {
+    m += "[[build.signature]]\nname = \"n" + std::to_string(s) + "\"\ninputs = [{ shape = [1, " + std::to_string(s * 64) +
+         ", 3072] }, { shape = [4608, 128], dtype = \"float32\" }]\n";
+  }
+  m += "[[build]]\nsource = \"bad\"\nregion = \"BadBlock\"\nkind = [\"aoti\", \"megacache\"]\n"
+       "dtype = [\"bfloat16\", \"float16\"]\n";
+  for (int s = 1; s <= 2; ++s) {
+    m += "[[build.signature]]\ninputs = [{ shape = [1, " + std::to_string(s) + "] }]\n";
+  }
+  f.manifest = dir / "prewarm.toml";
+  write_file(f.manifest, m);
+  f.good_keys = 2 * 3 * good_signatures;
+  f.bad_keys = 2 * 2 * 2;
+  return f;
+}
+
+inline std::size_t count_lines(const std::filesystem::path& p) {
+  std::string s = read_file(p);
+  std::size_t n = 0;
+  for (char c : s) n += c == '\n' ? 1 : 0;
+  return n;
+}
+
+}  // namespace kiln::ops_test

@@ -1,0 +1,142 @@
+// kilnctl prewarm against a real kilnd whose builds run the test worker: 50 keys, some
+// failing on purpose, reported exactly; a second run builds nothing; logs and inspect of
+// what was built.
+#include <doctest/doctest.h>
+
+#include <chrono>
+#include <nlohmann/json.hpp>
+
+#include "prewarm_fixture.hpp"
+#include "temp_dir.hpp"
+
+using namespace kiln;
+using namespace kiln::ops_test;
+using json = nlohmann::json;
+
+TEST_CASE("PrewarmOfFiftyKeysReportsExactlyWhatHappenedAndASecondRunBuildsNothing") {
+  test::TempDir dir;
+  test::KilndProcess d(dir.path(), builds_toml(4));
+  REQUIRE_MESSAGE(d.start(), d.log());
+  auto f = write_prewarm_fixture(dir.path(), 7, 20);
+  REQUIRE(f.good_keys + f.bad_keys == 50);
+
+  // First run, output to a pipe: one plain line per key, then the summary.
+  Run first = kilnctl({"prewarm", f.manifest.string()}, d.socket());
+  CAPTURE(first.out);
+  CAPTURE(first.err);
+  CHECK(first.code == 6);  // something failed
+  auto built = lines_starting(first.out, "built    GoodBlock ");
+  auto failed = lines_starting(first.out, "failed   BadBlock ");
+  CHECK(built.size() == 42);
+  CHECK(failed.size() == 8);
+  CHECK(lines_starting(first.out, "present").empty());
+  for (const auto& l : failed) CHECK(l.find("build_failed") != std::string::npos);
+  CHECK(lines_starting(first.out, "50 keys: 42 built, 0 already there, 8 failed in ").size() == 1);
+  CHECK(count_lines(f.good_count) == 42);  // every good key built exactly once
+  std::size_t bad_builds = count_lines(f.bad_count);
+  CHECK(bad_builds == 8);
+
+  // What it built is stored.
+  Run ls = kilnctl({"ls", "--json", "--all"}, d.socket());
+  REQUIRE(ls.code == 0);
+  CHECK(json::parse(ls.out)["items"].size() == 42);
+
+  // Second run: every good key is there, nothing is built; the failures are reported again
+  // (from the daemon's recent-failure record) without running a worker.
+  auto t0 = std::chrono::steady_clock::now();
+  Run second = kilnctl({"prewarm", "--json", f.manifest.string()}, d.socket());
+  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  CAPTURE(second.out);
+  CHECK(second.code == 6);
+  json s = json::parse(second.out);
+  CHECK(s["total"] == 50);
+  CHECK(s["present"] == 42);
+  CHECK(s["built"] == 0);
+  CHECK(s["failed"] == 8);
+  CHECK(count_lines(f.good_count) == 42);
+  CHECK(count_lines(f.bad_count) == bad_builds);
+  CHECK(seconds < 10);
+  for (const auto& item : s["items"]) {
+    if (item["outcome"] == "failed") CHECK(item["label"].get<std::string>().rfind("BadBlock", 0) == 0);
+    CHECK(item["key_digest"].get<std::string>().size() == 64);
+  }
+
+  // logs and inspect of a built key and of a failed one.
+  std::string good_digest, bad_digest;
+  for (const auto& item : s["items"]) {
+    if (item["outcome"] == "present" && good_digest.empty()) good_digest = item["key_digest"];
+    if (item["outcome"] == "failed" && bad_digest.empty()) bad_digest = item["key_digest"];
+  }
+  Run logs = kilnctl({"logs", "--digest", good_digest}, d.socket());
+  CHECK(logs.code == 0);
+  CHECK(logs.out.find("planned success") != std::string::npos);
+  Run bad_logs = kilnctl({"logs", "--digest", bad_digest}, d.socket());
+  CHECK(bad_logs.code == 0);
+  CHECK(bad_logs.out.find("planned failure") != std::string::npos);
+  CHECK(bad_logs.err.find("FAILED") != std::string::npos);
+  Run inspect = kilnctl({"inspect", "--json", "--digest", good_digest}, d.socket());
+  REQUIRE(inspect.code == 0);
+  json in = json::parse(inspect.out);
+  CHECK(in["info"]["key_digest"] == good_digest);
+  CHECK(in["info"]["key"]["region"] == "GoodBlock");
+  CHECK(in["build"]["ok"] == true);
+  Run inspect_text = kilnctl({"inspect", "--digest", good_digest}, d.socket());
+  CHECK(inspect_text.out.find("build log (last 20 lines") != std::string::npos);
+  CHECK(inspect_text.out.find("gpu_name") != std::string::npos);
+  Run missing = kilnctl({"inspect", "--digest", bad_digest}, d.socket());
+  CHECK(missing.code == 2);
+}
+
+TEST_CASE("PrewarmOfAManifestThatIsAllStoredReturnsAtOnceWithExitZero") {
+  test::TempDir dir;
+  test::KilndProcess d(dir.path(), builds_toml(2));
+  REQUIRE_MESSAGE(d.start(), d.log());
+  auto f = write_prewarm_fixture(dir.path(), 2, 0);
+  // Only the good build: rewrite the manifest without the bad one.
+  std::string m = read_file(f.manifest);
+  m = m.substr(0, m.find("[[build]]\nsource = \"bad\""));
+  write_file(f.manifest, m);
+  Run first = kilnctl({"prewarm", "--json", f.manifest.string()}, d.socket());
+  CAPTURE(first.out);
+  REQUIRE(first.code == 0);
+  CHECK(json::parse(first.out)["built"] == 12);
+  Run second = kilnctl({"prewarm", f.manifest.string()}, d.socket());
+  CHECK(second.code == 0);
+  CHECK(lines_starting(second.out, "present ").size() == 12);
+  CHECK(count_lines(f.good_count) == 12);
+  // --force rebuilds every key.
+  Run forced = kilnctl({"prewarm", "--force", "--json", f.manifest.string()}, d.socket());
+  CHECK(forced.code == 0);
+  CHECK(json::parse(forced.out)["built"] == 12);
+  CHECK(count_lines(f.good_count) == 24);
+}
+
+TEST_CASE("PrewarmErrorsAreClearAndExitNonZero") {
+  test::TempDir dir;
+  auto f = write_prewarm_fixture(dir.path(), 1, 0);
+  // No daemon: unavailable, exit 3.
+  Run none = kilnctl({"prewarm", f.manifest.string(), "--socket", (dir / "nope.sock").string()});
+  CHECK(none.code == 3);
+  CHECK(none.err.find("kilnctl: unavailable") != std::string::npos);
+  // A bad manifest: exit 1 naming the field, before any daemon is asked.
+  write_file(dir / "bad.toml", "format = 1\n[[build]]\nsource = \"x\"\nregion = \"R\"\ndtypes = [\"bf16\"]\n");
+  Run bad = kilnctl({"prewarm", (dir / "bad.toml").string(), "--socket", (dir / "nope.sock").string()});
+  CHECK(bad.code == 1);
+  CHECK(bad.err.find("build[0]") != std::string::npos);
+  Run missing = kilnctl({"prewarm", (dir / "absent.toml").string()});
+  CHECK(missing.code == 1);
+  CHECK(missing.err.find("absent.toml") != std::string::npos);
+  // A daemon with builds turned off: unsupported, exit 5, saying so.
+  std::filesystem::create_directories(dir / "plain");
+  test::KilndProcess d(dir / "plain", "[builds]\nenabled = false\n");
+  REQUIRE_MESSAGE(d.start(), d.log());
+  Run nobuild = kilnctl({"prewarm", f.manifest.string()}, d.socket());
+  CAPTURE(nobuild.out);
+  CAPTURE(nobuild.err);
+  CHECK(nobuild.code == 5);
+  CHECK(nobuild.err.find("does not build") != std::string::npos);
+  // --dry-run needs no daemon.
+  Run dry = kilnctl({"prewarm", "--dry-run", f.manifest.string()});
+  CHECK(dry.code == 0);
+  CHECK(dry.out.find("14 key(s)") != std::string::npos);
+}
