@@ -35,6 +35,10 @@ def build_record(work, name):
         c = re.search(r"compile ([0-9.]+) s", m.group(4))
         if c:
             out["compile_s"] = float(c.group(1))
+    w = re.search(r"ready for the request after ([0-9.]+) s; request read after ([0-9.]+) s", rec.get("log", ""))
+    if w:
+        # Time the worker sat ready but without its request: kiln's, though inside the worker's wall.
+        out["worker_waited_s"] = max(0.0, float(w.group(2)) - float(w.group(1)))
     return out
 
 
@@ -83,7 +87,7 @@ def main():
                  "miss_s_max": max((r["seconds"] for r in ok), default=None),
                  "build": rec, "artifact_bytes": ok[0]["size"] if ok else None}
         if entry["miss_s_min"] is not None and "worker_s" in rec:
-            entry["kiln_overhead_s"] = entry["miss_s_min"] - rec["worker_s"]
+            entry["kiln_overhead_s"] = entry["miss_s_min"] - rec["worker_s"] + rec.get("worker_waited_s", 0.0)
         block = name.split("-")[0]
         if name.endswith("aoti"):
             loads = [load(p) for p in sorted(glob.glob(os.path.join(w, f"load-{block}-*.json")))]
@@ -91,6 +95,7 @@ def main():
             entry["hits"] = loads
             if loads:
                 entry["hit_to_runnable_ms_median"] = statistics.median(l["request_to_runnable_ms"] for l in loads)
+                entry["first_step_ms_median"] = statistics.median(l["first_run_ms"] for l in loads)
                 entry["step_ms"] = statistics.median(l["step_ms"] for l in loads)
                 entry["rel_err"] = max(l["rel_err_vs_eager"] for l in loads)
         else:
@@ -138,7 +143,8 @@ def render(res):
         block = name.split("-")[0]
         eager = p.get(block, {}).get("eager_step_ms")
         if name.endswith("aoti"):
-            hit = fmt(e.get("hit_to_runnable_ms_median"), "{:.1f} ms (C++, median of 3)")
+            hit = (fmt(e.get("hit_to_runnable_ms_median"), "{:.1f} ms")
+                   + fmt(e.get("first_step_ms_median"), " + first step {:.0f} ms (C++, median of 3 processes)"))
         else:
             mc = e.get("client") or {}
             fetch = e.get("fetch") or {}
@@ -155,11 +161,18 @@ def render(res):
         "- *miss*: the fastest of the 16 clients, from its request to holding the artifact (one build serves all).",
         "- *worker*: the build worker process's wall time (Python start, torch import, loading the source, the compile, "
         "the check against eager); *compile* is the compile alone.",
-        "- *kiln's share*: the miss minus the worker's wall time: queueing, materializing the source, spawning, "
-        "verifying and storing the artifact, answering 16 clients. Target: under 1 s.",
+        "- *kiln's share*: the miss minus the worker's wall time, plus any time the worker sat ready without its "
+        "request (kilnd copies the source out of the store while the worker imports torch and writes the request "
+        "when the copy is done): queueing, the source copy where not hidden, spawning, verifying and storing the "
+        "artifact, answering 16 clients. Target: under 1 s.",
         "- *hit → runnable*: in a C++ process with CUDA up and its weights on the GPU: `kiln::torch::load_block` = "
         "get (descriptor over the socket) + `AOTIModelPackageLoader` on `/proc/self/fd/N` + weights attached as "
-        "user-managed constants. Target for the single-stream block: under 300 ms.",
+        "user-managed constants; the first step after it also loads the kernels (cubins). Target for the "
+        "single-stream block: under 300 ms.",
+        "- *megacache*: a fresh Python process gets the artifact (fetch), `torch.compiler.load_cache_artifacts`, then "
+        "`torch.compile(ep.module())` of the registered source with its own weights; its first call is the warm "
+        "compile (Inductor and AOTAutograd cache hits), against the same process without the artifact (cold).",
+        "- Steps: median of 100 after 10 warm-up steps; eager is the same block in eager PyTorch (prepare.py).",
         "",
         "Raw numbers: results.json beside this file when produced by run.sh.",
     ]

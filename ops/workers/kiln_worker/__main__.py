@@ -13,6 +13,14 @@ import launcher
 launcher.ensure_libstdcxx_preloaded()
 result_out = launcher.claim_stdout()
 
+import io  # noqa: E402
+import json  # noqa: E402
+
 import protocol  # noqa: E402
 
-sys.exit(protocol.serve(sys.stdin, result_out))
+# `kiln_worker hash FILE`: the hash op from the command line, for registering a source by
+# hand (kilnctl's PUT_SOURCE needs the model hash): prints the result line.
+request_in = sys.stdin
+if len(sys.argv) == 3 and sys.argv[1] == "hash":
+    request_in = io.StringIO(json.dumps({"protocol": protocol.PROTOCOL_VERSION, "op": "hash", "source": sys.argv[2]}))
+sys.exit(protocol.serve(request_in, result_out))

@@ -55,8 +55,12 @@ def _warm_up():
 def serve(stdin, result_out):
     started = time.monotonic()
     _warm_up()
+    ready = time.monotonic() - started
+    text = stdin.read()
+    # Both times let a reader see whether the worker waited for kilnd (the source copy).
+    log(f"ready for the request after {ready:.3f} s; request read after {time.monotonic() - started:.3f} s")
     try:
-        request = json.loads(stdin.read())
+        request = json.loads(text)
         if not isinstance(request, dict):
             raise WorkerError("request is not a JSON object")
         if request.get("protocol") != PROTOCOL_VERSION:
