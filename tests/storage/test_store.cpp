@@ -4,6 +4,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstring>
 #include <fstream>
 #include <thread>
 
@@ -392,4 +393,52 @@ TEST_CASE("every compression and read-check setting reads back the same bytes, a
       CHECK(**got == data);
     }
   }
+}
+
+namespace {
+// Peak resident memory since the last reset_peak_rss(), in KiB (Linux: VmHWM).
+long peak_rss_kib() {
+  std::ifstream f("/proc/self/status");
+  std::string line;
+  while (std::getline(f, line)) {
+    if (line.rfind("VmHWM:", 0) == 0) return std::stol(line.substr(6));
+  }
+  return -1;
+}
+void reset_peak_rss() { std::ofstream("/proc/self/clear_refs") << "5"; }
+}  // namespace
+
+TEST_CASE("a 512 MiB artifact is put and read as a stream, never whole in memory") {
+  kiln::test::TempDir dir;
+  auto store = open_store(dir.path());
+  constexpr int kChunks = 512;  // of 1 MiB
+  reset_peak_rss();
+  const long before = peak_rss_kib();
+  REQUIRE(before > 0);
+  auto stream = store->begin_put();
+  REQUIRE(stream);
+  Sha256 expected;
+  auto chunk = make_bytes(1 << 20, 0);
+  for (int i = 0; i < kChunks; ++i) {
+    std::memcpy(chunk.data(), &i, sizeof(i));  // each MiB differs
+    expected.update(chunk);
+    REQUIRE((*stream)->write(chunk));
+  }
+  auto info = store->commit(std::move(*stream), make_key(1));
+  REQUIRE(info);
+  CHECK(info->size == (std::uint64_t{kChunks} << 20));
+  CHECK(info->blob_digest == expected.finish());
+  Sha256 got;
+  std::uint64_t n = 0;
+  auto r = store->read(info->key_digest, [&](std::span<const std::byte> piece) -> Status {
+    got.update(piece);
+    n += piece.size();
+    return {};
+  });
+  REQUIRE(r);
+  CHECK(n == info->size);
+  CHECK(got.finish() == info->blob_digest);
+  const long grown_mib = (peak_rss_kib() - before) / 1024;
+  MESSAGE("peak memory grew by " << grown_mib << " MiB for a " << kChunks << " MiB artifact");
+  CHECK(grown_mib < 64);
 }

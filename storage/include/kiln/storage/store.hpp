@@ -10,6 +10,8 @@
 // Durability: a put is durable when commit returns: the blob is written to a temporary
 // file, fsynced, renamed, the folder fsynced, and only then indexed in one transaction.
 // A crash at any point leaves the store openable; open() recovers (see open()).
+// Hit counts and last-access times are batched in memory and written about once a second
+// and before any stat/list/stats/eviction/close: a crash may lose the latest of them.
 #pragma once
 
 #include <cstdint>
@@ -39,7 +41,8 @@ enum class ReadCheck {
   // The header's XXH3-64 of the stored payload is checked instead (plus sizes, the header
   // check and the address in the header). Catches any accidental damage at ~20 GB/s;
   // not a defence against someone who can write the store folder (neither is sha256:
-  // they could rewrite the index too). The SHA-256 is still checked at put and by verify().
+  // they could rewrite the index too). The SHA-256 is still computed at put (it is the
+  // blob's address) and re-checked by verify().
   xxh3,
 };
 
@@ -51,10 +54,10 @@ struct StoreOptions {
   // Hard limit: a put that would take the store past it is refused (quota_exceeded)
   // when eviction cannot make room; reads go on. 0 = no limit.
   std::uint64_t hard_limit_bytes = 0;
-  // zstd level of new blobs (1 = fastest; 3 gives nearly the ratio of 9 on code-like
-  // bytes at several times the speed). Reading does not depend on it.
+  // zstd level of new blobs; reading does not depend on it.
   int zstd_level = 3;
   // false stores new blobs uncompressed (reads are then a plain copy plus the check).
+  // With true, a blob whose first MiB zstd shrinks by less than 10% is stored raw too.
   bool compress = true;
   ReadCheck read_check = ReadCheck::sha256;
   // File layer; nullptr = the real file system. Not owned; must outlive the Store.
@@ -140,17 +143,26 @@ class Store {
  public:
   // Opens (creating if needed) the store at options.root, migrating an older index
   // schema, and recovers: removes temporary files, drops rows whose blob is missing,
-  // collects blobs no row references. Errors: read_only (folder not writable: the store
-  // still opens read-only if the index exists), busy (another process holds it),
-  // corrupt (index unreadable), io_error.
+  // collects blobs no row references, quarantines blob files whose size is wrong, and
+  // moves files in blobs/ that are not kiln blobs to quarantine/ (see recovery_report()).
+  // A folder that is not writable but holds a store opens read-only (read_only() true).
+  // Errors: read_only (folder not writable and holds no store), busy (another process
+  // holds it), corrupt (index.sqlite is not a kiln index: it is left untouched),
+  // unsupported (index from a newer kiln), invalid_argument (quota above hard limit), io_error.
   static Result<std::unique_ptr<Store>> open(const StoreOptions& options);
   virtual ~Store() = default;
 
   // Streamed put: bytes go through zstd into a temporary file as they arrive, so a
-  // 2 GiB artifact never sits whole in memory.
+  // 2 GiB artifact never sits whole in memory. read_only; quota_exceeded when the store
+  // is at its hard limit and nothing can be evicted. A stream's write() fails with
+  // no_space/io_error when the disk does, and with quota_exceeded once the artifact alone
+  // exceeds the hard limit; after a failed write the stream only returns that error.
   virtual Result<std::unique_ptr<PutStream>> begin_put() = 0;
   // Makes the streamed bytes the artifact for `key` (replacing an existing entry of the
-  // same key). invalid_argument for an incomplete key; quota_exceeded, no_space, read_only.
+  // same key). Identical content already stored is not stored twice. invalid_argument for
+  // an incomplete or malformed key or a stream not from this store's begin_put();
+  // quota_exceeded, no_space, io_error (e.g. fsync failed), read_only. On any error
+  // nothing is indexed and no temporary file is left.
   virtual Result<ArtifactInfo> commit(std::unique_ptr<PutStream> stream, const Key& key,
                                       const PutMeta& meta = {}) = 0;
   Result<ArtifactInfo> put_bytes(const Key& key, std::span<const std::byte> data, const PutMeta& meta = {});
@@ -160,7 +172,8 @@ class Store {
   // nullopt (and a miss counted) when no artifact has this key digest. On a digest
   // mismatch or a damaged blob file the entry is quarantined (moved to
   // <root>/quarantine, unindexed) and Errc::corrupt returned — the caller must discard
-  // whatever the sink received. A hit updates last_access and hits.
+  // whatever the sink received. A hit updates last_access and hits (batched, see top).
+  // Safe against a concurrent remove(): the read either completes or is a miss.
   virtual Result<std::optional<ArtifactInfo>> read(const Digest& key_digest, const ByteSink& sink) = 0;
   // Convenience over read(): whole artifact in memory.
   Result<std::optional<std::vector<std::byte>>> get_bytes(const Digest& key_digest);
