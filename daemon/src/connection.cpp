@@ -135,17 +135,34 @@ void Connection::request_done(std::uint32_t id) {
 
 // ---- reading -------------------------------------------------------------------------
 
+// Reads through rbuf_ so a small request (header and body) costs one recv, and
+// pipelined requests are taken from the buffer without another system call.
 asio::awaitable<Result<bool>> Connection::read_frame() {
   error_code ec;
-  std::size_t n = co_await socket_.async_read_some(asio::buffer(header_buf_), asio::redirect_error(use_awaitable, ec));
-  if (ec) co_return false;  // closed by the peer or by us
-  mid_frame_ = true;
-  set_deadline(Clock::now() + state_.config()->limits.frame_timeout, "frame incomplete");
-  if (n < header_buf_.size()) {
-    co_await asio::async_read(socket_, asio::buffer(header_buf_.data() + n, header_buf_.size() - n),
-                              asio::redirect_error(use_awaitable, ec));
-    if (ec) co_return make_error(Errc::unavailable, "peer vanished mid-frame");
+  while (rlen_ - rpos_ < header_buf_.size()) {
+    if (rpos_ > 0) {
+      std::memmove(rbuf_.data(), rbuf_.data() + rpos_, rlen_ - rpos_);
+      rlen_ -= rpos_;
+      rpos_ = 0;
+    }
+    std::size_t n = co_await socket_.async_read_some(asio::buffer(rbuf_.data() + rlen_, rbuf_.size() - rlen_),
+                                                     asio::redirect_error(use_awaitable, ec));
+    if (ec) {
+      if (rlen_ == 0) co_return false;  // closed between frames: by the peer or by us
+      co_return make_error(Errc::unavailable, "peer vanished mid-frame");
+    }
+    if (!mid_frame_) {
+      mid_frame_ = true;
+      set_deadline(Clock::now() + state_.config()->limits.frame_timeout, "frame incomplete");
+    }
+    rlen_ += n;
   }
+  if (!mid_frame_) {
+    mid_frame_ = true;
+    set_deadline(Clock::now() + state_.config()->limits.frame_timeout, "frame incomplete");
+  }
+  std::memcpy(header_buf_.data(), rbuf_.data() + rpos_, header_buf_.size());
+  rpos_ += header_buf_.size();
   std::uint32_t rid = 0;
   auto h = proto::decode_header(header_buf_, max_frame_, &rid);
   if (!h) {
@@ -154,8 +171,12 @@ asio::awaitable<Result<bool>> Connection::read_frame() {
   }
   header_ = *h;
   body_.resize(h->length);
-  if (h->length > 0) {
-    co_await asio::async_read(socket_, asio::buffer(body_), asio::redirect_error(use_awaitable, ec));
+  std::size_t have = std::min<std::size_t>(h->length, rlen_ - rpos_);
+  if (have) std::memcpy(body_.data(), rbuf_.data() + rpos_, have);
+  rpos_ += have;
+  if (have < h->length) {
+    co_await asio::async_read(socket_, asio::buffer(body_.data() + have, h->length - have),
+                              asio::redirect_error(use_awaitable, ec));
     if (ec) co_return make_error(Errc::unavailable, "peer vanished mid-frame");
   }
   mid_frame_ = false;
@@ -462,12 +483,13 @@ void Connection::log_request(const Request& r, const Outcome& o) {
   auto secs = std::chrono::duration<double>(Clock::now() - r.received).count();
   Errc code = o.status ? Errc::ok : o.status.error().code;
   state_.metrics.record_request(r.type, code, secs);
+  bool serious = code == Errc::internal || code == Errc::io_error || code == Errc::corrupt;
+  auto level = serious ? spdlog::level::err : spdlog::level::info;
+  if (!spdlog::should_log(level)) return;  // the line is not built when nobody reads it
   if (o.status) {
     spdlog::info("req op={} id={} {} outcome=ok ms={:.3f}{}{}", proto::op_name(r.type), r.id, peer_text(), secs * 1e3,
                  o.note.empty() ? "" : " ", o.note);
   } else {
-    auto level = code == Errc::internal || code == Errc::io_error || code == Errc::corrupt ? spdlog::level::err
-                                                                                           : spdlog::level::info;
     spdlog::log(level, "req op={} id={} {} outcome={} ms={:.3f} msg=\"{}\"", proto::op_name(r.type), r.id, peer_text(),
                 errc_name(code), secs * 1e3, o.status.error().message);
   }

@@ -108,6 +108,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::uint32_t client_max_frame_ = protocol::kDefaultMaxFrame;
   std::uint32_t max_frame_;
   std::array<std::byte, protocol::kHeaderSize> header_buf_{};
+  std::vector<std::byte> rbuf_ = std::vector<std::byte>(64 * 1024);  // bytes read ahead
+  std::size_t rpos_ = 0, rlen_ = 0;
   protocol::FrameHeader header_{};
   std::vector<std::byte> body_;
   std::set<std::uint32_t> inflight_;             // request ids not yet answered

@@ -83,10 +83,16 @@ asio::awaitable<Outcome> serve_hit(Connection& c, const Request& r, const proto:
   if (req.delivery == proto::Delivery::fd) {
     auto fd = hit.copy->reopen_read_only();
     if (!fd) co_return fail(fd.error());
-    if (co_await c.send_ok(r.id, proto::encode(reply), 0, fd->get())) s.metrics.add_bytes_served(size);
+    std::shared_ptr<const std::string> body = hit.fd_reply;
+    if (!body) {
+      body = std::make_shared<const std::string>(proto::encode(reply));
+      s.hot.cache_reply(hit.meta.key_digest, body);
+    }
+    if (co_await c.send_ok(r.id, *body, 0, fd->get())) s.metrics.add_bytes_served(size);
     co_return Outcome{{}, note + " fd", true};
   }
-  if (!co_await c.send_ok(r.id, proto::encode(reply), proto::kFlagMore)) co_return Outcome{{}, note, true};
+  const std::string body = proto::encode(reply);
+  if (!co_await c.send_ok(r.id, body, proto::kFlagMore)) co_return Outcome{{}, note, true};
   const std::size_t chunk = std::min<std::size_t>(c.client_max_frame(), s.config()->limits.max_frame_bytes);
   std::vector<std::byte> buf(std::min<std::uint64_t>(chunk, std::max<std::uint64_t>(size, 1)));
   std::uint64_t off = 0;

@@ -24,6 +24,9 @@ namespace kiln::daemon {
 struct HotHit {
   std::shared_ptr<const ArtifactCopy> copy;
   protocol::ArtifactMeta meta;   // as of when the copy was made, pinned kept current
+  // The encoded GET reply for descriptor delivery, cached so a repeated hit does not
+  // re-encode the key. Null until the first hit sets it; reset when `meta` changes.
+  std::shared_ptr<const std::string> fd_reply;
 };
 
 class HotSet {
@@ -43,6 +46,7 @@ class HotSet {
   void erase(const Digest& key_digest);
   void clear();
   void set_pinned(const Digest& key_digest, bool pinned);
+  void cache_reply(const Digest& key_digest, std::shared_ptr<const std::string> fd_reply);
   void set_capacity(std::uint64_t capacity_bytes);
 
   std::uint64_t bytes() const;

@@ -38,6 +38,11 @@ Config file (TOML; ops/kilnd.toml documents every option with its default):
              admin_users, admin_groups  — names or numeric ids; "*" = anyone
   [node]     gpu_arch, gpu_name, torch_version, torch_git, cuda_version,
              triton_version, platform, machine, cpu_isa ("this node" for keys)
+  [builds]   enabled (true), worker (["python3", ".../kiln_worker"]), work_dir
+             (<store>/builds), probe_gpus (true), builds_per_gpu (1),
+             build_timeout_s (1800), probe_timeout_s (180), failure_ttl_s (600),
+             max_log_bytes (1048576), keep_failed_work (false), [[builds.slots]]
+             name, gpu_arch, gpu_name, visible_device (replace the probed GPUs)
 
 Roles: read (get, stat, list, stats, status, build-status, logs), write (put,
 put-source, build, prewarm), admin (delete, pin, unpin, evict, verify, gc, reload).

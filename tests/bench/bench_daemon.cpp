@@ -231,7 +231,7 @@ int main(int argc, char** argv) {
   std::printf("kilnd: io_threads=2 store_threads=4, zstd level 3, hot set 1 GiB; redis-server 7 (Debian), "
               "--save '' --appendonly no; all over Unix sockets on this machine.\n\n");
 
-  KilndProcess kilnd(dir / "kilnd", "log_level = \"warn\"\nhot_set_bytes = \"1GiB\"\n");
+  KilndProcess kilnd(dir / "kilnd", std::string("log_level = \"warn\"\nhot_set_bytes = \"1GiB\"\n") + (std::getenv("KILN_BENCH_IO1") ? "io_threads = 1\n" : ""));
   std::string redis_sock = (dir / "redis.sock").string();
   pid_t redis_pid = start_redis(dir, redis_sock);
 

@@ -32,6 +32,7 @@ bool can_connect(const std::filesystem::path& path) {
 KilndProcess::KilndProcess(const std::filesystem::path& dir, const std::string& toml,
                            std::vector<std::string> extra_args, int listen_fd)
     : dir_(dir), socket_(dir / "kiln.sock"), log_(dir / "kilnd.log") {
+  std::filesystem::create_directories(dir);
   auto config = dir / "kilnd.toml";
   std::ofstream(config) << toml;
   std::vector<std::string> args{kilnd_binary(), "--config", config.string(), "--store", (dir / "store").string()};
@@ -64,8 +65,7 @@ KilndProcess::KilndProcess(const std::filesystem::path& dir, const std::string& 
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
   while (std::chrono::steady_clock::now() < deadline) {
     if (!running()) throw std::runtime_error("kilnd exited at start: " + log());
-    if (wait_for_log("kilnd listening on", std::chrono::milliseconds(0)) &&
-        (listen_fd >= 0 || can_connect(socket_)))
+    if (listen_fd >= 0 ? wait_for_log("kilnd listening on", std::chrono::milliseconds(0)) : can_connect(socket_))
       return;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }

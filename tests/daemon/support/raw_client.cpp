@@ -29,6 +29,7 @@ RawClient::RawClient(const std::filesystem::path& socket) {
 }
 
 RawClient::~RawClient() {
+  for (int fd : fds_) ::close(fd);
   if (fd_ >= 0) ::close(fd_);
 }
 
@@ -51,44 +52,62 @@ bool RawClient::send_frame(proto::MsgType type, std::uint32_t id, std::string_vi
   return send_bytes(f.data(), f.size());
 }
 
-bool RawClient::recv_exact(void* buf, std::size_t n, std::chrono::steady_clock::time_point deadline, int* fd_out) {
-  char* p = static_cast<char*>(buf);
-  while (n > 0) {
+ssize_t RawClient::recv_some(char* into, std::size_t n, std::chrono::steady_clock::time_point deadline) {
+  for (;;) {
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()).count();
-    if (left <= 0) return false;
-    pollfd pfd{fd_, POLLIN, 0};
-    int pr = ::poll(&pfd, 1, static_cast<int>(left));
-    if (pr <= 0) {
-      if (pr < 0 && errno == EINTR) continue;
-      return false;
-    }
-    iovec iov{p, n};
+    if (left < 0) return -1;
+    iovec iov{into, n};
     msghdr msg{};
     msg.msg_iov = &iov;
     msg.msg_iovlen = 1;
-    alignas(cmsghdr) char cbuf[CMSG_SPACE(sizeof(int) * 4)];
+    alignas(cmsghdr) char cbuf[CMSG_SPACE(sizeof(int) * 8)];
     msg.msg_control = cbuf;
     msg.msg_controllen = sizeof cbuf;
-    ssize_t r = ::recvmsg(fd_, &msg, MSG_CMSG_CLOEXEC);
-    if (r < 0) {
-      if (errno == EINTR) continue;
-      closed_ = true;
-      return false;
+    ssize_t r = ::recvmsg(fd_, &msg, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
+    if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
+      pollfd pfd{fd_, POLLIN, 0};
+      if (::poll(&pfd, 1, static_cast<int>(left)) == 0) return -1;
+      continue;
     }
-    if (r == 0) {
+    if (r <= 0) {
       closed_ = true;
-      return false;
+      return -1;
     }
     for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
-      if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
+      if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+      std::size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+      for (std::size_t i = 0; i < count; ++i) {
         int fd;
-        std::memcpy(&fd, CMSG_DATA(c), sizeof fd);
-        if (fd_out && *fd_out < 0) *fd_out = fd;
-        else ::close(fd);
+        std::memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof fd);
+        fds_.push_back(fd);
       }
     }
-    p += r;
-    n -= static_cast<std::size_t>(r);
+    return r;
+  }
+}
+
+bool RawClient::recv_exact(void* buf, std::size_t n, std::chrono::steady_clock::time_point deadline) {
+  char* p = static_cast<char*>(buf);
+  while (n > 0) {
+    if (rpos_ < rlen_) {
+      std::size_t k = std::min(n, rlen_ - rpos_);
+      std::memcpy(p, rbuf_.data() + rpos_, k);
+      rpos_ += k;
+      p += k;
+      n -= k;
+      continue;
+    }
+    rpos_ = rlen_ = 0;
+    if (n >= rbuf_.size()) {  // large body: straight into its destination
+      ssize_t r = recv_some(p, n, deadline);
+      if (r < 0) return false;
+      p += r;
+      n -= static_cast<std::size_t>(r);
+      continue;
+    }
+    ssize_t r = recv_some(rbuf_.data(), rbuf_.size(), deadline);
+    if (r < 0) return false;
+    rlen_ = static_cast<std::size_t>(r);
   }
   return true;
 }
@@ -97,12 +116,16 @@ std::optional<RawFrame> RawClient::recv(std::chrono::milliseconds timeout) {
   auto deadline = std::chrono::steady_clock::now() + timeout;
   std::array<std::byte, proto::kHeaderSize> hdr{};
   RawFrame f;
-  if (!recv_exact(hdr.data(), hdr.size(), deadline, &f.fd)) return std::nullopt;
+  if (!recv_exact(hdr.data(), hdr.size(), deadline)) return std::nullopt;
   auto h = proto::decode_header(hdr, proto::kHardMaxFrame);
   if (!h) throw std::runtime_error("kilnd sent a bad frame header: " + h.error().message);
   f.header = *h;
+  if ((h->flags & proto::kFlagFd) && !fds_.empty()) {
+    f.fd = fds_.front();
+    fds_.erase(fds_.begin());
+  }
   f.body.resize(h->length);
-  if (h->length && !recv_exact(f.body.data(), f.body.size(), deadline, nullptr)) return std::nullopt;
+  if (h->length && !recv_exact(f.body.data(), f.body.size(), deadline)) return std::nullopt;
   return f;
 }
 

@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include <sys/types.h>
+
 #include "kiln/key.hpp"
 #include "kiln/protocol/frame.hpp"
 
@@ -45,8 +47,13 @@ class RawClient {
   std::uint32_t next_id() { return ++id_; }
 
  private:
-  bool recv_exact(void* buf, std::size_t n, std::chrono::steady_clock::time_point deadline, int* fd_out);
+  bool recv_exact(void* buf, std::size_t n, std::chrono::steady_clock::time_point deadline);
+  // One recvmsg into `into` (or the read-ahead buffer); descriptors go to fds_.
+  ssize_t recv_some(char* into, std::size_t n, std::chrono::steady_clock::time_point deadline);
   int fd_ = -1;
+  std::vector<char> rbuf_ = std::vector<char>(256 * 1024);  // read-ahead, like a real client
+  std::size_t rpos_ = 0, rlen_ = 0;
+  std::vector<int> fds_;  // received, not yet claimed by an FD frame
   bool closed_ = false;
   std::uint32_t id_ = 0;
 };
