@@ -20,8 +20,8 @@ def load(path):
         return None
 
 
-KILN_LINE = re.compile(r"\[kiln\] build \S+ on (\S+): worker (.*?) in ([0-9.]+) s \((.*?)\); source ready in ([0-9.]+) s; "
-                       r"stored in ([0-9.]+) s; total ([0-9.]+) s")
+KILN_LINE = re.compile(r"\[kiln\] build \S+ on (\S+): worker (.*?) in ([0-9.]+) s \((.*?)\); source ready in ([0-9.]+) s"
+                       r"(?: \(while the worker started\))?; stored in ([0-9.]+) s; total ([0-9.]+) s")
 
 
 def build_record(work, name):
