@@ -293,6 +293,13 @@ asio::awaitable<bool> Connection::handle_frame() {
   }
   if (is_upload) co_return co_await begin_upload(r);
   inflight_.insert(id);
+  if (type == proto::MsgType::get) {
+    // A hit on a hot copy is answered right here: no new coroutine, no queueing.
+    if (co_await try_hot_get(*this, r)) {
+      request_done(id);
+      co_return !closed_;
+    }
+  }
   // The lambda (owned by co_spawn until the coroutine ends) keeps the request alive.
   asio::co_spawn(socket_.get_executor(), [self = shared_from_this(), r = std::move(r)] {
     return self->run_request(r);

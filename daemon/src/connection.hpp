@@ -71,6 +71,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   asio::awaitable<bool> send_ok(std::uint32_t id, std::string_view body, std::uint16_t flags = 0, int fd = -1);
   asio::awaitable<bool> send_error(std::uint32_t id, const Error& error);
   std::string peer_text() const;  // "uid=1000 pid=4242"
+  // The request's log line and metrics.
+  void log_request(const Request& request, const Outcome& outcome);
 
  private:
   asio::awaitable<void> read_loop();
@@ -85,7 +87,6 @@ class Connection : public std::enable_shared_from_this<Connection> {
   asio::awaitable<bool> upload_chunk(std::uint32_t id, bool end);
   void arm_idle_deadline();
   Status admit(const Request& request);        // role, drain, limits
-  void log_request(const Request& request, const Outcome& outcome);
   void set_deadline(Clock::time_point t, const char* why);
   void request_done(std::uint32_t id);
   void close(const char* why);

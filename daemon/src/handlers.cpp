@@ -159,6 +159,24 @@ asio::awaitable<Outcome> handle_get(Connection& c, const Request& r) {
   co_return Outcome{{}, "miss", true};
 }
 
+}  // namespace
+
+asio::awaitable<bool> try_hot_get(Connection& c, const Request& r) {
+  auto req = proto::decode<proto::GetRequest>(r.body);
+  if (!req || req->delivery != proto::Delivery::fd) co_return false;
+  auto& s = c.state();
+  auto d = resolve_ref(s, req->ref);
+  if (!d) co_return false;
+  auto hit = s.hot.find(*d);
+  if (!hit) co_return false;
+  Outcome o = co_await serve_hit(c, r, *req, *hit, true);
+  if (!o.status && !o.replied) co_await c.send_error(r.id, o.status.error());
+  c.log_request(r, o);
+  co_return true;
+}
+
+namespace {
+
 asio::awaitable<Outcome> handle_stat(Connection& c, const Request& r) {
   auto req = proto::decode<proto::StatRequest>(r.body);
   if (!req) co_return fail(req.error());

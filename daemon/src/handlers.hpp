@@ -11,6 +11,10 @@ namespace kiln::daemon {
 // HELLO: version negotiation. Returns the reply body, or an error (the caller closes).
 Result<std::string> handle_hello(Connection& c, const Request& r, std::uint32_t& client_max_frame);
 
+// GET answered from the hot set when it is a descriptor hit there; true if it was
+// answered (and logged), false to take the normal path.
+asio::awaitable<bool> try_hot_get(Connection& c, const Request& r);
+
 // Every request type except HELLO, PUT and PUT_SOURCE (and chunks).
 asio::awaitable<Outcome> handle_request(Connection& c, const Request& r);
 

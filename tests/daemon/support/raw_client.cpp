@@ -2,6 +2,7 @@
 
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -63,12 +64,11 @@ ssize_t RawClient::recv_some(char* into, std::size_t n, std::chrono::steady_cloc
     alignas(cmsghdr) char cbuf[CMSG_SPACE(sizeof(int) * 8)];
     msg.msg_control = cbuf;
     msg.msg_controllen = sizeof cbuf;
-    ssize_t r = ::recvmsg(fd_, &msg, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
-    if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
-      pollfd pfd{fd_, POLLIN, 0};
-      if (::poll(&pfd, 1, static_cast<int>(left)) == 0) return -1;
-      continue;
-    }
+    // Blocking, bounded by SO_RCVTIMEO (set per recv()): one system call per read, as
+    // a real client would do it.
+    ssize_t r = ::recvmsg(fd_, &msg, MSG_CMSG_CLOEXEC);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return -1;
     if (r <= 0) {
       closed_ = true;
       return -1;
@@ -114,6 +114,12 @@ bool RawClient::recv_exact(void* buf, std::size_t n, std::chrono::steady_clock::
 
 std::optional<RawFrame> RawClient::recv(std::chrono::milliseconds timeout) {
   auto deadline = std::chrono::steady_clock::now() + timeout;
+  if (timeout != rcv_timeout_) {
+    timeval tv{static_cast<time_t>(timeout.count() / 1000), static_cast<suseconds_t>((timeout.count() % 1000) * 1000)};
+    if (tv.tv_sec == 0 && tv.tv_usec == 0) tv.tv_usec = 1;
+    ::setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    rcv_timeout_ = timeout;
+  }
   std::array<std::byte, proto::kHeaderSize> hdr{};
   RawFrame f;
   if (!recv_exact(hdr.data(), hdr.size(), deadline)) return std::nullopt;

@@ -54,6 +54,7 @@ class RawClient {
   std::vector<char> rbuf_ = std::vector<char>(256 * 1024);  // read-ahead, like a real client
   std::size_t rpos_ = 0, rlen_ = 0;
   std::vector<int> fds_;  // received, not yet claimed by an FD frame
+  std::chrono::milliseconds rcv_timeout_{0};
   bool closed_ = false;
   std::uint32_t id_ = 0;
 };
