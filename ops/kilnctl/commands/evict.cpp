@@ -89,7 +89,7 @@ void add_evict(CommandSet& set) {
     return 0;
   });
   sub->add_option("--filter", args->filters, "FIELD=VALUE on any key field (repeat to narrow), e.g. gpu_arch=sm_80")
-      ->option_text("FIELD=VALUE");
+      ->option_text("FIELD=VALUE")->expected(1)->allow_extra_args(false)->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   sub->add_option("--older-than", args->older_than, "Last used longer ago than AGE: 90s, 30m, 12h, 7d, 2w")->option_text("AGE");
   sub->add_option("--to", args->to, "Evict least-recently-used until the store holds at most SIZE: 500M, 10GiB")->option_text("SIZE");
   sub->add_flag("--dry-run", args->dry_run, "List what --filter/--older-than would evict; remove nothing");

@@ -52,7 +52,7 @@ void add_export(CommandSet& set) {
   });
   sub->add_option("PATH", args->path, "A new folder, or a .tar file (must not exist)")->required();
   sub->add_flag("--tar", args->tar, "Write a tar of the layout (implied by a PATH ending in .tar)");
-  sub->add_option("--filter", args->filters, "Only artifacts whose key FIELD=VALUE (repeat to narrow)")->option_text("FIELD=VALUE");
+  sub->add_option("--filter", args->filters, "Only artifacts whose key FIELD=VALUE (repeat to narrow)")->option_text("FIELD=VALUE")->expected(1)->allow_extra_args(false)->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   sub->add_flag("--pinned", args->pinned, "Only pinned artifacts");
   sub->footer(std::string(
                   "The layout is standard OCI (schema/oci-layout.md): one image manifest per artifact,\n"

@@ -1,0 +1,177 @@
+// kilnctl export / import between two real kilnd nodes: byte-identical artifacts under the
+// same keys, through a layout folder and a tar; damaged layouts refused item by item.
+#include <doctest/doctest.h>
+
+#include <cstdlib>
+#include <nlohmann/json.hpp>
+
+#include "kiln/client/client.hpp"
+#include "kiln/oci/kiln_layout.hpp"
+#include "ops_test_util.hpp"
+#include "temp_dir.hpp"
+
+using namespace kiln;
+using namespace kiln::ops_test;
+using json = nlohmann::json;
+namespace fs = std::filesystem;
+
+namespace {
+
+client::Client connect(const test::KilndProcess& d) {
+  client::ConnectOptions o;
+  o.socket = d.socket();
+  auto c = client::Client::connect(o);
+  REQUIRE_MESSAGE(c, (c ? "" : c.error().to_string()));
+  return std::move(*c);
+}
+
+std::span<const std::byte> as_bytes(const std::string& s) { return std::as_bytes(std::span(s.data(), s.size())); }
+
+struct Stored {
+  Digest key_digest;
+  std::string bytes;
+};
+
+// Puts artifacts of assorted sizes (an empty one, two sharing bytes) on node `d`.
+std::vector<Stored> fill(const test::KilndProcess& d) {
+  auto c = connect(d);
+  std::vector<Stored> out;
+  std::vector<std::size_t> sizes = {0, 1, 4096, 300'000, 3'000'000, 777};
+  for (std::size_t i = 0; i < sizes.size() + 1; ++i) {
+    Key k = test::test_key(static_cast<int>(i));
+    if (i == 3) k.kind = ArtifactKind::megacache;
+    // The last key shares its bytes with the one before it.
+    std::string bytes = i < sizes.size() ? random_bytes(sizes[i], static_cast<unsigned>(i + 1)) : out.back().bytes;
+    client::PutOptions po;
+    po.build_seconds = 1.5 * static_cast<double>(i);
+    po.pin = i == 2;
+    auto info = c.put(k, as_bytes(bytes), po);
+    REQUIRE_MESSAGE(info, (info ? "" : info.error().to_string()));
+    out.push_back({info->key_digest, bytes});
+  }
+  return out;
+}
+
+void check_node_holds(const test::KilndProcess& d, const std::vector<Stored>& want) {
+  auto c = connect(d);
+  for (const auto& s : want) {
+    CAPTURE(s.key_digest.hex());
+    auto a = c.get(s.key_digest);
+    REQUIRE(a);
+    REQUIRE(*a);
+    auto bytes = (*a)->read_all();
+    REQUIRE(bytes);
+    CHECK(std::string(reinterpret_cast<const char*>(bytes->data()), bytes->size()) == s.bytes);
+    CHECK((*a)->info().key_digest == s.key_digest);
+    CHECK((*a)->info().key.digest().value() == s.key_digest);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("ExportThenImportIntoAFreshStoreIsByteIdenticalWithTheSameKeys") {
+  test::TempDir dir;
+  fs::create_directories(dir / "a");
+  fs::create_directories(dir / "b");
+  fs::create_directories(dir / "c");
+  test::KilndProcess a(dir / "a"), b(dir / "b"), c(dir / "c");
+  REQUIRE_MESSAGE(a.start(), a.log());
+  REQUIRE_MESSAGE(b.start(), b.log());
+  REQUIRE_MESSAGE(c.start(), c.log());
+  auto stored = fill(a);
+
+  Run ex = kilnctl({"export", "--json", (dir / "layout").string()}, a.socket());
+  REQUIRE_MESSAGE(ex.code == 0, ex.err);
+  json e = json::parse(ex.out);
+  CHECK(e["artifacts"] == stored.size());
+  CHECK(e["format"] == "directory");
+  Run ex_tar = kilnctl({"export", (dir / "layout.tar").string()}, a.socket());
+  REQUIRE_MESSAGE(ex_tar.code == 0, ex_tar.err);
+  CHECK(ex_tar.out.find("exported 7 artifact(s)") != std::string::npos);
+  // A standard tar program reads it, and it holds the OCI layout's files.
+  std::string cmd = "tar -tf " + (dir / "layout.tar").string() + " | grep -c '^blobs/sha256/' > " + (dir / "n").string();
+  REQUIRE(std::system(cmd.c_str()) == 0);
+  CHECK(std::stoi(read_file(dir / "n")) >= 7 + 1 + 6);  // layers (6 distinct), configs, manifests
+
+  Run im = kilnctl({"import", "--json", (dir / "layout").string()}, b.socket());
+  REQUIRE_MESSAGE(im.code == 0, im.err);
+  json i = json::parse(im.out);
+  CHECK(i["imported"] == stored.size());
+  CHECK(i["failed"] == 0);
+  check_node_holds(b, stored);
+
+  Run im_tar = kilnctl({"import", (dir / "layout.tar").string()}, c.socket());
+  REQUIRE_MESSAGE(im_tar.code == 0, im_tar.err);
+  CHECK(im_tar.out.find("7 artifact(s): 7 imported, 0 already there, 0 failed") != std::string::npos);
+  check_node_holds(c, stored);
+
+  // Metadata travels: build time; pins do not (pinning is the receiving operator's call).
+  auto cb = connect(b);
+  auto info = cb.stat(stored[4].key_digest);
+  REQUIRE(info);
+  REQUIRE(*info);
+  CHECK((*info)->build_seconds == doctest::Approx(6.0));
+  CHECK(!(*info)->pinned);
+
+  // Importing again changes nothing.
+  Run again = kilnctl({"import", "--json", (dir / "layout").string()}, b.socket());
+  CHECK(again.code == 0);
+  CHECK(json::parse(again.out)["present"] == stored.size());
+
+  // Exporting the new node gives the same manifests (same keys, same bytes, same digests).
+  // (--filter takes one value per use: the PATH after it stays the PATH.)
+  Run ex_b = kilnctl({"export", "--filter", "kind=megacache", (dir / "from-b").string()}, b.socket());
+  REQUIRE_MESSAGE(ex_b.code == 0, ex_b.err);
+  auto reader = oci::LayoutReader::open(dir / "from-b");
+  REQUIRE(reader);
+  auto contents = oci::read_contents(**reader);
+  REQUIRE(contents);
+  REQUIRE(contents->artifacts.size() == 1);
+  CHECK(contents->artifacts[0].key_digest == stored[3].key_digest);
+
+  // An export never overwrites.
+  Run exists = kilnctl({"export", (dir / "layout").string()}, a.socket());
+  CHECK(exists.code == 1);
+  CHECK(exists.err.find("already exists") != std::string::npos);
+}
+
+TEST_CASE("ImportSkipsADamagedArtifactAndStoresTheRest") {
+  test::TempDir dir;
+  fs::create_directories(dir / "a");
+  fs::create_directories(dir / "b");
+  test::KilndProcess a(dir / "a"), b(dir / "b");
+  REQUIRE_MESSAGE(a.start(), a.log());
+  REQUIRE_MESSAGE(b.start(), b.log());
+  auto stored = fill(a);
+  REQUIRE(kilnctl({"export", (dir / "layout").string()}, a.socket()).code == 0);
+
+  // Damage the layer of stored[4] (3 MB, bytes of its own).
+  fs::path blob = dir / "layout" / "blobs" / "sha256" / sha256(stored[4].bytes).hex();
+  std::string bytes = read_file(blob);
+  bytes[1'000'000] ^= 0x40;
+  write_file(blob, bytes);
+
+  Run im = kilnctl({"import", "--json", (dir / "layout").string()}, b.socket());
+  CHECK(im.code == 6);
+  json i = json::parse(im.out);
+  CHECK(i["imported"] == stored.size() - 1);
+  CHECK(i["failed"] == 1);
+  for (const auto& item : i["items"]) {
+    if (item["outcome"] == "failed") {
+      CHECK(item["key_digest"] == stored[4].key_digest.hex());
+      CHECK(item["error"].get<std::string>().find("corrupt") != std::string::npos);
+    }
+  }
+  auto cb = connect(b);
+  auto missing = cb.stat(stored[4].key_digest);
+  REQUIRE(missing);
+  CHECK(!*missing);  // never stored
+
+  // Not a layout at all: a clear error, exit 1.
+  write_file(dir / "junk.tar", random_bytes(5000, 3));
+  Run junk = kilnctl({"import", (dir / "junk.tar").string()}, b.socket());
+  CHECK(junk.code != 0);
+  CHECK(junk.err.find("neither an OCI layout folder nor a readable tar") != std::string::npos);
+  Run absent = kilnctl({"import", (dir / "absent").string()}, b.socket());
+  CHECK(absent.code == 2);
+}
