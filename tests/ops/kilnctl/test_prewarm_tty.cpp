@@ -69,7 +69,9 @@ TEST_CASE("TheLiveProgressScreenIsDrawnInPlaceOnATerminal") {
   CHECK(saw_running);   // mid-run: a build was shown running, with its label
   CHECK(saw_partial);   // mid-run: keys were still queued
   // The final frame: one title, one bar at 100%, the counts, drawn over the earlier frames.
-  CHECK(occurrences(screen, "kiln prewarm " + f.manifest.string()) == 1);
+  // (The title holds the manifest's path, cut with '~' to the terminal's 100 columns.)
+  CHECK(occurrences(screen, "kiln prewarm /") == 1);
+  CHECK(screen.rfind("kiln prewarm /", 0) == 0);  // the frame starts at the top: nothing scrolled it
   CHECK(screen.find("20/20  100%") != std::string::npos);
   CHECK(screen.find("built 12   already there 0   failed 8   running 0   queued 0") != std::string::npos);
   CHECK(screen.find("[##########") != std::string::npos);
