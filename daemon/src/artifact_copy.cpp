@@ -19,6 +19,40 @@ Result<UniqueFd> ArtifactCopy::reopen_read_only() const {
   return UniqueFd(fd);
 }
 
+ArtifactCopy::~ArtifactCopy() {
+  for (int fd : spares_) ::close(fd);
+}
+
+Result<UniqueFd> ArtifactCopy::take_read_only() const {
+  {
+    std::lock_guard lock(spares_mu_);
+    if (!spares_.empty()) {
+      int fd = spares_.back();
+      spares_.pop_back();
+      return UniqueFd(fd);
+    }
+  }
+  return reopen_read_only();
+}
+
+bool ArtifactCopy::spares_low() const {
+  std::lock_guard lock(spares_mu_);
+  return spares_.size() < kSpares / 4;
+}
+
+void ArtifactCopy::refill() const {
+  for (;;) {
+    {
+      std::lock_guard lock(spares_mu_);
+      if (spares_.size() >= kSpares) return;
+    }
+    auto fd = reopen_read_only();
+    if (!fd) return;  // out of descriptors: hits reopen on demand instead
+    std::lock_guard lock(spares_mu_);
+    spares_.push_back(fd->release());
+  }
+}
+
 protocol::ArtifactMeta to_meta(const storage::ArtifactInfo& i) {
   protocol::ArtifactMeta m;
   m.key = i.key;

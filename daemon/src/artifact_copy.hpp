@@ -3,6 +3,8 @@
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
+#include <vector>
 #include <string>
 
 #include "kiln/protocol/messages.hpp"
@@ -20,9 +22,24 @@ struct ArtifactCopy {
   std::uint64_t size = 0;
   protocol::ArtifactMeta meta;
 
+  ArtifactCopy() = default;
+  ~ArtifactCopy();
+  ArtifactCopy(const ArtifactCopy&) = delete;
+  ArtifactCopy& operator=(const ArtifactCopy&) = delete;
+
   // A fresh read-only open file description of the memfd (its own file offset), for
   // handing to one client. io_error if the reopen fails (e.g. out of descriptors).
   Result<UniqueFd> reopen_read_only() const;
+  // Same, from a few opened ahead of time (refill()) when there are any. Thread-safe.
+  Result<UniqueFd> take_read_only() const;
+  bool spares_low() const;
+  // Opens read-only descriptions up to kSpares. Thread-safe; call off the event loop.
+  void refill() const;
+
+ private:
+  static constexpr std::size_t kSpares = 16;
+  mutable std::mutex spares_mu_;
+  mutable std::vector<int> spares_;  // guarded by spares_mu_; each handed out once
 };
 
 // Reads `key_digest` from the store (verifying its digest) into a new sealed memfd.

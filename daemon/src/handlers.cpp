@@ -77,20 +77,27 @@ asio::awaitable<Outcome> serve_hit(Connection& c, const Request& r, const proto:
   proto::GetReply reply;
   reply.found = true;
   reply.delivery = req.delivery;
-  reply.info = hit.meta;
+  const Digest key_digest = hit.meta->key_digest;
   const std::uint64_t size = hit.copy->size;
   std::string note = std::string(hot ? "hit hot " : "hit cold ") + std::to_string(size) + "B";
   if (req.delivery == proto::Delivery::fd) {
-    auto fd = hit.copy->reopen_read_only();
+    auto fd = hit.copy->take_read_only();
     if (!fd) co_return fail(fd.error());
     std::shared_ptr<const std::string> body = hit.fd_reply;
     if (!body) {
+      reply.info = *hit.meta;
       body = std::make_shared<const std::string>(proto::encode(reply));
-      s.hot.cache_reply(hit.meta.key_digest, body);
+      s.hot.cache_reply(key_digest, body);
     }
     if (co_await c.send_ok(r.id, *body, 0, fd->get())) s.metrics.add_bytes_served(size);
+    if (hit.copy->spares_low()) {
+      // Keep a few read-only descriptions ready, opened off the critical path.
+      auto copy = hit.copy;
+      asio::post(s.pool, [copy] { copy->refill(); });
+    }
     co_return Outcome{{}, note + " fd", true};
   }
+  reply.info = *hit.meta;
   const std::string body = proto::encode(reply);
   if (!co_await c.send_ok(r.id, body, proto::kFlagMore)) co_return Outcome{{}, note, true};
   const std::size_t chunk = std::min<std::size_t>(c.client_max_frame(), s.config()->limits.max_frame_bytes);

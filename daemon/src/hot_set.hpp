@@ -23,7 +23,9 @@ namespace kiln::daemon {
 
 struct HotHit {
   std::shared_ptr<const ArtifactCopy> copy;
-  protocol::ArtifactMeta meta;   // as of when the copy was made, pinned kept current
+  // As of when the copy was made, pinned kept current. Shared so that a hit copies a
+  // pointer, not the key.
+  std::shared_ptr<const protocol::ArtifactMeta> meta;
   // The encoded GET reply for descriptor delivery, cached so a repeated hit does not
   // re-encode the key. Null until the first hit sets it; reset when `meta` changes.
   std::shared_ptr<const std::string> fd_reply;
