@@ -442,3 +442,68 @@ TEST_CASE("a 512 MiB artifact is put and read as a stream, never whole in memory
   MESSAGE("peak memory grew by " << grown_mib << " MiB for a " << kChunks << " MiB artifact");
   CHECK(grown_mib < 64);
 }
+
+TEST_CASE("verify() running alongside puts, reads and removes finds nothing wrong and deletes nothing live") {
+  kiln::test::TempDir dir;
+  StoreOptions o;
+  o.quota_bytes = 3'000'000;  // eviction runs too
+  auto store = open_store(dir.path(), o);
+  std::atomic<bool> stop{false};
+  std::atomic<int> failures{0};
+  std::thread writer([&] {
+    for (int i = 0; i < 60; ++i) {
+      auto data = make_bytes(100'000 + static_cast<std::size_t>(i % 5), static_cast<std::uint64_t>(i % 9));
+      auto info = store->put_bytes(make_key(i % 12), data);
+      if (!info) {
+        ++failures;
+        continue;
+      }
+      auto got = store->get_bytes(info->key_digest);
+      // A concurrent eviction may have taken it (a miss); a wrong or corrupt read never.
+      if (!got || (got->has_value() && **got != data)) ++failures;
+      if (i % 4 == 0) (void)store->remove(*make_key((i + 5) % 12).digest());
+    }
+    stop = true;
+  });
+  int rounds = 0;
+  while (!stop) {
+    auto r = store->verify();
+    if (!r || !r->corrupt.empty() || r->orphans_removed != 0 || r->missing_removed != 0) ++failures;
+    ++rounds;
+  }
+  writer.join();
+  CHECK(failures.load() == 0);
+  CHECK(rounds > 0);
+  auto final_report = store->verify();
+  REQUIRE(final_report);
+  CHECK(final_report->corrupt.empty());
+  auto all = store->list({});
+  REQUIRE(all);
+  for (const auto& a : *all) CHECK(store->get_bytes(a.key_digest)->has_value());
+}
+
+TEST_CASE("malformed keys are refused by commit with the field named, and nothing is stored") {
+  kiln::test::TempDir dir;
+  auto store = open_store(dir.path());
+  auto check_refused = [&](Key key, const std::string& field) {
+    auto r = store->put_bytes(key, make_bytes(1000, 1));
+    REQUIRE_FALSE(r);
+    CHECK(r.error().code == Errc::invalid_argument);
+    CHECK_MESSAGE(r.error().message.find(field) != std::string::npos, r.error().message);
+  };
+  Key k = make_key(1);
+  k.model_hash = "not-a-hash";
+  check_refused(k, "model_hash");
+  k = make_key(1);
+  k.compile_options = "{\"mode\": ";
+  check_refused(k, "compile_options");
+  k = make_key(1);
+  k.inputs[0].shape[1] = Dim{10, 2};
+  check_refused(k, "inputs[0].shape[1]");
+  k = make_key(1);
+  k.region = "two\nlines";
+  check_refused(k, "region");
+  CHECK(store->stats()->entries == 0);
+  CHECK(std::filesystem::is_empty(dir.path() / "tmp"));
+  CHECK(std::filesystem::is_empty(dir.path() / "blobs"));
+}
