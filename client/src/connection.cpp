@@ -110,6 +110,33 @@ Status Connection::send_all(std::span<const std::byte> data, Deadline deadline) 
   return {};
 }
 
+Status Connection::send_all(std::span<const std::byte> head, std::span<const std::byte> body, Deadline deadline) {
+  while (!head.empty()) {
+    iovec iov[2] = {{const_cast<std::byte*>(head.data()), head.size()},
+                    {const_cast<std::byte*>(body.data()), body.size()}};
+    msghdr msg{};
+    msg.msg_iov = iov;
+    msg.msg_iovlen = body.empty() ? 1 : 2;
+    ssize_t n = ::sendmsg(fd_.get(), &msg, MSG_NOSIGNAL);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN) {
+        KILN_TRY(wait(POLLOUT, deadline, "sending a request"));
+        continue;
+      }
+      return lost(errno, "sending a request");
+    }
+    auto sent = static_cast<std::size_t>(n);
+    if (sent < head.size()) {
+      head = head.subspan(sent);
+      continue;
+    }
+    body = body.subspan(sent - head.size());
+    head = {};
+  }
+  return send_all(body, deadline);
+}
+
 Status Connection::recv_exact(std::span<std::byte> data, Deadline deadline, std::vector<UniqueFd>* fds) {
   while (!data.empty()) {
     iovec iov{data.data(), data.size()};

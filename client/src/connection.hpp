@@ -29,6 +29,9 @@ class Connection {
   static Result<Connection> open(const std::filesystem::path& socket, Deadline deadline);
 
   Status send_all(std::span<const std::byte> data, Deadline deadline);
+  // Sends `head` then `body` with one sendmsg where the socket takes it all, so a frame
+  // header and its body reach the daemon together.
+  Status send_all(std::span<const std::byte> head, std::span<const std::byte> body, Deadline deadline);
   // Reads exactly data.size() bytes. Descriptors that arrive with them are appended to
   // `fds` (closed if `fds` is null: a peer cannot leak descriptors into this process).
   Status recv_exact(std::span<std::byte> data, Deadline deadline, std::vector<UniqueFd>* fds);

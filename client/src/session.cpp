@@ -114,9 +114,8 @@ Status Session::send_chunk(std::uint32_t id, std::span<const std::byte> data, bo
   auto header = protocol::encode_header(
       {protocol::kVersion, protocol::MsgType::chunk, end ? protocol::kFlagEnd : std::uint16_t{0}, id,
        static_cast<std::uint32_t>(data.size())});
-  Deadline deadline = deadline_after(options_.request_timeout);
-  if (auto st = conn_->send_all(header, deadline); !st) return fail(std::move(st).error());
-  if (auto st = conn_->send_all(data, deadline); !st) return fail(std::move(st).error());
+  if (auto st = conn_->send_all(header, data, deadline_after(options_.request_timeout)); !st)
+    return fail(std::move(st).error());
   return {};
 }
 
