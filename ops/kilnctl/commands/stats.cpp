@@ -1,9 +1,11 @@
 // kilnctl stats: the store's and the daemon's counters.
 #include <iomanip>
+#include <nlohmann/json.hpp>
 #include <ostream>
 #include <sstream>
 
 #include "kiln/client/json.hpp"
+#include "kilnctl/commands/build_counts.hpp"
 #include "kilnctl/commands/commands.hpp"
 #include "kilnctl/output.hpp"
 
@@ -16,8 +18,12 @@ void add_stats(CommandSet& set) {
     if (!client) return ctx.fail(client.error());
     auto s = client->stats();
     if (!s) return ctx.fail(s.error());
+    auto builds = build_counts(*client);  // ops: builds by state, next to the store's counters
+    if (!builds) return ctx.fail(builds.error());
     if (ctx.json) {
-      ctx.out << client::to_json(*s) << "\n";
+      auto j = nlohmann::json::parse(client::to_json(*s));
+      j["builds"] = *builds ? to_json(**builds) : nlohmann::json(nullptr);
+      ctx.out << j.dump() << "\n";
       return 0;
     }
     auto line = [&](const std::string& name, const std::string& value) {
@@ -34,6 +40,7 @@ void add_stats(CommandSet& set) {
     line("misses", std::to_string(s->misses));
     line("evictions", std::to_string(s->evictions));
     line("quarantined", std::to_string(s->quarantined));
+    line("builds", *builds ? describe(**builds) : "not built on this node");
     for (const auto& [name, value] : s->daemon) {
       const bool bytes = name.find("bytes") != std::string::npos;
       line("daemon." + name, bytes ? format_bytes(value) : std::to_string(value));

@@ -1,9 +1,12 @@
 // kilnctl status: is kilnd up, what it is, and what this user may do.
 #include <iomanip>
+#include <nlohmann/json.hpp>
 #include <ostream>
 
 #include "kiln/client/json.hpp"
+#include "kilnctl/commands/build_counts.hpp"
 #include "kilnctl/commands/commands.hpp"
+#include "kilnctl/output.hpp"
 
 namespace kiln::ctl {
 
@@ -14,8 +17,17 @@ void add_status(CommandSet& set) {
     if (!client) return ctx.fail(client.error());
     auto s = client->status();
     if (!s) return ctx.fail(s.error());
+    // The store against its quota and the builds in flight (ops: what an operator checks first).
+    auto store = client->stats();
+    if (!store) return ctx.fail(store.error());
+    auto builds = build_counts(*client);
+    if (!builds) return ctx.fail(builds.error());
     if (ctx.json) {
-      ctx.out << client::to_json(*s) << "\n";
+      auto j = nlohmann::json::parse(client::to_json(*s));
+      j["store_usage"] = {{"entries", store->entries}, {"stored_bytes", store->stored_bytes},
+                          {"quota_bytes", store->quota_bytes}, {"hard_limit_bytes", store->hard_limit_bytes}};
+      j["builds"] = *builds ? to_json(**builds) : nlohmann::json(nullptr);
+      ctx.out << j.dump() << "\n";
       return 0;
     }
     auto line = [&](const std::string& name, const std::string& value) {
@@ -34,6 +46,10 @@ void add_status(CommandSet& set) {
     line("capabilities", caps);
     if (!s->metrics.empty()) line("metrics", s->metrics);
     for (const auto& [name, value] : s->node) line(name, value.empty() ? "(unknown)" : value);
+    line("store size", format_bytes(store->stored_bytes) + " in " + std::to_string(store->entries) + " artifact(s)" +
+                           (store->quota_bytes ? ", quota " + format_bytes(store->quota_bytes) : ", no quota") +
+                           (store->hard_limit_bytes ? ", hard limit " + format_bytes(store->hard_limit_bytes) : ""));
+    line("builds", *builds ? describe(**builds) : "not built on this node");
     return 0;
   });
 }

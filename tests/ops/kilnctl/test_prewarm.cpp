@@ -85,6 +85,18 @@ TEST_CASE("PrewarmOfFiftyKeysReportsExactlyWhatHappenedAndASecondRunBuildsNothin
   CHECK(inspect_text.out.find("gpu_name") != std::string::npos);
   Run missing = kilnctl({"inspect", "--digest", bad_digest}, d.socket());
   CHECK(missing.code == 2);
+
+  // status and stats show the builds and the store.
+  Run stats = kilnctl({"stats", "--json"}, d.socket());
+  REQUIRE(stats.code == 0);
+  json st = json::parse(stats.out);
+  CHECK(st["builds"]["done"] == 42);
+  CHECK(st["builds"]["failed"] == 8);
+  CHECK(st["builds"]["running"] == 0);
+  Run status = kilnctl({"status"}, d.socket());
+  REQUIRE(status.code == 0);
+  CHECK(status.out.find("0 running, 0 queued, 42 done, 8 failed") != std::string::npos);
+  CHECK(status.out.find("in 42 artifact(s), no quota") != std::string::npos);
 }
 
 TEST_CASE("PrewarmOfAManifestThatIsAllStoredReturnsAtOnceWithExitZero") {
