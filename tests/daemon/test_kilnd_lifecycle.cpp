@@ -172,7 +172,8 @@ TEST_CASE("a stalled upload is cut off at the request timeout") {
 
 TEST_CASE("socket activation: kilnd serves the socket systemd passes") {
   TempDir dir;
-  auto path = dir / "activated.sock";
+  auto sock_dir = short_temp_dir();
+  auto path = sock_dir / "activated.sock";
   int lfd = ::socket(AF_UNIX, SOCK_STREAM, 0);
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
@@ -185,6 +186,7 @@ TEST_CASE("socket activation: kilnd serves the socket systemd passes") {
   RawClient c(path);
   c.hello();
   CHECK(c.call(MsgType::stats, "{}").header.type == MsgType::ok);
+  std::filesystem::remove_all(sock_dir);
 }
 
 TEST_CASE("the metrics endpoint serves Prometheus text on loopback") {
@@ -216,7 +218,7 @@ TEST_CASE("a bad configuration is refused at start with the option named") {
   TempDir dir;
   auto config = dir / "bad.toml";
   std::ofstream(config) << "[limits]\nmax_inflight = \"lots\"\n";
-  std::string cmd = kilnd_binary() + " --config " + config.string() + " --socket " + (dir / "s.sock").string() +
+  std::string cmd = kilnd_binary() + " --config " + config.string() + " --socket " + (short_temp_dir() / "s.sock").string() +
                     " --store " + (dir / "store").string() + " 2>" + (dir / "err").string();
   int rc = std::system(cmd.c_str());
   CHECK(WEXITSTATUS(rc) == 2);

@@ -17,6 +17,12 @@ namespace kiln::test {
 
 std::string kilnd_binary() { return KILN_TEST_KILND; }
 
+std::filesystem::path short_temp_dir() {
+  char templ[] = "/tmp/kiln-XXXXXX";
+  if (!::mkdtemp(templ)) throw std::runtime_error("mkdtemp failed");
+  return templ;
+}
+
 namespace {
 bool can_connect(const std::filesystem::path& path) {
   int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -31,7 +37,7 @@ bool can_connect(const std::filesystem::path& path) {
 
 KilndProcess::KilndProcess(const std::filesystem::path& dir, const std::string& toml,
                            std::vector<std::string> extra_args, int listen_fd)
-    : dir_(dir), socket_(dir / "kiln.sock"), log_(dir / "kilnd.log") {
+    : dir_(dir), socket_dir_(short_temp_dir()), socket_(socket_dir_ / "kiln.sock"), log_(dir / "kilnd.log") {
   std::filesystem::create_directories(dir);
   auto config = dir / "kilnd.toml";
   std::ofstream(config) << toml;
@@ -78,6 +84,8 @@ KilndProcess::~KilndProcess() {
     int st = 0;
     ::waitpid(pid_, &st, 0);
   }
+  std::error_code ec;
+  std::filesystem::remove_all(socket_dir_, ec);
 }
 
 void KilndProcess::signal(int sig) const { ::kill(pid_, sig); }

@@ -14,7 +14,7 @@ namespace kiln::test {
 class KilndProcess {
  public:
   // Writes `toml` to <dir>/kilnd.toml and starts kilnd with --config, --socket
-  // <dir>/kiln.sock and --store <dir>/store, stderr to <dir>/kilnd.log. Waits until the
+  // <short folder>/kiln.sock and --store <dir>/store, stderr to <dir>/kilnd.log. Waits until the
   // socket accepts connections (throws std::runtime_error after 20 s, with the log).
   // `listen_fd` >= 0: passed as systemd socket activation (LISTEN_FDS) instead.
   KilndProcess(const std::filesystem::path& dir, const std::string& toml, std::vector<std::string> extra_args = {},
@@ -32,12 +32,16 @@ class KilndProcess {
   bool wait_for_log(const std::string& text, std::chrono::milliseconds timeout) const;
 
  private:
-  std::filesystem::path dir_, socket_, log_;
+  std::filesystem::path dir_, socket_dir_, socket_, log_;
   pid_t pid_ = -1;
   std::optional<int> status_;
 };
 
 // Path of the kilnd binary under test (set by CMake).
 std::string kilnd_binary();
+
+// A fresh folder with a short path (/tmp/kiln-XXXXXX), for sockets: a Unix socket path
+// holds at most 107 bytes, and test folders are named after the test.
+std::filesystem::path short_temp_dir();
 
 }  // namespace kiln::test
