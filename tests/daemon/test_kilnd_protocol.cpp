@@ -313,3 +313,46 @@ TEST_CASE("an idle connection is closed after the idle timeout") {
   CHECK(c.wait_closed(std::chrono::seconds(5)));
   check_serves(d);
 }
+
+TEST_CASE("node fields a client leaves empty are filled from this node; unknown ones are refused") {
+  TempDir dir;
+  KilndProcess d(dir.path(), kConfig);
+  RawClient c(d.socket());
+  auto hello = proto::decode<proto::HelloReply>(c.hello());
+  REQUIRE(hello);
+  Key key = test_key("this-node");
+  key.platform.clear();
+  key.machine.clear();
+  key.cpu_isa.clear();
+  auto put = c.put(key, "abc");
+  REQUIRE(put.header.type == MsgType::ok);
+  auto reply = proto::decode<proto::PutReply>(put.body);
+  REQUIRE(reply);
+  CHECK(reply->info.key.platform == "linux");
+  CHECK_FALSE(reply->info.key.machine.empty());
+  CHECK_FALSE(reply->info.key.cpu_isa.empty());
+  // The same partial key finds it again.
+  proto::StatRequest stat;
+  stat.ref.key = key;
+  auto s = proto::decode<proto::StatReply>(c.call(MsgType::stat, proto::encode(stat)).body);
+  REQUIRE(s);
+  CHECK(s->found);
+
+  // GPU fields: filled when this node knows its GPU (hello says), else refused by name.
+  Key no_gpu = test_key("no-gpu");
+  no_gpu.gpu_arch.clear();
+  no_gpu.gpu_name.clear();
+  proto::StatRequest st;
+  st.ref.key = no_gpu;
+  auto r = c.call(MsgType::stat, proto::encode(st));
+  if (hello->node["gpu_arch"].empty()) {
+    REQUIRE(r.header.type == MsgType::error);
+    auto e = proto::decode<proto::ErrorBody>(r.body);
+    REQUIRE(e);
+    CHECK(e->code == Errc::invalid_argument);
+    CHECK(e->message.find("gpu_arch") != std::string::npos);
+    CHECK(e->message.find("[node]") != std::string::npos);
+  } else {
+    CHECK(r.header.type == MsgType::ok);
+  }
+}
