@@ -218,9 +218,11 @@ TEST_CASE("a bad configuration is refused at start with the option named") {
   TempDir dir;
   auto config = dir / "bad.toml";
   std::ofstream(config) << "[limits]\nmax_inflight = \"lots\"\n";
-  std::string cmd = kilnd_binary() + " --config " + config.string() + " --socket " + (short_temp_dir() / "s.sock").string() +
+  auto sock_dir = short_temp_dir();
+  std::string cmd = kilnd_binary() + " --config " + config.string() + " --socket " + (sock_dir / "s.sock").string() +
                     " --store " + (dir / "store").string() + " 2>" + (dir / "err").string();
   int rc = std::system(cmd.c_str());
+  std::filesystem::remove_all(sock_dir);
   CHECK(WEXITSTATUS(rc) == 2);
   std::string err = slurp(dir / "err");
   CHECK(err.find("limits.max_inflight") != std::string::npos);
