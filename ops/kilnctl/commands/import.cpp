@@ -41,7 +41,7 @@ void add_import(CommandSet& set) {
       }
       ctx.out << nlohmann::json{{"imported", report->count("imported")}, {"present", report->count("present")},
                                 {"failed", failed}, {"items", items}, {"skipped", report->skipped},
-                                {"sources_in_layout", report->sources_in_layout}}
+                                {"sources_in_layout", report->sources_in_layout}, {"sources_imported", report->sources_imported}}
                      .dump()
               << "\n";
     } else {
@@ -49,7 +49,7 @@ void add_import(CommandSet& set) {
               << report->count("present") << " already there, " << failed << " failed\n";
       for (const auto& s : report->skipped) ctx.out << "skipped " << s << "\n";
       if (report->sources_in_layout > 0) {
-        ctx.out << report->sources_in_layout << " source(s) in the layout were not imported (register them with prewarm)\n";
+        ctx.out << report->sources_imported << " of " << report->sources_in_layout << " source(s) registered\n";
       }
     }
     return failed == 0 ? 0 : kExitFailuresFound;

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <fstream>
 #include <vector>
 
 #include "kiln/oci/kiln_layout.hpp"
@@ -60,8 +61,39 @@ class LayerFile {
 
 }  // namespace
 
+namespace {
+
+// A file's SHA-256 and size, read once before it is streamed into the layout.
+Result<std::pair<Digest, std::uint64_t>> hash_file(const std::filesystem::path& file) {
+  std::ifstream in(file, std::ios::binary);
+  if (!in) return make_error(Errc::not_found, "cannot read source " + file.string());
+  Sha256 h;
+  std::uint64_t size = 0;
+  std::vector<char> buf(1 << 20);
+  while (in.read(buf.data(), static_cast<std::streamsize>(buf.size())) || in.gcount() > 0) {
+    h.update(std::string_view(buf.data(), static_cast<std::size_t>(in.gcount())));
+    size += static_cast<std::uint64_t>(in.gcount());
+  }
+  if (in.bad()) return make_error(Errc::io_error, "reading source " + file.string() + " failed");
+  return std::make_pair(h.finish(), size);
+}
+
+Status stream_file(const std::filesystem::path& file, const oci::ByteSink& sink) {
+  std::ifstream in(file, std::ios::binary);
+  if (!in) return make_error(Errc::not_found, "cannot read source " + file.string());
+  std::vector<char> buf(1 << 20);
+  while (in.read(buf.data(), static_cast<std::streamsize>(buf.size())) || in.gcount() > 0) {
+    KILN_TRY(sink(std::as_bytes(std::span(buf.data(), static_cast<std::size_t>(in.gcount())))));
+  }
+  if (in.bad()) return make_error(Errc::io_error, "reading source " + file.string() + " failed");
+  return {};
+}
+
+}  // namespace
+
 Result<ExportReport> export_artifacts(client::Client& client, const client::ListQuery& query,
                                       const std::filesystem::path& path, oci::LayoutFormat format,
+                                      const std::vector<SourceFile>& sources,
                                       const std::function<void(const std::string&)>& progress) {
   // List first: a layout is written only when there is something to say about the node.
   std::vector<client::ArtifactInfo> listed;
@@ -93,6 +125,16 @@ Result<ExportReport> export_artifacts(client::Client& client, const client::List
     report.bytes += info.size;
     if (progress) progress(info.key_digest.hex() + "  " + info.key.region + " " + std::string(to_string(info.key.kind)) + " " + info.key.dtype);
   }
+  for (const auto& src : sources) {
+    auto hs = hash_file(src.path);
+    if (!hs) return std::move(hs).error();
+    oci::SourceMeta meta{src.model_hash, src.name, 0};
+    auto d = oci::write_source(**writer, meta, hs->first, hs->second,
+                               [&](const oci::ByteSink& sink) { return stream_file(src.path, sink); });
+    if (!d) return make_error(d.error().code, "exporting source " + src.path.string() + ": " + d.error().message);
+    ++report.sources;
+    if (progress) progress("source-" + src.model_hash + "  " + src.name);
+  }
   KILN_TRY((*writer)->finish());
   return report;
 }
@@ -113,6 +155,24 @@ Result<ImportReport> import_layout(client::Client& client, const std::filesystem
   ImportReport report;
   report.sources_in_layout = contents->sources.size();
   report.skipped = contents->skipped;
+  // Sources first: a build on this node may need them as soon as it is asked for.
+  for (const auto& src : contents->sources) {
+    ImportItem item{oci::source_tag(src.meta.model_hash), "imported", ""};
+    LayerFile file;
+    Status st = file.fill(**reader, src.layer);
+    if (st) {
+      auto r = client.put_source(src.meta.model_hash, src.meta.name, file.path());
+      if (r) ++report.sources_imported;
+      else if (r.error().code == Errc::unavailable) return std::move(r).error();
+      else st = std::move(r).error();
+    }
+    if (!st) {
+      item.outcome = "failed";
+      item.error = st.error().to_string();
+      if (progress) progress(item);
+      report.items.push_back(item);
+    }
+  }
   for (const auto& art : contents->artifacts) {
     ImportItem item{art.key_digest.hex(), "imported", ""};
     auto finish = [&](std::string outcome, std::string error) {

@@ -18,8 +18,17 @@
 
 namespace kiln::ctl {
 
+// A source to put in an export: a torch.export archive on this machine (e.g. from a
+// prewarm manifest), since kilnd offers no way to read registered sources back.
+struct SourceFile {
+  std::string model_hash;
+  std::string name;
+  std::filesystem::path path;
+};
+
 struct ExportReport {
   std::size_t artifacts = 0;
+  std::size_t sources = 0;
   std::uint64_t bytes = 0;            // artifact bytes written (uncompressed)
   std::vector<std::string> vanished;  // key digests listed but evicted before they were read
 };
@@ -28,10 +37,11 @@ struct ExportReport {
 // left at `path` on failure. `progress` (may be empty) gets one line per artifact.
 Result<ExportReport> export_artifacts(client::Client& client, const client::ListQuery& query,
                                       const std::filesystem::path& path, oci::LayoutFormat format,
+                                      const std::vector<SourceFile>& sources,
                                       const std::function<void(const std::string&)>& progress);
 
 struct ImportItem {
-  std::string key_digest;
+  std::string key_digest;  // "source-<model hash>" for a source
   std::string outcome;   // "imported" | "present" | "failed"
   std::string error;     // for failed
 };
@@ -39,6 +49,7 @@ struct ImportItem {
 struct ImportReport {
   std::vector<ImportItem> items;
   std::size_t sources_in_layout = 0;
+  std::size_t sources_imported = 0;   // registered on the node (PUT_SOURCE); failures are items
   std::vector<std::string> skipped;   // foreign manifests in the layout
   std::size_t count(const std::string& outcome) const;
 };
@@ -47,7 +58,7 @@ struct ImportOptions {
   bool pin = false;
 };
 
-// Reads the layout at `path` and stores each artifact on the node. An artifact already
+// Reads the layout at `path`, registers its sources and stores each artifact on the node. An artifact already
 // stored with the same bytes is "present". One artifact failing (a damaged blob, a refused
 // put) does not stop the others; it is reported. Errors: the layout unreadable or not
 // kiln's (invalid_argument / corrupt / not_found), the daemon gone (unavailable).

@@ -152,3 +152,43 @@ TEST_CASE("PrewarmErrorsAreClearAndExitNonZero") {
   CHECK(dry.code == 0);
   CHECK(dry.out.find("14 key(s)") != std::string::npos);
 }
+
+TEST_CASE("SourcesTravelWithAnExportAndBuildOnTheOtherNode") {
+  test::TempDir dir;
+  std::filesystem::create_directories(dir / "a");
+  std::filesystem::create_directories(dir / "b");
+  test::KilndProcess a(dir / "a", builds_toml(2)), b(dir / "b", builds_toml(2));
+  REQUIRE_MESSAGE(a.start(), a.log());
+  REQUIRE_MESSAGE(b.start(), b.log());
+  auto f = write_prewarm_fixture(dir.path(), 2, 0);
+  std::string m = read_file(f.manifest);
+  m = m.substr(0, m.find("[[build]]\nsource = \"bad\""));
+  write_file(f.manifest, m);
+  REQUIRE(kilnctl({"prewarm", f.manifest.string()}, a.socket()).code == 0);
+  CHECK(count_lines(f.good_count) == 12);
+
+  Run ex = kilnctl({"export", "--json", "--sources-from", f.manifest.string(), (dir / "x.tar").string()}, a.socket());
+  REQUIRE_MESSAGE(ex.code == 0, ex.err);
+  CHECK(json::parse(ex.out)["sources"] == 2);  // both [[source]]s of the manifest have a path
+  Run im = kilnctl({"import", "--json", (dir / "x.tar").string()}, b.socket());
+  REQUIRE_MESSAGE(im.code == 0, im.err);
+  json i = json::parse(im.out);
+  CHECK(i["imported"] == 12);
+  CHECK(i["sources_imported"] == 2);
+
+  // On node b, drop one artifact and prewarm from a manifest that names the source only by
+  // its model hash: the imported source is what the build runs on.
+  json items = json::parse(kilnctl({"ls", "--json"}, b.socket()).out)["items"];
+  REQUIRE(items.size() == 12);
+  REQUIRE(kilnctl({"rm", "--digest", items[0]["key_digest"].get<std::string>()}, b.socket()).code == 0);
+  std::string no_path = m;
+  no_path.replace(no_path.find("path = \"good.json\"\n"), 19, "");
+  write_file(dir / "no_path.toml", no_path);
+  Run again = kilnctl({"prewarm", "--json", (dir / "no_path.toml").string()}, b.socket());
+  CAPTURE(again.out);
+  REQUIRE(again.code == 0);
+  json s = json::parse(again.out);
+  CHECK(s["built"] == 1);
+  CHECK(s["present"] == 11);
+  CHECK(count_lines(f.good_count) == 13);
+}
