@@ -12,4 +12,4 @@ $SUDO apt-get install -y -q --no-install-recommends \
   nlohmann-json3-dev libfmt-dev libspdlog-dev libcli11-dev libtomlplusplus-dev \
   doctest-dev \
   clang libclang-rt-14-dev \
-  python3 sqlite3 zstd tmux redis-server docker-registry curl
+  python3 sqlite3 zstd tmux redis-server docker-registry curl skopeo
