@@ -1,5 +1,6 @@
 #include <doctest/doctest.h>
 
+#include <random>
 #include <set>
 
 #include "kiln/key.hpp"
@@ -237,4 +238,34 @@ TEST_CASE("canonical_json sorts keys and strips whitespace") {
   REQUIRE(c);
   CHECK(*c == R"({"a":{"y":1.5,"z":null},"b":[1,2]})");
   CHECK(kiln::canonical_json("{").error().code == Errc::invalid_argument);
+}
+
+TEST_CASE("mutated and truncated key JSON never crashes: a key or an invalid_argument naming the problem") {
+  const std::string valid = full_key().to_json();
+  std::mt19937_64 rng(7);
+  int parsed = 0, refused = 0;
+  for (int i = 0; i < 5000; ++i) {
+    std::string text = valid;
+    switch (rng() % 4) {
+      case 0: text.resize(rng() % text.size()); break;                           // truncated
+      case 1: text[rng() % text.size()] = static_cast<char>(rng() % 256); break;  // one byte changed
+      case 2: text.insert(rng() % text.size(), 1, "{}[],:\"\\0-e\x80\xff"[rng() % 15]); break;
+      default: text.erase(rng() % text.size(), 1 + rng() % 8); break;
+    }
+    auto k = Key::from_json(text);
+    if (k) {
+      ++parsed;
+      auto d = k->digest();  // a parsed key either hashes or says why not
+      if (!d) CHECK(d.error().code == Errc::invalid_argument);
+      auto again = Key::from_json(k->to_json());
+      REQUIRE(again);
+      CHECK(*again == *k);
+    } else {
+      ++refused;
+      CHECK(k.error().code == Errc::invalid_argument);
+      CHECK(k.error().message.rfind("key", 0) == 0);
+    }
+  }
+  CHECK(parsed > 0);
+  CHECK(refused > 0);
 }
