@@ -37,7 +37,7 @@ Result<UniqueFd> ArtifactCopy::take_read_only() const {
 
 bool ArtifactCopy::spares_low() const {
   std::lock_guard lock(spares_mu_);
-  return spares_.size() < kSpares / 4;
+  return spares_.size() < 2;
 }
 
 void ArtifactCopy::refill() const {

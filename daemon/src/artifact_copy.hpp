@@ -37,7 +37,7 @@ struct ArtifactCopy {
   void refill() const;
 
  private:
-  static constexpr std::size_t kSpares = 16;
+  static constexpr std::size_t kSpares = 4;
   mutable std::mutex spares_mu_;
   mutable std::vector<int> spares_;  // guarded by spares_mu_; each handed out once
 };

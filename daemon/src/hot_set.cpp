@@ -61,7 +61,7 @@ void HotSet::insert_locked(const Digest& d, const std::shared_ptr<const Artifact
 }
 
 void HotSet::evict_locked() {
-  while (bytes_ > capacity_ && !lru_.empty()) {
+  while ((bytes_ > capacity_ || map_.size() > max_entries_) && !lru_.empty()) {
     auto it = map_.find(lru_.back());
     bytes_ -= it->second.hit.copy->size;
     map_.erase(it);

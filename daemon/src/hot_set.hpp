@@ -1,7 +1,9 @@
 // The hot set: a bounded, least-recently-used set of verified, uncompressed artifact
 // copies (sealed memfds), so a repeated hit hands over a descriptor without touching
 // disk or zstd. Bounded by the total uncompressed bytes it holds (Config::hot_set_bytes);
-// a copy larger than the whole capacity is made for its request and not kept.
+// a copy larger than the whole capacity is made for its request and not kept. Also bounded
+// in entries (each holds descriptors: its memfd and a few read-only spares), so many
+// small artifacts cannot exhaust kilnd's descriptors.
 //
 // Thread safety: all methods are safe to call concurrently. find() is cheap (a hash
 // lookup under a mutex) and may run on the event loop; get_or_make() may block on disk
@@ -33,7 +35,9 @@ struct HotHit {
 
 class HotSet {
  public:
-  explicit HotSet(std::uint64_t capacity_bytes) : capacity_(capacity_bytes) {}
+  static constexpr std::size_t kDefaultMaxEntries = 1024;
+  explicit HotSet(std::uint64_t capacity_bytes, std::size_t max_entries = kDefaultMaxEntries)
+      : capacity_(capacity_bytes), max_entries_(max_entries) {}
 
   std::optional<HotHit> find(const Digest& key_digest);
 
@@ -67,6 +71,7 @@ class HotSet {
   mutable std::mutex mu_;
   // State below is protected by mu_.
   std::uint64_t capacity_;
+  const std::size_t max_entries_;
   std::uint64_t bytes_ = 0;
   std::uint64_t generation_ = 0;   // bumped by erase/clear: makes in flight are not kept
   std::unordered_map<Digest, Entry> map_;

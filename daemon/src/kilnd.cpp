@@ -1,6 +1,7 @@
 // kilnd's main(): command line, configuration, logging, store, server.
 #include "kiln/daemon/kilnd.hpp"
 
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -127,6 +128,14 @@ int kilnd_main(int argc, char** argv) {
     return 0;
   }
   setup_logging(config.log_level);
+
+  // Hits hand out descriptors and hot copies hold some: use the hard limit, not the
+  // shell's soft default of 1024.
+  rlimit nofile{};
+  if (::getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur < nofile.rlim_max) {
+    nofile.rlim_cur = nofile.rlim_max;
+    ::setrlimit(RLIMIT_NOFILE, &nofile);
+  }
 
   auto listen_fd = systemd_listen_fd();
   if (!listen_fd) {

@@ -104,3 +104,11 @@ TEST_CASE("pinning updates the kept metadata and drops the cached reply") {
   CHECK(hit->meta->pinned);
   CHECK_FALSE(hit->fd_reply);
 }
+
+TEST_CASE("the number of copies is bounded too") {
+  HotSet hot(1ull << 40, 3);
+  for (int i = 0; i < 5; ++i) REQUIRE(hot.get_or_make(digest_of(i), maker(1)));
+  CHECK(hot.entries() == 3);
+  CHECK_FALSE(hot.find(digest_of(0)));
+  CHECK(hot.find(digest_of(4)));
+}
