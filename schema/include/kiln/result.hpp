@@ -58,10 +58,12 @@ class [[nodiscard]] Result {
 
   T& value() & { assert(has_value()); return std::get<0>(v_); }
   const T& value() const& { assert(has_value()); return std::get<0>(v_); }
-  T&& value() && { assert(has_value()); return std::get<0>(std::move(v_)); }
+  // By value, not T&&: `for (auto& x : *make_result())` must not dangle once the
+  // temporary Result is gone (a prvalue extends its lifetime; an xvalue does not).
+  T value() && { assert(has_value()); return std::get<0>(std::move(v_)); }
   T& operator*() & { return value(); }
   const T& operator*() const& { return value(); }
-  T&& operator*() && { return std::move(*this).value(); }
+  T operator*() && { return std::move(*this).value(); }
   T* operator->() { return &value(); }
   const T* operator->() const { return &value(); }
 
