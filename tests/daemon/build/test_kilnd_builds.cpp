@@ -1,6 +1,7 @@
 // End to end on the CPU machine: the real kilnd binary with the test worker as its build
 // worker, driven through libkiln over the Unix socket.
 #include <fcntl.h>
+#include <stdlib.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -25,7 +26,13 @@ namespace {
 class Kilnd {
  public:
   // kilnd's log goes to <dir>/kilnd.log (kept with the folder when a test fails).
-  explicit Kilnd(const test::TempDir& dir) : socket_(dir / "kiln.sock") {
+  // The socket lives in a short /tmp folder: test folders can be longer than a Unix
+  // socket path may be (108 bytes).
+  explicit Kilnd(const test::TempDir& dir) {
+    char tmpl[] = "/tmp/kiln-b-XXXXXX";
+    REQUIRE(::mkdtemp(tmpl) != nullptr);
+    sock_dir_ = tmpl;
+    socket_ = sock_dir_ / "s";
     std::ofstream(dir / "kilnd.toml") << "[builds]\nworker = [\"" << KILN_TEST_WORKER << "\"]\nprobe_gpus = false\n"
                                       << "failure_ttl_s = 600\n[[builds.slots]]\nname = \"gpu0\"\ngpu_arch = \"sm_test\"\n"
                                       << "gpu_name = \"Test GPU\"\n";
@@ -47,6 +54,8 @@ class Kilnd {
     ::kill(pid_, SIGTERM);
     int st = 0;
     ::waitpid(pid_, &st, 0);
+    std::error_code ec;
+    std::filesystem::remove_all(sock_dir_, ec);
   }
   client::Client connect() const {
     client::ConnectOptions o;
@@ -57,7 +66,7 @@ class Kilnd {
   }
 
  private:
-  std::filesystem::path socket_;
+  std::filesystem::path sock_dir_, socket_;
   pid_t pid_ = -1;
 };
 
