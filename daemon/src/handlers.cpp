@@ -74,6 +74,7 @@ asio::awaitable<Outcome> serve_hit(Connection& c, const Request& r, const proto:
                                    bool hot) {
   auto& s = c.state();
   s.metrics.record_get(true, hot);
+  if (hot) s.note_hot_hit(hit.meta->key_digest);
   proto::GetReply reply;
   reply.found = true;
   reply.delivery = req.delivery;
@@ -190,7 +191,10 @@ asio::awaitable<Outcome> handle_stat(Connection& c, const Request& r) {
   auto& s = c.state();
   auto d = resolve_ref(s, req->ref);
   if (!d) co_return fail(d.error());
-  auto info = co_await offload(s.pool, [&s, d = *d] { return s.store.stat(d); });
+  auto info = co_await offload(s.pool, [&s, d = *d] {
+    s.flush_hot_hits();  // hits served from hot copies show in the count
+    return s.store.stat(d);
+  });
   if (!info) co_return fail(info.error());
   proto::StatReply reply;
   reply.found = info->has_value();
@@ -243,7 +247,10 @@ asio::awaitable<Outcome> handle_stats(Connection& c, const Request& r) {
   auto req = proto::decode<proto::StatsRequest>(r.body);
   if (!req) co_return fail(req.error());
   auto& s = c.state();
-  auto st = co_await offload(s.pool, [&s] { return s.store.stats(); });
+  auto st = co_await offload(s.pool, [&s] {
+    s.flush_hot_hits();
+    return s.store.stats();
+  });
   if (!st) co_return fail(st.error());
   proto::StatsReply reply;
   reply.store = {{"entries", st->entries},         {"stored_bytes", st->stored_bytes},

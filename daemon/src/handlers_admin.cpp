@@ -35,6 +35,7 @@ asio::awaitable<Outcome> handle_evict(Connection& c, const Request& r) {
     q.accessed_before = q.accessed_before ? std::min(q.accessed_before, cutoff) : cutoff;
   }
   auto job = [&s, target, q]() -> Result<std::uint64_t> {
+    s.flush_hot_hits();  // least-recently-used must count hits served from hot copies
     if (target) return s.store.evict_to(*target);
     return s.store.evict(q);
   };

@@ -8,6 +8,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <unordered_map>
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/thread_pool.hpp>
@@ -62,12 +63,51 @@ class ServerState {
     config_ = std::move(c);
     access_ = std::move(a);
   }
+  // Hits served from the hot set never read the store, so they are counted here and
+  // handed to Store::record_hits in batches from the store pool (never on the event
+  // loop: the store may be in the middle of an fsync'd transaction). Without this the
+  // hottest artifacts would look cold to LRU eviction.
+  void note_hot_hit(const Digest& key_digest) {
+    bool due = false;
+    {
+      std::lock_guard lock(hits_mu_);
+      hot_hits_[key_digest] += 1;
+      auto now = std::chrono::steady_clock::now();
+      if (now - hot_hits_flushed_ >= std::chrono::seconds(1)) {
+        hot_hits_flushed_ = now;
+        due = true;
+      }
+    }
+    if (due) asio::post(pool, [this] { flush_hot_hits(); });
+  }
+  // Hands the counted hot hits to the store. Blocking: call from the store pool, or
+  // before an operation that needs exact access times (eviction, stats).
+  void flush_hot_hits() {
+    std::unordered_map<Digest, std::uint64_t> batch;
+    {
+      std::lock_guard lock(hits_mu_);
+      batch.swap(hot_hits_);
+    }
+    for (const auto& [digest, n] : batch) store.record_hits(digest, n);
+  }
+  ~ServerState() {
+    // Members below are destroyed before the pool: no flush may still be running then.
+    pool.stop();
+    pool.join();
+    flush_hot_hits();
+  }
+
   std::uint64_t uptime_s() const {
     return static_cast<std::uint64_t>(
         std::chrono::duration_cast<std::chrono::seconds>(std::chrono::steady_clock::now() - started).count());
   }
 
  private:
+  std::mutex hits_mu_;
+  // Protected by hits_mu_.
+  std::unordered_map<Digest, std::uint64_t> hot_hits_;
+  std::chrono::steady_clock::time_point hot_hits_flushed_ = std::chrono::steady_clock::now();
+
   mutable std::mutex mu_;
   // Protected by mu_: replaced whole on reload.
   std::shared_ptr<const Config> config_;

@@ -365,6 +365,19 @@ void StoreImpl::record_miss() {
   pending_misses_ += 1;
 }
 
+void StoreImpl::record_hits(const Digest& key_digest, std::uint64_t n) {
+  if (n == 0) return;
+  std::lock_guard<std::mutex> guard(mu_);
+  pending_hits_ += n;
+  if (read_only_) return;
+  auto& t = pending_touches_[key_digest];
+  t.now = now();
+  t.seq = ++access_seq_;
+  t.hits += n;
+  auto since = std::chrono::steady_clock::now() - last_flush_;
+  if (since >= kTouchFlushInterval || pending_touches_.size() >= kTouchFlushCount) (void)flush_touches_locked();
+}
+
 Status StoreImpl::flush_touches_locked() {
   if (read_only_) return {};
   if (pending_touches_.empty() && pending_hits_ == 0 && pending_misses_ == 0) return {};

@@ -29,6 +29,7 @@ class StoreImpl final : public Store {
   Result<bool> set_pinned(const Digest& key_digest, bool pinned) override;
   Result<StoreStats> stats() override;
   void record_miss() override;
+  void record_hits(const Digest& key_digest, std::uint64_t n) override;
   Result<std::uint64_t> evict_to(std::uint64_t target_bytes) override;
   Result<std::uint64_t> evict(const ListQuery& query) override;
   Result<VerifyReport> verify() override;

@@ -103,6 +103,10 @@ TEST_CASE("put, get by descriptor and by stream, stat, list, delete round trip")
   auto stat_reply = proto::decode<proto::StatReply>(s.body);
   REQUIRE(stat_reply);
   CHECK(stat_reply->found);
+  // One cold read and two hits on the hot copy: the store counts all three, so LRU
+  // eviction never mistakes a hot artifact for a cold one.
+  REQUIRE(stat_reply->info);
+  CHECK(stat_reply->info->hits == 3);
 
   auto l = c.call(MsgType::list, proto::encode(proto::ListRequest{}));
   auto list_reply = proto::decode<proto::ListReply>(l.body);

@@ -50,6 +50,22 @@ TEST_CASE("the soft quota evicts least recently used entries first") {
   CHECK(stats->entries == 4);
 }
 
+TEST_CASE("hits recorded without a read (hot copies) count for LRU and in stats") {
+  kiln::test::TempDir dir;
+  auto store = open_store(dir.path(), 450'000, 0);
+  for (int i = 0; i < 4; ++i) REQUIRE(store->put_bytes(make_key(i), incompressible(100'000, i)));
+  // The daemon served 0 from its hot set five times: 0 is now the most recently used.
+  store->record_hits(*make_key(0).digest(), 5);
+  REQUIRE(store->put_bytes(make_key(4), incompressible(100'000, 4)));
+  CHECK(present(*store, 0));
+  CHECK_FALSE(present(*store, 1));
+  auto info = store->stat(*make_key(0).digest());
+  REQUIRE(info);
+  REQUIRE(info->has_value());
+  CHECK((*info)->hits == 5);
+  CHECK(store->stats()->hits == 5);
+}
+
 TEST_CASE("pinned entries are never evicted, and a new entry is not evicted by its own put") {
   kiln::test::TempDir dir;
   auto store = open_store(dir.path(), 250'000, 0);

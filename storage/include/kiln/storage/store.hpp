@@ -191,6 +191,10 @@ class Store {
   virtual Result<bool> set_pinned(const Digest& key_digest, bool pinned) = 0;
   virtual Result<StoreStats> stats() = 0;
   virtual void record_miss() = 0;
+  // Counts `n` hits served without reading the blob (the daemon's hot, uncompressed
+  // copies), so hit counts and LRU eviction see them. Buffered like read()'s hits and
+  // written with the next flush; an unknown digest only adds to the store-wide count.
+  virtual void record_hits(const Digest& key_digest, std::uint64_t n) = 0;
 
   // Evicts least-recently-used unpinned entries until stored bytes <= target_bytes.
   // Returns the number evicted.
