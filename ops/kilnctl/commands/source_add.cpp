@@ -1,0 +1,184 @@
+// kilnctl source add FILE [--model-hash HEX]: register a torch.export archive with kilnd as
+// the source builds of its model hash start from (PUT_SOURCE; stored in the store).
+// Without --model-hash the hash is computed by the build worker's `hash` op
+// (schema/sources.md), which needs torch on this machine. (kilnd has no request listing
+// sources yet, so there is no `source ls`.)
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <filesystem>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "kilnctl/commands/commands.hpp"
+
+extern char** environ;
+
+namespace kiln::ctl {
+
+namespace {
+
+struct SourceArgs {
+  std::string file;
+  std::string model_hash;
+  std::string worker;  // --worker ("" = $KILN_WORKER, else the installed or source-tree worker)
+  std::string name;
+};
+
+std::string default_worker() {
+  if (const char* env = std::getenv("KILN_WORKER"); env != nullptr && *env != '\0') return env;
+  std::error_code ec;
+  if (std::filesystem::exists(KILN_WORKER_INSTALL_DIR, ec)) return KILN_WORKER_INSTALL_DIR;
+  return KILN_WORKER_SOURCE_DIR;
+}
+
+struct Exited {
+  int status = -1;
+  std::string out, err;
+};
+
+// Runs argv (no shell), collecting stdout and stderr; io_error if it cannot be started.
+Result<Exited> run_capture(const std::vector<std::string>& argv) {
+  int out_pipe[2], err_pipe[2];
+  if (::pipe2(out_pipe, O_CLOEXEC) != 0) return make_error(Errc::io_error, "pipe failed");
+  if (::pipe2(err_pipe, O_CLOEXEC) != 0) {
+    ::close(out_pipe[0]);
+    ::close(out_pipe[1]);
+    return make_error(Errc::io_error, "pipe failed");
+  }
+  std::vector<char*> args;
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  pid_t pid = ::fork();
+  if (pid < 0) return make_error(Errc::io_error, "fork failed");
+  if (pid == 0) {
+    ::dup2(out_pipe[1], 1);
+    ::dup2(err_pipe[1], 2);
+    int devnull = ::open("/dev/null", O_RDONLY);
+    if (devnull >= 0) ::dup2(devnull, 0);
+    ::execvp(args[0], args.data());
+    ::_exit(127);
+  }
+  ::close(out_pipe[1]);
+  ::close(err_pipe[1]);
+  Exited r;
+  pollfd fds[2] = {{out_pipe[0], POLLIN, 0}, {err_pipe[0], POLLIN, 0}};
+  std::string* sinks[2] = {&r.out, &r.err};
+  int open_fds = 2;
+  char buf[8192];
+  while (open_fds > 0) {
+    if (::poll(fds, 2, -1) < 0) {
+      if (errno == EINTR) continue;
+      break;
+    }
+    for (int i = 0; i < 2; ++i) {
+      if (fds[i].fd < 0 || fds[i].revents == 0) continue;
+      ssize_t n = ::read(fds[i].fd, buf, sizeof buf);
+      if (n > 0) {
+        sinks[i]->append(buf, static_cast<std::size_t>(n));
+      } else if (n == 0 || errno != EINTR) {
+        ::close(fds[i].fd);
+        fds[i].fd = -1;
+        --open_fds;
+      }
+    }
+  }
+  for (auto& f : fds)
+    if (f.fd >= 0) ::close(f.fd);
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  r.status = status;
+  return r;
+}
+
+// The last non-empty line of `text` (a Python traceback ends with the error).
+std::string last_line(const std::string& text) {
+  std::size_t end = text.find_last_not_of("\n\r ");
+  if (end == std::string::npos) return "";
+  std::size_t begin = text.rfind('\n', end);
+  return text.substr(begin == std::string::npos ? 0 : begin + 1, end - (begin == std::string::npos ? 0 : begin + 1) + 1);
+}
+
+Result<std::string> compute_model_hash(const std::string& worker, const std::string& file) {
+  const std::string advice = "; pass --model-hash HEX (from `python3 kiln_worker hash FILE` on a machine with torch)";
+  auto ran = run_capture({"python3", worker, "hash", file});
+  if (!ran) return make_error(Errc::io_error, "could not run the build worker's hash op: " + ran.error().message + advice);
+  if (!WIFEXITED(ran->status) || WEXITSTATUS(ran->status) != 0) {
+    std::string why = last_line(ran->err);
+    if (WIFEXITED(ran->status) && WEXITSTATUS(ran->status) == 127) why = "python3 not found";
+    return make_error(Errc::io_error, "computing the model hash with `python3 " + worker + " hash " + file +
+                                          "` failed" + (why.empty() ? "" : ": " + why) + advice);
+  }
+  auto doc = nlohmann::json::parse(ran->out, nullptr, false);
+  if (doc.is_discarded() || !doc.is_object() || !doc.contains("model_hash") || !doc["model_hash"].is_string()) {
+    return make_error(Errc::protocol_error, "the worker's hash op printed no model_hash: " + last_line(ran->out) + advice);
+  }
+  return doc["model_hash"].get<std::string>();
+}
+
+bool is_hex64(const std::string& s) {
+  if (s.size() != 64) return false;
+  for (char c : s)
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
+  return true;
+}
+
+}  // namespace
+
+void add_source(CommandSet& set) {
+  Context& ctx = set.context();
+  auto args = std::make_shared<SourceArgs>();
+  CLI::App* source = set.add("source", "Manage the sources (torch.export archives) kilnd builds from", [&ctx, args] {
+    // Checked before connecting: a bad hash or unreadable file never reaches kilnd.
+    std::error_code ec;
+    if (!std::filesystem::is_regular_file(args->file, ec)) {
+      return ctx.fail(make_error(Errc::io_error, "cannot read source file " + args->file + ": not a regular file"));
+    }
+    std::string hash = args->model_hash;
+    if (hash.empty()) {
+      auto computed = compute_model_hash(args->worker.empty() ? default_worker() : args->worker, args->file);
+      if (!computed) return ctx.fail(computed.error());
+      hash = *computed;
+    }
+    if (!is_hex64(hash)) return ctx.usage("--model-hash must be 64 lowercase hex digits, got '" + hash + "'");
+    auto client = ctx.connect();
+    if (!client) return ctx.fail(client.error());
+    std::string name = args->name.empty() ? std::filesystem::path(args->file).filename().string() : args->name;
+    auto info = client->put_source(hash, name, args->file);
+    if (!info) return ctx.fail(info.error());
+    if (ctx.json) {
+      ctx.out << nlohmann::json{{"model_hash", info->model_hash},
+                                {"blob_digest", info->blob_digest.hex()},
+                                {"size", info->size},
+                                {"created_at", info->created_at},
+                                {"name", info->name}}
+                     .dump()
+              << "\n";
+    } else {
+      ctx.out << "registered source " << info->name << " (" << info->size << " bytes) as model hash " << info->model_hash
+              << "\n";
+    }
+    return 0;
+  });
+  source->require_subcommand(1);
+  CLI::App* add = source->add_subcommand("add", "Register FILE (a torch.export archive) as the source of its model hash");
+  add->add_option("FILE", args->file, "The torch.export archive")->required();
+  add->add_option("--model-hash", args->model_hash,
+                  "64 hex digits; default: computed by the build worker's hash op (needs torch here)");
+  add->add_option("--worker", args->worker,
+                  "The kiln_worker to compute the hash with, run as `python3 WORKER hash FILE` (default: $KILN_WORKER, "
+                  "else the installed worker)");
+  add->add_option("--name", args->name, "Name recorded with the source (default: the file's name)");
+  // --json and --socket may also come after `add`.
+  add->add_flag("--json", ctx.json, "Print one JSON document on stdout");
+  add->add_option("--socket", ctx.socket, "kilnd's socket (default: $KILN_SOCKET, else kilnd's default)");
+}
+
+}  // namespace kiln::ctl
