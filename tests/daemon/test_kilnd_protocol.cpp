@@ -360,3 +360,42 @@ TEST_CASE("node fields a client leaves empty are filled from this node; unknown 
     CHECK(r.header.type == MsgType::ok);
   }
 }
+
+TEST_CASE("a put whose chunk headers and bodies arrive in separate reads is stored intact") {
+  // Peers may write a frame in pieces (slow senders, plain write() of header then body).
+  TempDir dir;
+  KilndProcess d(dir.path(), kConfig);
+  RawClient c(d.socket());
+  c.hello();
+  for (int round = 0; round < 6; ++round) {
+    const Key key = test_key("split-" + std::to_string(round));
+    const std::string data = bytes_of(300'000 + static_cast<std::size_t>(round), static_cast<unsigned>(round) + 7);
+    auto id = c.next_id();
+    proto::PutRequest req;
+    req.key = key;
+    req.size = data.size();
+    REQUIRE(c.send_frame(MsgType::put, id, proto::encode(req)));
+    std::size_t off = 0;
+    const std::size_t chunk = 100'000;
+    while (off < data.size()) {
+      std::size_t n = std::min(chunk, data.size() - off);
+      bool end = off + n == data.size();
+      auto f = proto::encode_frame({proto::kVersion, MsgType::chunk, end ? proto::kFlagEnd : std::uint16_t{0}, id, 0},
+                                   std::string_view(data).substr(off, n));
+      REQUIRE(c.send_bytes(f.data(), proto::kHeaderSize));
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      REQUIRE(c.send_bytes(f.data() + proto::kHeaderSize, f.size() - proto::kHeaderSize));
+      off += n;
+    }
+    auto reply = c.recv(std::chrono::seconds(30));
+    REQUIRE(reply);
+    REQUIRE_MESSAGE(reply->header.type == MsgType::ok, reply->body);
+    proto::GetRequest get;
+    get.ref.key_digest = *key.digest();
+    auto r = c.call(MsgType::get, proto::encode(get));
+    REQUIRE(r.header.type == MsgType::ok);
+    REQUIRE(r.fd >= 0);
+    CHECK(read_fd(r.fd) == data);
+    ::close(r.fd);
+  }
+}
