@@ -38,7 +38,7 @@ struct Client::Impl {
     return reply;
   }
 
-  Result<std::optional<Artifact>> get(const Lookup& what);
+  Result<std::optional<Artifact>> get(const Lookup& what, const Client::GetOptions& get_options = {});
   Result<bool> key_op(proto::MsgType type, const Lookup& what);
   Result<ArtifactInfo> put(const Key& key, detail::PutSource& source, const PutOptions& put_options);
   // Sends a request of `type` whose body is followed by CHUNK frames of `source` (PUT,
@@ -78,9 +78,20 @@ Result<std::optional<Artifact>> Client::get(const Lookup& what) {
   return impl_->get(what);
 }
 
-Result<std::optional<Artifact>> Client::Impl::get(const Lookup& what) {
+Result<std::optional<Artifact>> Client::get(const Lookup& what, const GetOptions& get_options) {
+  if (get_options.build_on_miss && !std::holds_alternative<Key>(what))
+    return make_error(Errc::invalid_argument, "get with build_on_miss needs the key's fields, not only its digest");
+  std::lock_guard lock(impl_->mutex);
+  return impl_->get(what, get_options);
+}
+
+Result<std::optional<Artifact>> Client::Impl::get(const Lookup& what, const Client::GetOptions& get_options) {
   proto::GetRequest req;
   req.ref = detail::to_ref(what);
+  if (get_options.build_on_miss) {
+    req.on_miss = proto::OnMiss::build;
+    req.wait_ms = static_cast<std::uint32_t>(get_options.wait.count());
+  }
   req.delivery = options.transfer == Transfer::descriptor ? proto::Delivery::fd : proto::Delivery::stream;
   auto id = session.send_request(proto::MsgType::get, proto::encode(req));
   if (!id) return std::move(id).error();

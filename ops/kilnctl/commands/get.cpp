@@ -21,6 +21,7 @@ struct GetArgs {
   KeyFlags key;
   std::string output;
   bool stream = false;
+  bool build = false;
 };
 
 // Copies all of `from` (size bytes from offset 0) to `to`: sendfile where the kernel
@@ -81,7 +82,9 @@ void add_get(CommandSet& set) {
     if (!what) return ctx.fail(what.error());
     auto client = ctx.connect(args->stream ? client::Transfer::stream : client::Transfer::descriptor);
     if (!client) return ctx.fail(client.error());
-    auto hit = client->get(*what);
+    client::Client::GetOptions get_options;
+    get_options.build_on_miss = args->build;
+    auto hit = client->get(*what, get_options);
     if (!hit) return ctx.fail(hit.error());
     if (!*hit) return ctx.fail(make_error(Errc::not_found, "no artifact stored under that key"));
     const client::Artifact& artifact = **hit;
@@ -98,6 +101,8 @@ void add_get(CommandSet& set) {
   sub->add_option("-o,--output", args->output, "Write to FILE (atomically: a temporary file renamed); default stdout")
       ->option_text("FILE");
   sub->add_flag("--stream", args->stream, "Receive the bytes through the socket instead of as a descriptor");
+  sub->add_flag("--build", args->build,
+                "On a miss, have kilnd build the artifact from its registered source and wait for it");
 }
 
 }  // namespace kiln::ctl

@@ -90,10 +90,24 @@ TEST_CASE("SourceAddThenBuildStoresTheArtifactAndARememberedFailureIsRetriedOnly
   CAPTURE(forced.err);
   CHECK(forced.code == fail1.code);
   CHECK(count_lines(bad_count) == 2);
+  // get --build: a miss of another key of the good source is built and served at once;
+  // a bare digest cannot say what to build.
+  Run on_miss = kilnctl(cat({"get", "--build", "-o", (dir.path() / "built-on-get.bin").string()},
+                            key_args(good_hash, "OtherBlock")), d.socket());
+  CAPTURE(on_miss.err);
+  CHECK(on_miss.code == 0);
+  CHECK(std::filesystem::file_size(dir.path() / "built-on-get.bin") > 0);
+  CHECK(count_lines(good_count) == 2);
+  Run miss_bad = kilnctl(cat({"get", "--build", "-o", (dir.path() / "never.bin").string()}, key_args(bad_hash, "Bad")),
+                         d.socket());
+  CHECK(miss_bad.code != 0);
+  CHECK(miss_bad.err.find("build_failed") != std::string::npos);
+  CHECK_FALSE(std::filesystem::exists(dir.path() / "never.bin"));
+
   // --force on a stored key rebuilds it.
   Run rebuilt = kilnctl(cat({"build", "--force"}, key_args(good_hash, "Block")), d.socket());
   CHECK(rebuilt.code == 0);
-  CHECK(count_lines(good_count) == 2);
+  CHECK(count_lines(good_count) == 3);
 }
 
 TEST_CASE("SourceAddComputesTheHashWithTheWorkerAndSaysToPassModelHashWhenItCannot") {

@@ -162,6 +162,18 @@ class Client {
   // The artifact, or nullopt on a miss. The Artifact owns its descriptor and outlives the
   // Client if kept.
   Result<std::optional<Artifact>> get(const Lookup& what);
+  // How get() treats a miss.
+  struct GetOptions {
+    // Have kilnd build the artifact from the source registered for the key's model hash
+    // and wait for it; concurrent askers share one build. Needs a Key (not a bare
+    // digest). Errors: no_source (nothing registered for the model hash: `kilnctl source
+    // add`), build_failed (also a failure kilnd remembers from a recent build: retry with
+    // `kilnctl build --force`), unsupported (the node cannot build), timeout (wait passed;
+    // the build goes on and a later get finds it).
+    bool build_on_miss = false;
+    std::chrono::milliseconds wait{0};  // 0 = until kilnd's build timeout
+  };
+  Result<std::optional<Artifact>> get(const Lookup& what, const GetOptions& options);
   // Metadata only; no hit or miss counted.
   Result<std::optional<ArtifactInfo>> stat(const Lookup& what);
 
