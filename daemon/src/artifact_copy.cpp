@@ -53,21 +53,6 @@ void ArtifactCopy::refill() const {
   }
 }
 
-protocol::ArtifactMeta to_meta(const storage::ArtifactInfo& i) {
-  protocol::ArtifactMeta m;
-  m.key = i.key;
-  m.key_digest = i.key_digest;
-  m.blob_digest = i.blob_digest;
-  m.size = i.size;
-  m.stored_size = i.stored_size;
-  m.created_at = i.created_at;
-  m.last_access = i.last_access;
-  m.hits = i.hits;
-  m.build_seconds = i.build_seconds;
-  m.pinned = i.pinned;
-  return m;
-}
-
 namespace {
 Status write_all(int fd, std::span<const std::byte> data) {
   const std::byte* p = data.data();

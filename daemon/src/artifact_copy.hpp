@@ -7,6 +7,7 @@
 #include <vector>
 #include <string>
 
+#include "kiln/daemon/artifact_meta.hpp"
 #include "kiln/protocol/messages.hpp"
 #include "kiln/result.hpp"
 #include "kiln/storage/store.hpp"
@@ -45,8 +46,5 @@ struct ArtifactCopy {
 // Reads `key_digest` from the store (verifying its digest) into a new sealed memfd.
 // nullopt when the store has no such artifact. Blocks on disk: call off the event loop.
 Result<std::shared_ptr<const ArtifactCopy>> make_copy_or_null(storage::Store& store, const Digest& key_digest);
-
-// Converts the store's record to the wire's.
-protocol::ArtifactMeta to_meta(const storage::ArtifactInfo& info);
 
 }  // namespace kiln::daemon

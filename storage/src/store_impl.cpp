@@ -250,15 +250,7 @@ Result<std::optional<ArtifactInfo>> StoreImpl::finish_read(const Digest& key_dig
                                                            Status st) {
   std::lock_guard<std::mutex> guard(mu_);
   if (st) {
-    pending_hits_ += 1;  // a read-only store cannot write it, but stats() shows it
-    if (!read_only_) {
-      auto& t = pending_touches_[key_digest];
-      t.now = now();
-      t.seq = ++access_seq_;
-      t.hits += 1;
-      auto since = std::chrono::steady_clock::now() - last_flush_;
-      if (since >= kTouchFlushInterval || pending_touches_.size() >= kTouchFlushCount) (void)flush_touches_locked();
-    }
+    record_hits_locked(key_digest, 1);
     ArtifactInfo out = info;
     out.hits += 1;
     out.last_access = now();
@@ -368,7 +360,11 @@ void StoreImpl::record_miss() {
 void StoreImpl::record_hits(const Digest& key_digest, std::uint64_t n) {
   if (n == 0) return;
   std::lock_guard<std::mutex> guard(mu_);
-  pending_hits_ += n;
+  record_hits_locked(key_digest, n);
+}
+
+void StoreImpl::record_hits_locked(const Digest& key_digest, std::uint64_t n) {
+  pending_hits_ += n;  // a read-only store cannot write it, but stats() shows it
   if (read_only_) return;
   auto& t = pending_touches_[key_digest];
   t.now = now();

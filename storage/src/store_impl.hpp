@@ -82,6 +82,8 @@ class StoreImpl final : public Store {
   Result<std::optional<std::uint64_t>> remove_locked(const Digest& key_digest, bool count_eviction);
   Status drop_missing_blob_locked(const Digest& blob, VerifyReport& report);
   Status flush_touches_locked();
+  // Buffers n hits of one entry (hits, last access, LRU order); flushes when due.
+  void record_hits_locked(const Digest& key_digest, std::uint64_t n);
   Status recover_locked(bool remove_temporaries, VerifyReport& report);
   Status collect_orphan_files_locked(VerifyReport& report);
   Result<std::optional<ArtifactInfo>> finish_read(const Digest& key_digest, const ArtifactInfo& info, Status st);

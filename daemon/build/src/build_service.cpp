@@ -1,6 +1,8 @@
 // kilnd's BuildService over a BuildScheduler. See kiln/build/build_service.hpp.
 #include "kiln/build/build_service.hpp"
 
+#include "kiln/daemon/artifact_meta.hpp"
+
 #include <atomic>
 #include <deque>
 #include <map>
@@ -11,21 +13,7 @@ namespace kiln::build {
 namespace {
 
 namespace proto = kiln::protocol;
-
-proto::ArtifactMeta to_meta(const storage::ArtifactInfo& i) {
-  proto::ArtifactMeta m;
-  m.key = i.key;
-  m.key_digest = i.key_digest;
-  m.blob_digest = i.blob_digest;
-  m.size = i.size;
-  m.stored_size = i.stored_size;
-  m.created_at = i.created_at;
-  m.last_access = i.last_access;
-  m.hits = i.hits;
-  m.build_seconds = i.build_seconds;
-  m.pinned = i.pinned;
-  return m;
-}
+using daemon::to_meta;
 
 std::int64_t unix_now() {
   return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
