@@ -4,6 +4,7 @@
 #include <sys/types.h>
 
 #include <chrono>
+#include <cstdint>
 #include <filesystem>
 #include <optional>
 #include <string>
@@ -14,8 +15,8 @@ namespace kiln::test {
 class KilndProcess {
  public:
   // Writes `toml` to <dir>/kilnd.toml and starts kilnd with --config, --socket
-  // <short folder>/kiln.sock and --store <dir>/store, stderr to <dir>/kilnd.log. Waits until the
-  // socket accepts connections (throws std::runtime_error after 20 s, with the log).
+  // <short folder>/kiln.sock and --store <dir>/store, stderr to <dir>/kilnd.log. Waits until kilnd logs
+  // that it listens (throws std::runtime_error after 20 s, with the log).
   // `listen_fd` >= 0: passed as systemd socket activation (LISTEN_FDS) instead.
   KilndProcess(const std::filesystem::path& dir, const std::string& toml, std::vector<std::string> extra_args = {},
                int listen_fd = -1);
@@ -27,12 +28,14 @@ class KilndProcess {
   // Waits for exit; the exit status (WEXITSTATUS, or 128+signal), nullopt on timeout.
   std::optional<int> wait(std::chrono::milliseconds timeout);
   bool running();
+  // This process's log (a restart in the same folder appends; earlier runs are not included).
   std::string log() const;
   // Waits until the log contains `text`; false on timeout.
   bool wait_for_log(const std::string& text, std::chrono::milliseconds timeout) const;
 
  private:
   std::filesystem::path dir_, socket_dir_, socket_, log_;
+  std::uintmax_t log_start_ = 0;
   pid_t pid_ = -1;
   std::optional<int> status_;
 };
