@@ -79,6 +79,8 @@ std::string conv(const json& j, SourceMeta& out);
 std::string conv(const json& j, PrewarmResult& out);
 std::string conv(const json& j, BuildState& out);
 std::string conv(const json& j, BuildLog& out);
+std::string conv(const json& j, GpuEntry& out);
+std::string conv(const json& j, BuildSlotEntry& out);
 
 template <class T>
 std::string conv(const json& j, std::vector<T>& out) {

@@ -29,14 +29,16 @@ std::string conv(const json& j, ArtifactMeta& m) {
 }
 
 json to_json(const SourceMeta& s) {
-  return json{{"model_hash", s.model_hash}, {"blob_digest", s.blob_digest.hex()}, {"size", s.size},
-              {"created_at", s.created_at}, {"name", s.name}};
+  json j{{"model_hash", s.model_hash}, {"blob_digest", s.blob_digest.hex()}, {"size", s.size},
+         {"created_at", s.created_at}, {"name", s.name}};
+  if (s.stored_size) j["stored_size"] = s.stored_size;
+  return j;
 }
 
 std::string conv(const json& j, SourceMeta& s) {
   In in(j, "source");
   in.req("model_hash", s.model_hash).req("blob_digest", s.blob_digest).req("size", s.size);
-  in.opt("created_at", s.created_at).opt("name", s.name);
+  in.opt("created_at", s.created_at).opt("name", s.name).opt("stored_size", s.stored_size);
   return in.error() ? in.error()->message : std::string{};
 }
 
@@ -297,6 +299,7 @@ Result<StatusReply> decode<StatusReply>(std::string_view text) {
   in.opt("socket", m.socket).opt("store", m.store).opt("node", m.node).opt("roles", m.roles);
   in.opt("capabilities", m.capabilities).opt("metrics", m.metrics).opt("draining", m.draining);
   KILN_DECODE_END(m);
+  put_gpus(j, m.gpus, m.gpu_note, m.build_slots);
 }
 
 // ---- roles ---------------------------------------------------------------------------
@@ -306,6 +309,7 @@ std::string_view role_name(Role role) noexcept {
     case Role::none: return "none";
     case Role::read: return "read";
     case Role::write: return "write";
+  in.opt("gpus", m.gpus).opt("gpu_note", m.gpu_note).opt("build_slots", m.build_slots);
     case Role::admin: return "admin";
   }
   return "none";
@@ -329,6 +333,8 @@ Role required_role(MsgType type) noexcept {
     case MsgType::unpin:
     case MsgType::evict:
     case MsgType::verify:
+    case MsgType::list_sources:
+    case MsgType::get_source:
     case MsgType::gc:
     case MsgType::reload: return Role::admin;
     default: return Role::none;

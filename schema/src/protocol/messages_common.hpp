@@ -9,6 +9,9 @@ json to_json(const ArtifactMeta& m);
 json to_json(const SourceMeta& s);
 void put_ref(json& j, const KeyRef& ref);
 void read_ref(In& in, KeyRef& ref);
+// STATUS's "gpus", "gpu_note" (when not empty) and "build_slots" (messages_sources.cpp).
+void put_gpus(json& j, const std::vector<GpuEntry>& gpus, const std::string& note,
+              const std::vector<BuildSlotEntry>& slots);
 
 // Invalid UTF-8 in a message (a path, a log) is replaced rather than thrown on.
 inline std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }

@@ -46,6 +46,8 @@ enum class MsgType : std::uint8_t {
   logs = 0x17,
   reload = 0x18,
   cancel = 0x19,
+  list_sources = 0x1A,
+  get_source = 0x1B,
   chunk = 0x20,
   event = 0x21,
   ok = 0x80,

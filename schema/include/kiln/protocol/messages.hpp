@@ -48,6 +48,7 @@ struct SourceMeta {
   std::string model_hash;
   Digest blob_digest;
   std::uint64_t size = 0;
+  std::uint64_t stored_size = 0;   // its blob file on the daemon's disk; 0 = not known
   std::int64_t created_at = 0;
   std::string name;
 };
@@ -144,6 +145,29 @@ struct StatsReply {
 struct StatusRequest {};
 struct StatusReply {
   std::string server;
+// STATUS: one GPU the build scheduler's driver probe found.
+struct GpuEntry {
+  std::uint32_t index = 0;         // the driver's ordinal
+  std::string name;                // "NVIDIA H200": a key's gpu_name
+  std::string arch;                // "sm_90": a key's gpu_arch
+  std::uint64_t memory_bytes = 0;
+  std::string uuid;                // "GPU-8c1f..."
+};
+// STATUS: one build slot (a GPU, or a configured slot) and its queue depth now.
+struct BuildSlotEntry {
+  std::string name;                // "gpu0", "cpu0"
+  std::string gpu_arch;
+  std::string gpu_name;
+  std::uint64_t running = 0;
+  std::uint64_t queued = 0;
+};
+// What the build service knows of the node's GPUs (BuildService::gpu_report()).
+struct GpuReport {
+  std::vector<GpuEntry> gpus;
+  std::string note;                // why `gpus` is empty; "" when GPUs were found
+  std::vector<BuildSlotEntry> slots;
+};
+
   std::uint32_t version = 1;
   std::int64_t pid = 0;
   std::uint64_t uptime_s = 0;
@@ -157,6 +181,9 @@ struct StatusReply {
 };
 
 // ---- admin ---------------------------------------------------------------------------
+  std::vector<GpuEntry> gpus;              // empty: none found (gpu_note says why)
+  std::string gpu_note;
+  std::vector<BuildSlotEntry> build_slots;
 
 struct EvictRequest {
   std::optional<std::uint64_t> target_bytes;
@@ -208,6 +235,25 @@ struct PutSourceReply {
 struct BuildRequest {
   Key key;
   bool force = false;
+struct ListSourcesRequest {
+  std::string model_hash_prefix;     // 0..64 lowercase hex; checked by decode
+  std::uint32_t limit = 1000;        // the server enforces <= 10000
+  std::uint64_t offset = 0;
+};
+struct ListSourcesReply {
+  std::vector<SourceMeta> items;
+  std::optional<std::uint64_t> next_offset;
+};
+
+struct GetSourceRequest {
+  std::string model_hash;            // 64 lowercase hex; checked by decode
+  Delivery delivery = Delivery::fd;  // fd or stream
+};
+struct GetSourceReply {
+  Delivery delivery = Delivery::fd;
+  SourceMeta source;
+};
+
   bool wait = true;
   std::uint32_t wait_ms = 0;
 };
@@ -307,6 +353,10 @@ std::string encode(const PutSourceReply&);
 std::string encode(const BuildRequest&);
 std::string encode(const BuildReply&);
 std::string encode(const PrewarmRequest&);
+std::string encode(const ListSourcesRequest&);
+std::string encode(const ListSourcesReply&);
+std::string encode(const GetSourceRequest&);
+std::string encode(const GetSourceReply&);
 std::string encode(const PrewarmReply&);
 std::string encode(const BuildEvent&);
 std::string encode(const BuildStatusRequest&);
