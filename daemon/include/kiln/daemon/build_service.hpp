@@ -50,6 +50,13 @@ class BuildService {
 
   // BUILD_STATUS: builds known by handle, by key digest, or all.
   virtual Result<protocol::BuildStatusReply> status(const protocol::BuildStatusRequest& request) = 0;
+
+  // STATUS: the node's GPUs as probed at start (or the note saying why none) and each
+  // build slot's queue depth now. Cheap, never blocks on a build or runs a probe. The
+  // default reports nothing, with a note saying so.
+  virtual protocol::GpuReport gpu_report() const {
+    return {{}, "this build service does not report GPUs", {}};
+  }
 };
 
 }  // namespace kiln::daemon
