@@ -289,6 +289,7 @@ std::string encode(const StatusReply& m) {
          {"node", m.node},     {"roles", m.roles},       {"capabilities", m.capabilities},
          {"draining", m.draining}};
   if (m.metrics) j["metrics"] = *m.metrics;
+  put_gpus(j, m.gpus, m.gpu_note, m.build_slots);
   return dump(j);
 }
 template <>
@@ -298,8 +299,8 @@ Result<StatusReply> decode<StatusReply>(std::string_view text) {
   in.req("server", m.server).opt("version", m.version).opt("pid", m.pid).opt("uptime_s", m.uptime_s);
   in.opt("socket", m.socket).opt("store", m.store).opt("node", m.node).opt("roles", m.roles);
   in.opt("capabilities", m.capabilities).opt("metrics", m.metrics).opt("draining", m.draining);
+  in.opt("gpus", m.gpus).opt("gpu_note", m.gpu_note).opt("build_slots", m.build_slots);
   KILN_DECODE_END(m);
-  put_gpus(j, m.gpus, m.gpu_note, m.build_slots);
 }
 
 // ---- roles ---------------------------------------------------------------------------
@@ -309,7 +310,6 @@ std::string_view role_name(Role role) noexcept {
     case Role::none: return "none";
     case Role::read: return "read";
     case Role::write: return "write";
-  in.opt("gpus", m.gpus).opt("gpu_note", m.gpu_note).opt("build_slots", m.build_slots);
     case Role::admin: return "admin";
   }
   return "none";
@@ -323,6 +323,8 @@ Role required_role(MsgType type) noexcept {
     case MsgType::stats:
     case MsgType::status:
     case MsgType::build_status:
+    case MsgType::list_sources:
+    case MsgType::get_source:
     case MsgType::logs: return Role::read;
     case MsgType::put:
     case MsgType::put_source:
@@ -333,8 +335,6 @@ Role required_role(MsgType type) noexcept {
     case MsgType::unpin:
     case MsgType::evict:
     case MsgType::verify:
-    case MsgType::list_sources:
-    case MsgType::get_source:
     case MsgType::gc:
     case MsgType::reload: return Role::admin;
     default: return Role::none;

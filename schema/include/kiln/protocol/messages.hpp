@@ -142,9 +142,6 @@ struct StatsReply {
   std::map<std::string, std::uint64_t> daemon;  // uptime_s, connections, ...
 };
 
-struct StatusRequest {};
-struct StatusReply {
-  std::string server;
 // STATUS: one GPU the build scheduler's driver probe found.
 struct GpuEntry {
   std::uint32_t index = 0;         // the driver's ordinal
@@ -168,6 +165,9 @@ struct GpuReport {
   std::vector<BuildSlotEntry> slots;
 };
 
+struct StatusRequest {};
+struct StatusReply {
+  std::string server;
   std::uint32_t version = 1;
   std::int64_t pid = 0;
   std::uint64_t uptime_s = 0;
@@ -178,12 +178,12 @@ struct GpuReport {
   std::vector<std::string> capabilities;
   std::optional<std::string> metrics;
   bool draining = false;
-};
-
-// ---- admin ---------------------------------------------------------------------------
   std::vector<GpuEntry> gpus;              // empty: none found (gpu_note says why)
   std::string gpu_note;
   std::vector<BuildSlotEntry> build_slots;
+};
+
+// ---- admin ---------------------------------------------------------------------------
 
 struct EvictRequest {
   std::optional<std::uint64_t> target_bytes;
@@ -232,9 +232,6 @@ struct PutSourceReply {
   SourceMeta source;
 };
 
-struct BuildRequest {
-  Key key;
-  bool force = false;
 struct ListSourcesRequest {
   std::string model_hash_prefix;     // 0..64 lowercase hex; checked by decode
   std::uint32_t limit = 1000;        // the server enforces <= 10000
@@ -254,6 +251,9 @@ struct GetSourceReply {
   SourceMeta source;
 };
 
+struct BuildRequest {
+  Key key;
+  bool force = false;
   bool wait = true;
   std::uint32_t wait_ms = 0;
 };
@@ -350,13 +350,13 @@ std::string encode(const CancelRequest&);
 std::string encode(const CancelReply&);
 std::string encode(const PutSourceRequest&);
 std::string encode(const PutSourceReply&);
-std::string encode(const BuildRequest&);
-std::string encode(const BuildReply&);
-std::string encode(const PrewarmRequest&);
 std::string encode(const ListSourcesRequest&);
 std::string encode(const ListSourcesReply&);
 std::string encode(const GetSourceRequest&);
 std::string encode(const GetSourceReply&);
+std::string encode(const BuildRequest&);
+std::string encode(const BuildReply&);
+std::string encode(const PrewarmRequest&);
 std::string encode(const PrewarmReply&);
 std::string encode(const BuildEvent&);
 std::string encode(const BuildStatusRequest&);
