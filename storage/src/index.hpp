@@ -28,7 +28,8 @@ class Index {
  public:
   // Opens (creating when read-write) and migrates to the latest schema. Errors: corrupt
   // (not an SQLite database), unsupported (schema newer than this kiln), read_only, io_error.
-  static Result<Index> open(const std::filesystem::path& path, bool read_only);
+  // `vfs`: SQLite VFS name, empty for the default.
+  static Result<Index> open(const std::filesystem::path& path, bool read_only, const std::string& vfs = {});
   // Test hook: creates a database migrated only up to `version` (to test migrations).
   static Status create_at_version(const std::filesystem::path& path, int version);
 

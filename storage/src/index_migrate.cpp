@@ -54,15 +54,15 @@ Result<int> read_version(sql::Db& db, const std::filesystem::path& path) {
 
 int latest_schema_version() { return kMigrations[std::size(kMigrations) - 1].version; }
 
-Result<Index> Index::open(const std::filesystem::path& path, bool read_only) {
-  auto db = sql::Db::open(path, read_only ? sql::Db::Mode::read_only : sql::Db::Mode::read_write);
+Result<Index> Index::open(const std::filesystem::path& path, bool read_only, const std::string& vfs) {
+  auto db = sql::Db::open(path, read_only ? sql::Db::Mode::read_only : sql::Db::Mode::read_write, vfs);
   if (!db) return std::move(db).error();
   auto version = read_version(*db, path);
   if (!version && read_only && version.error().code == Errc::read_only) {
     // A WAL database in a folder we cannot write: SQLite cannot create its -shm file.
     // Open it immutable: what a clean close left is all there is to read. (After a crash,
     // commits still in the -wal file are not seen until a writer opens the store.)
-    db = sql::Db::open(path, sql::Db::Mode::immutable);
+    db = sql::Db::open(path, sql::Db::Mode::immutable, vfs);
     if (!db) return std::move(db).error();
     version = read_version(*db, path);
   }

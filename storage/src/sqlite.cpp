@@ -24,10 +24,23 @@ Error error_from_sqlite(int rc, sqlite3* db, std::string_view what) {
     case SQLITE_RANGE: code = Errc::internal; break;
     default: break;
   }
-  std::string msg = "index: ";
+  // Name the index file: a store's error must say which disk is full or failing.
+  const char* file = db != nullptr ? sqlite3_db_filename(db, "main") : nullptr;
+  std::string msg = "index";
+  if (file != nullptr && *file != '\0') {
+    msg += " ";
+    msg += file;
+  }
+  msg += ": ";
   msg += what;
   msg += ": ";
   msg += db != nullptr ? sqlite3_errmsg(db) : sqlite3_errstr(rc);
+  msg += " (SQLite code " + std::to_string(rc) + ")";
+  if (code == Errc::no_space) {
+    msg += "; free space on the disk holding the store: writes fail until then, stored artifacts stay readable";
+  } else if (code == Errc::io_error && (rc & 0xff) == SQLITE_IOERR) {
+    msg += "; the disk failed an I/O operation (see the kernel log); the store keeps what was committed";
+  }
   return make_error(code, std::move(msg));
 }
 
@@ -65,7 +78,8 @@ Result<bool> Stmt::step() {
   int rc = sqlite3_step(stmt_);
   if (rc == SQLITE_ROW) return true;
   if (rc == SQLITE_DONE) return false;
-  return error_from_sqlite(rc, db_, sqlite3_sql(stmt_));
+  std::string_view sql_text = sqlite3_sql(stmt_);
+  return error_from_sqlite(rc, db_, sql_text.size() > 80 ? std::string(sql_text.substr(0, 77)) + "..." : std::string(sql_text));
 }
 
 Status Stmt::run() {
@@ -90,7 +104,10 @@ std::int64_t Stmt::i64(int col) const { return sqlite3_column_int64(stmt_, col);
 double Stmt::f64(int col) const { return sqlite3_column_double(stmt_, col); }
 bool Stmt::is_null(int col) const { return sqlite3_column_type(stmt_, col) == SQLITE_NULL; }
 
-Result<Db> Db::open(const std::filesystem::path& path, Mode mode) {
+Result<Db> Db::open(const std::filesystem::path& path, Mode mode, const std::string& vfs) {
+  if (!vfs.empty() && sqlite3_vfs_find(vfs.c_str()) == nullptr) {
+    return make_error(Errc::invalid_argument, "index " + path.string() + ": no SQLite VFS named '" + vfs + "'");
+  }
   sqlite3* db = nullptr;
   int flags = SQLITE_OPEN_NOMUTEX;
   flags |= mode == Mode::read_write ? (SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE) : SQLITE_OPEN_READONLY;
@@ -110,7 +127,7 @@ Result<Db> Db::open(const std::filesystem::path& path, Mode mode) {
     name = uri + "?immutable=1";
     flags |= SQLITE_OPEN_URI;
   }
-  int rc = sqlite3_open_v2(name.c_str(), &db, flags, nullptr);
+  int rc = sqlite3_open_v2(name.c_str(), &db, flags, vfs.empty() ? nullptr : vfs.c_str());
   if (rc != SQLITE_OK) {
     Error e = error_from_sqlite(rc, db, "open " + path.string());
     sqlite3_close(db);

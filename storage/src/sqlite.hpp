@@ -57,7 +57,8 @@ class Db {
   // immutable: read-only for a folder where SQLite cannot create the WAL's -shm file;
   // SQLite then neither locks nor reads a -wal file (see Index::open).
   enum class Mode { read_write, read_only, immutable };
-  static Result<Db> open(const std::filesystem::path& path, Mode mode);
+  // `vfs`: a registered SQLite VFS name, empty for the default (invalid_argument if unknown).
+  static Result<Db> open(const std::filesystem::path& path, Mode mode, const std::string& vfs = {});
   Db() = default;
   ~Db();
   Db(Db&& other) noexcept;

@@ -110,7 +110,7 @@ Result<std::unique_ptr<Store>> StoreImpl::open(const StoreOptions& options) {
   }
   auto lock = take_lock(options.root, read_only);
   if (!lock) return std::move(lock).error();
-  auto index = Index::open(index_path, read_only);
+  auto index = Index::open(index_path, read_only, options.sqlite_vfs);
   if (!index) {
     if (*lock >= 0) ::close(*lock);
     return std::move(index).error();
@@ -190,7 +190,9 @@ Result<ArtifactInfo> StoreImpl::commit(std::unique_ptr<PutStream> stream, const 
   if (!blob) return std::move(blob).error();
 
   std::lock_guard<std::mutex> guard(mu_);
-  KILN_TRY(flush_touches_locked());
+  // Pending hit counts are not this put's business: if they cannot be written now, the
+  // put's own transaction says whether the index takes writes.
+  (void)flush_touches_locked();
   auto existing_blob = index_.get_blob(blob->header.digest);
   if (!existing_blob) {
     (void)fs_.remove(blob->temp_path);
@@ -269,8 +271,12 @@ Result<std::optional<ArtifactInfo>> StoreImpl::finish_read(const Digest& key_dig
   if (e.code != Errc::corrupt) return e;
   if (!read_only_) {
     auto dropped = quarantine_locked(info.blob_digest, e.message);
-    if (!dropped) return std::move(dropped).error();
-    e.message += "; the entry was quarantined and removed from the index";
+    if (dropped) {
+      e.message += "; the entry was quarantined and removed from the index";
+    } else {
+      // Still corrupt, still not served; the next read or verify() quarantines it.
+      e.message += "; quarantining it failed (" + dropped.error().message + ")";
+    }
   }
   return e;
 }
@@ -312,22 +318,38 @@ Result<std::optional<ArtifactInfo>> StoreImpl::read_into(const Digest& key_diges
   return finish_read(key_digest, *info, std::move(st));
 }
 
+// Metadata calls flush pending hits first so that they see them; when the index cannot
+// take writes (disk full) the hits stay pending and are added to what is returned: a
+// full disk must not break reads.
+void StoreImpl::apply_pending_locked(ArtifactInfo& info) const {
+  auto it = pending_touches_.find(info.key_digest);
+  if (it == pending_touches_.end()) return;
+  info.hits += it->second.hits;
+  info.last_access = std::max(info.last_access, it->second.now);
+}
+
 Result<std::optional<ArtifactInfo>> StoreImpl::stat(const Digest& key_digest) {
   std::lock_guard<std::mutex> guard(mu_);
-  KILN_TRY(flush_touches_locked());
-  return index_.get(key_digest);
+  (void)flush_touches_locked();
+  auto row = index_.get(key_digest);
+  if (row && *row) apply_pending_locked(**row);
+  return row;
 }
 
 Result<std::vector<ArtifactInfo>> StoreImpl::list(const ListQuery& query) {
   std::lock_guard<std::mutex> guard(mu_);
-  KILN_TRY(flush_touches_locked());
-  return index_.list(query);
+  (void)flush_touches_locked();
+  auto rows = index_.list(query);
+  if (rows) {
+    for (auto& r : *rows) apply_pending_locked(r);
+  }
+  return rows;
 }
 
 Result<bool> StoreImpl::remove(const Digest& key_digest) {
   KILN_TRY(writable());
   std::lock_guard<std::mutex> guard(mu_);
-  KILN_TRY(flush_touches_locked());
+  (void)flush_touches_locked();  // the removal's own transaction reports a failing index
   auto freed = remove_locked(key_digest, /*count_eviction=*/false);
   if (!freed) return std::move(freed).error();
   return freed->has_value();
@@ -341,10 +363,11 @@ Result<bool> StoreImpl::set_pinned(const Digest& key_digest, bool pinned) {
 
 Result<StoreStats> StoreImpl::stats() {
   std::lock_guard<std::mutex> guard(mu_);
-  KILN_TRY(flush_touches_locked());
+  (void)flush_touches_locked();
   auto s = index_.stats();
   if (!s) return std::move(s).error();
-  // Read-only stores cannot write their counters; show what this process saw.
+  // Counters not written yet (read-only store, or an index that cannot take writes now):
+  // show what this process saw.
   s->hits += pending_hits_;
   s->misses += pending_misses_;
   s->quota_bytes = options_.quota_bytes;
@@ -370,23 +393,31 @@ void StoreImpl::record_hits_locked(const Digest& key_digest, std::uint64_t n) {
   t.now = now();
   t.seq = ++access_seq_;
   t.hits += n;
+  // A failing flush (disk full) does not fail the hit: the touches stay pending and the
+  // flush is retried once per interval, not at every hit.
   auto since = std::chrono::steady_clock::now() - last_flush_;
-  if (since >= kTouchFlushInterval || pending_touches_.size() >= kTouchFlushCount) (void)flush_touches_locked();
+  if (since >= kTouchFlushInterval || (pending_touches_.size() >= kTouchFlushCount && !flush_failing_)) {
+    (void)flush_touches_locked();
+  }
 }
 
 Status StoreImpl::flush_touches_locked() {
   if (read_only_) return {};
   if (pending_touches_.empty() && pending_hits_ == 0 && pending_misses_ == 0) return {};
-  auto txn = sql::Transaction::begin(index_.db());
-  if (!txn) return std::move(txn).error();
-  for (const auto& [digest, t] : pending_touches_) KILN_TRY(index_.touch(digest, t.now, t.seq, t.hits));
-  if (pending_hits_ != 0) KILN_TRY(index_.add_counter("hits", static_cast<std::int64_t>(pending_hits_)));
-  if (pending_misses_ != 0) KILN_TRY(index_.add_counter("misses", static_cast<std::int64_t>(pending_misses_)));
-  KILN_TRY(txn->commit());
+  last_flush_ = std::chrono::steady_clock::now();  // of the last attempt: failures are retried per interval
+  Status st = [&]() -> Status {
+    auto txn = sql::Transaction::begin(index_.db());
+    if (!txn) return std::move(txn).error();
+    for (const auto& [digest, t] : pending_touches_) KILN_TRY(index_.touch(digest, t.now, t.seq, t.hits));
+    if (pending_hits_ != 0) KILN_TRY(index_.add_counter("hits", static_cast<std::int64_t>(pending_hits_)));
+    if (pending_misses_ != 0) KILN_TRY(index_.add_counter("misses", static_cast<std::int64_t>(pending_misses_)));
+    return txn->commit();
+  }();
+  flush_failing_ = !st;
+  if (!st) return st;
   pending_touches_.clear();
   pending_hits_ = 0;
   pending_misses_ = 0;
-  last_flush_ = std::chrono::steady_clock::now();
   return {};
 }
 

@@ -81,7 +81,11 @@ class StoreImpl final : public Store {
   // Removes one artifact; returns the stored bytes it freed, nullopt if it did not exist.
   Result<std::optional<std::uint64_t>> remove_locked(const Digest& key_digest, bool count_eviction);
   Status drop_missing_blob_locked(const Digest& blob, VerifyReport& report);
+  // Writes pending hits, last-access times and counters in one transaction. On failure
+  // they stay pending (and flush_failing_ is set); callers other than shutdown ignore it.
   Status flush_touches_locked();
+  // Adds a pending touch of info's entry (not yet written) to it.
+  void apply_pending_locked(ArtifactInfo& info) const;
   // Buffers n hits of one entry (hits, last access, LRU order); flushes when due.
   void record_hits_locked(const Digest& key_digest, std::uint64_t n);
   Status recover_locked(bool remove_temporaries, VerifyReport& report);
@@ -103,7 +107,8 @@ class StoreImpl final : public Store {
   std::unordered_map<Digest, PendingTouch> pending_touches_;
   std::uint64_t pending_hits_ = 0;
   std::uint64_t pending_misses_ = 0;
-  std::chrono::steady_clock::time_point last_flush_;
+  std::chrono::steady_clock::time_point last_flush_;  // last flush attempt
+  bool flush_failing_ = false;
 };
 
 }  // namespace kiln::storage

@@ -62,6 +62,10 @@ struct StoreOptions {
   ReadCheck read_check = ReadCheck::sha256;
   // File layer; nullptr = the real file system. Not owned; must outlive the Store.
   FileSystem* fs = nullptr;
+  // SQLite VFS the index is opened through; empty = SQLite's default. For tests, which
+  // register a fault-injecting one (tests/storage/support/fault_vfs.hpp). A name SQLite
+  // does not know makes open() fail with invalid_argument.
+  std::string sqlite_vfs;
 };
 
 struct ArtifactInfo {
