@@ -7,6 +7,7 @@
 #include <algorithm>
 
 #include "handlers_common.hpp"
+#include "handlers_sources.hpp"
 #include "offload.hpp"
 
 namespace kiln::daemon {
@@ -282,6 +283,12 @@ asio::awaitable<Outcome> handle_status(Connection& c, const Request& r) {
   reply.capabilities = capabilities(s);
   if (!s.metrics_url.empty()) reply.metrics = s.metrics_url;
   reply.draining = s.draining.load();
+  // GPUs are learned by the build scheduler's probe at start; without builds none is probed.
+  proto::GpuReport gpus = s.builds ? s.builds->gpu_report()
+                                   : proto::GpuReport{{}, "builds are disabled on this node: GPUs are not probed", {}};
+  reply.gpus = std::move(gpus.gpus);
+  reply.gpu_note = std::move(gpus.note);
+  reply.build_slots = std::move(gpus.slots);
   co_return co_await reply_ok(c, r, proto::encode(reply), "");
 }
 
@@ -302,6 +309,8 @@ asio::awaitable<Outcome> handle_request(Connection& c, const Request& r) {
     case MsgType::unpin: co_return co_await handle_key_op(c, r);
     case MsgType::stats: co_return co_await handle_stats(c, r);
     case MsgType::status: co_return co_await handle_status(c, r);
+    case MsgType::list_sources:
+    case MsgType::get_source: co_return co_await handle_source_request(c, r);
     default: co_return co_await handle_admin_request(c, r);
   }
 }

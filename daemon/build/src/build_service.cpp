@@ -128,6 +128,18 @@ class SchedulerService final : public daemon::BuildService {
     return reply;
   }
 
+  // STATUS: what the scheduler's probe found at start and its slots' queues now.
+  proto::GpuReport gpu_report() const override {
+    const NodeReport node = scheduler_.report();
+    proto::GpuReport r;
+    for (const auto& g : node.gpus)
+      r.gpus.push_back({static_cast<std::uint32_t>(g.index), g.name, g.arch, g.memory_bytes, g.uuid});
+    if (r.gpus.empty()) r.note = node.gpu_note.empty() ? "GPUs were not probed ([builds] probe_gpus = false)" : node.gpu_note;
+    for (const auto& s : node.slots)
+      r.slots.push_back({s.config.name, s.config.gpu_arch, s.config.gpu_name, s.running, s.queued});
+    return r;
+  }
+
  private:
   static proto::BuildState to_state(const JobReport& j) {
     proto::BuildState s;

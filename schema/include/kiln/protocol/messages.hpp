@@ -48,9 +48,9 @@ struct SourceMeta {
   std::string model_hash;
   Digest blob_digest;
   std::uint64_t size = 0;
-  std::uint64_t stored_size = 0;   // its blob file on the daemon's disk; 0 = not known
   std::int64_t created_at = 0;
   std::string name;
+  std::uint64_t stored_size = 0;   // its blob file on the daemon's disk; 0 = not known
 };
 
 using Filters = std::map<std::string, std::string>;
