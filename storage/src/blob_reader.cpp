@@ -1,5 +1,6 @@
 #include "blob_reader.hpp"
 
+#include "hash_pipeline.hpp"
 #include "payload_check.hpp"
 
 // ZSTD_d_stableOutBuffer (zstd >= 1.4.4) is in the experimental section of zstd.h; it is a
@@ -26,6 +27,12 @@ namespace {
 constexpr std::size_t kInChunk = 1 << 20;
 constexpr std::size_t kFeed = 128 << 10;
 constexpr std::size_t kOutChunk = 256 << 10;
+// SHA-256 runs on a helper thread (HashPipeline) for artifacts of at least this size on
+// a machine with more than one CPU; below it a thread costs more than it saves. A sink
+// read then decompresses into a ring of kRing output pieces, so that zstd fills the next
+// piece while the helper hashes the last.
+constexpr std::uint64_t kPipelineMin = 1 << 20;
+constexpr std::size_t kRing = 4;
 
 struct DCtxDeleter {
   void operator()(ZSTD_DCtx* d) const { ZSTD_freeDCtx(d); }
@@ -99,7 +106,13 @@ class Reader {
  public:
   Reader(ReadableFile& f, const std::filesystem::path& path, const BlobHeader& h, const ByteSink& sink,
          std::span<std::byte> direct, bool full)
-      : f_(f), path_(path), h_(h), sink_(sink), direct_(direct), full_(full), state_(lease_.get()) {}
+      : f_(f), path_(path), h_(h), sink_(sink), direct_(direct), full_(full), state_(lease_.get()) {
+    // Raw blobs read into one reused buffer when there is a sink: hashed inline (the read
+    // and XXH3 are too quick to hide much of the SHA-256 behind).
+    const bool can_pipeline = !direct_.empty() || h_.compression == Compression::zstd;
+    static const bool multi_core = std::thread::hardware_concurrency() > 1;
+    pipelined_ = full_ && can_pipeline && multi_core && h_.size >= kPipelineMin && pipeline_.start();
+  }
 
   Status run() {
     KILN_TRY(h_.compression == Compression::none ? copy_raw() : decompress());
@@ -108,7 +121,9 @@ class Reader {
       return corrupt(path_, "payload decompresses to " + std::to_string(produced_) + " bytes, header says " +
                                 std::to_string(h_.size));
     }
-    if (full_ && hash_.finish() != h_.digest) return corrupt(path_, "content digest mismatch");
+    if (full_ && (pipelined_ ? pipeline_.finish() : hash_.finish()) != h_.digest) {
+      return corrupt(path_, "content digest mismatch");
+    }
     return {};
   }
 
@@ -117,7 +132,11 @@ class Reader {
   Status deliver(std::span<const std::byte> piece) {
     produced_ += piece.size();
     if (produced_ > h_.size) return too_long();
-    if (full_) hash_.update(piece);
+    if (pipelined_) {
+      pipeline_.push(piece);
+    } else if (full_) {
+      hash_.update(piece);
+    }
     if (direct_.empty()) return sink_(piece);
     return {};
   }
@@ -162,12 +181,21 @@ class Reader {
     }
     std::vector<std::byte>& in = state_.in;
     if (in.size() < kInChunk) in.resize(kInChunk);
-    if (!stable && state_.out.size() < kOutChunk) state_.out.resize(kOutChunk);
+    const std::size_t slots = pipelined_ ? kRing : 1;
+    if (!stable && state_.out.size() < slots * kOutChunk) state_.out.resize(slots * kOutChunk);
     // Stable output: the same buffer (the caller's) on every call; zstd advances pos.
+    // Otherwise output goes to the ring slot of the next piece, once its last bytes are hashed.
     ZSTD_outBuffer zout = stable ? ZSTD_outBuffer{direct_.data(), direct_.size(), 0}
                                  : ZSTD_outBuffer{state_.out.data(), kOutChunk, 0};
+    auto next_slot = [&] {
+      if (stable || !pipelined_) return;
+      const std::uint64_t n = pipeline_.pushed();
+      if (n >= kRing) pipeline_.wait_hashed(n - kRing + 1);
+      zout.dst = state_.out.data() + (n % kRing) * kOutChunk;
+    };
     std::size_t frame_rc = 1;  // becomes 0 when the frame is complete
     auto step = [&](ZSTD_inBuffer& zin) -> Status {
+      next_slot();
       const std::size_t in_before = zin.pos;
       const std::size_t out_before = zout.pos;
       frame_rc = ZSTD_decompressStream(dctx, &zout, &zin);
@@ -216,6 +244,9 @@ class Reader {
   ThreadState& state_;
   Sha256 hash_;
   PayloadCheck check_;
+  bool pipelined_ = false;
+  // Declared after the buffers it reads (state_, the caller's): stopped before they go.
+  HashPipeline pipeline_;
   std::uint64_t produced_ = 0;
   std::uint64_t payload_left_ = h_.payload_size;
 };

@@ -123,7 +123,11 @@ Result<std::unique_ptr<Store>> StoreImpl::open(const StoreOptions& options) {
     store->access_seq_ = *seq;
     if (!read_only) {
       VerifyReport report;
-      KILN_TRY(store->recover_locked(/*remove_temporaries=*/true, report));
+      Status recovered = store->recover_locked(/*remove_temporaries=*/true, report);
+      // A full disk must not keep a store from serving what it holds: repairs that could
+      // not be written are redone by the next open() or verify(); until then reads check
+      // every blob anyway (a row whose blob is missing reads as corrupt, never as bytes).
+      if (!recovered && recovered.error().code != Errc::no_space) return std::move(recovered).error();
       store->recovery_ = report;
     }
   }

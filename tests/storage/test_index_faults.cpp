@@ -358,3 +358,39 @@ TEST_CASE("an unknown SQLite VFS name is refused at open") {
   CHECK(s.error().code == Errc::invalid_argument);
   CHECK(s.error().message.find("no-such-vfs") != std::string::npos);
 }
+
+TEST_CASE("a store opens and serves hits when its index cannot take writes, even with repairs pending") {
+  kiln::test::TempDir dir;
+  Faults f;
+  auto bytes = make_bytes(80'000, 4);
+  fs::path lost;
+  {
+    auto store = open_store(dir.path());
+    REQUIRE(store->put_bytes(make_key(0), bytes));
+    auto info = store->put_bytes(make_key(1), make_bytes(1000, 5));
+    REQUIRE(info);
+    lost = store->blob_path(info->blob_digest);
+  }
+  // A blob file lost while the store was closed: open() wants to drop its row, and
+  // cannot write that down.
+  REQUIRE(fs::remove(lost));
+  f.vfs.fail_writes_after_bytes(SqliteFile::wal, 0);
+  f.vfs.fail_writes_after_bytes(SqliteFile::main_db, 0);
+  {
+    auto store = open_store(dir.path());
+    check_readable(*store, 0, bytes);
+    auto gone = store->get_bytes(kiln::test::digest_of(make_key(1)));
+    REQUIRE_FALSE(gone);
+    CHECK(gone.error().code == Errc::corrupt);
+    auto put = store->put_bytes(make_key(2), make_bytes(1000, 6));
+    REQUIRE_FALSE(put);
+    CHECK(put.error().code == Errc::no_space);
+  }
+  f.vfs.clear();
+  {
+    auto store = open_store(dir.path());
+    CHECK(store->recovery_report().missing_removed == 1);  // the repair, done now
+  }
+  std::map<int, std::vector<std::byte>> expect{{0, bytes}};
+  check_whole_after_reopen(dir.path(), expect);
+}
