@@ -1,7 +1,9 @@
 // kiln_bench_store: put and get throughput of the store for 4 KiB, 2.5 MB and 256 MB
 // artifacts next to a plain file write and read of the same bytes (page cache), as
-// ratios, plus the zstd ratio. A benchmark program, not a test: run it by hand, e.g.
-//   build/tests/bench/kiln_bench_store [folder]   (default: a fresh folder under /tmp)
+// ratios, plus the zstd ratio, and where a 2.5 MB get spends its time (read, XXH3, zstd,
+// SHA-256, each alone). A benchmark program, not a test: run it by hand, e.g.
+//   build/tests/bench/kiln_bench_store [folder] [--quick]
+// (default folder: a fresh one under /tmp; --quick skips the 256 MB rows).
 //
 // Data ("realistic"): a weight-free AOTInductor package is a zip (stored, not deflated)
 // of a wrapper .so, its generated C++ source and a few small constants; one with weights
@@ -24,6 +26,10 @@
 #include <random>
 #include <string>
 #include <vector>
+
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+#include <zstd.h>
 
 #include "kiln/digest.hpp"
 #include "kiln/key.hpp"
@@ -195,8 +201,46 @@ std::string fmt(double v, int decimals = 2) {
   return b;
 }
 
+// The stages of a verified get of one blob, each timed alone (best of `reps`): the read of
+// the file from the page cache, the XXH3 of the payload, zstd decompression (one call,
+// into a reused buffer), the SHA-256 of the content.
+std::string stages(const std::filesystem::path& blob, std::size_t size, double get, double plain, int reps) {
+  std::vector<std::byte> file(std::filesystem::file_size(blob));
+  double read = time_it(reps, [&] { plain_read(blob, file); }, true);
+  const std::size_t header = 80;
+  std::span<const std::byte> payload(file.data() + header, file.size() - header);
+  std::uint64_t check = 0;
+  double xxh3 = time_it(reps, [&] { check = XXH3_64bits(payload.data(), payload.size()); }, true);
+  const bool zstd = static_cast<int>(file[10]) == 1;
+  std::vector<std::byte> out(size);
+  ZSTD_DCtx* dctx = ZSTD_createDCtx();
+  double unzstd = 0;
+  if (zstd) {
+    unzstd = time_it(reps, [&] {
+      std::size_t rc = ZSTD_decompressDCtx(dctx, out.data(), out.size(), payload.data(), payload.size());
+      if (ZSTD_isError(rc) || rc != size) die("zstd stage");
+    }, true);
+  } else {
+    std::memcpy(out.data(), payload.data(), size);
+  }
+  ZSTD_freeDCtx(dctx);
+  double sha = time_it(reps, [&] { (void)kiln::sha256(std::span<const std::byte>(out)); }, true);
+  std::string text = "\nWhere the 2.5 MB get's time goes (each stage alone, best of " + std::to_string(reps) +
+                     "; plain read of the uncompressed bytes = " + ms(plain) + " ms):\n\n";
+  text += "| stage | ms | ÷ plain read |\n|---|---:|---:|\n";
+  auto line = [&](const char* what, double t) { text += "| " + std::string(what) + " | " + ms(t) + " | " + fmt(t / plain) + " |\n"; };
+  line("read the blob file (page cache)", read);
+  line("XXH3-64 of the payload", xxh3);
+  if (zstd) line("zstd decompression (one call)", unzstd);
+  line("SHA-256 of the content", sha);
+  line("sum of the stages", read + xxh3 + unzstd + sha);
+  line("the store's get (measured above)", get);
+  (void)check;
+  return text;
+}
+
 void run(const std::filesystem::path& folder, const char* title, int level, bool compress,
-         kiln::storage::ReadCheck check) {
+         kiln::storage::ReadCheck check, bool quick) {
   std::filesystem::remove_all(folder);
   StoreOptions opts;
   opts.root = folder / "store";
@@ -212,7 +256,10 @@ void run(const std::filesystem::path& folder, const char* title, int level, bool
   std::printf("|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
   const Row rows[] = {{"4 KiB", 4096, 40, 2000}, {"2.5 MB", 2'500'000, 20, 300}, {"256 MB", 256'000'000, 3, 5}};
   int key_n = 0;
+  kiln::Digest stage_blob;
+  std::string stage_text;
   for (const auto& r : rows) {
+    if (quick && r.size > 100'000'000) continue;
     auto data = package(r.size, rng);
     const auto plain = folder / ("plain-" + std::to_string(r.size));
     double write_nosync = time_it(r.put_reps, [&] { plain_write(plain, data, false); });
@@ -227,6 +274,7 @@ void run(const std::filesystem::path& folder, const char* title, int level, bool
       if (!info) die(info.error().to_string());
       digest = info->key_digest;
       stored = info->stored_size;
+      if (r.size == 2'500'000) stage_blob = info->blob_digest;
     });
     std::vector<std::byte> buf(r.size);
     plain_read(plain, buf);  // warm the page cache
@@ -242,6 +290,7 @@ void run(const std::filesystem::path& folder, const char* title, int level, bool
                 ms(read).c_str(), fmt(get / read).c_str(), mbps(r.size, get).c_str(),
                 fmt(static_cast<double>(r.size) / static_cast<double>(stored), 2).c_str());
     if (r.size == 2'500'000) {
+      stage_text = stages(store.blob_path(stage_blob), r.size, get, read, r.get_reps);
       double sha = time_it(50, [&] { (void)kiln::sha256(std::span<const std::byte>(data)); }, true);
       std::printf("| (2.5 MB: SHA-256 of the bytes alone) | | | | %s | | %s | %s | |\n", ms(sha).c_str(),
                   fmt(sha / read).c_str(), mbps(r.size, sha).c_str());
@@ -249,12 +298,21 @@ void run(const std::filesystem::path& folder, const char* title, int level, bool
     std::filesystem::remove(plain);
     if (!store.evict_to(0)) die("evict");
   }
+  std::printf("%s", stage_text.c_str());
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::filesystem::path folder = argc > 1 ? argv[1] : std::filesystem::temp_directory_path() / "kiln-bench-store";
+  std::filesystem::path folder = std::filesystem::temp_directory_path() / "kiln-bench-store";
+  bool quick = false;
+  for (int i = 1; i < argc; ++i) {
+    if (std::string(argv[i]) == "--quick") {
+      quick = true;
+    } else {
+      folder = argv[i];
+    }
+  }
   std::time_t now = std::time(nullptr);
   char date[64];
   std::strftime(date, sizeof(date), "%Y-%m-%d %H:%M UTC", std::gmtime(&now));
@@ -267,11 +325,11 @@ int main(int argc, char** argv) {
   std::printf("Load average at start: ");
   std::fflush(stdout);
   if (std::system("cut -d' ' -f1-3 /proc/loadavg") != 0) std::printf("?\n");
-  run(folder, "default: zstd level 3, read_check = sha256", 3, true, ReadCheck::sha256);
-  run(folder, "zstd level 1, read_check = sha256", 1, true, ReadCheck::sha256);
-  run(folder, "zstd level 3, read_check = xxh3", 3, true, ReadCheck::xxh3);
-  run(folder, "no compression, read_check = sha256", 3, false, ReadCheck::sha256);
-  run(folder, "no compression, read_check = xxh3", 3, false, ReadCheck::xxh3);
+  run(folder, "default: zstd level 3, read_check = sha256", 3, true, ReadCheck::sha256, quick);
+  run(folder, "zstd level 1, read_check = sha256", 1, true, ReadCheck::sha256, quick);
+  run(folder, "zstd level 3, read_check = xxh3", 3, true, ReadCheck::xxh3, quick);
+  run(folder, "no compression, read_check = sha256", 3, false, ReadCheck::sha256, quick);
+  run(folder, "no compression, read_check = xxh3", 3, false, ReadCheck::xxh3, quick);
   std::filesystem::remove_all(folder);
   return 0;
 }
