@@ -22,6 +22,11 @@ struct kiln_artifact {
   std::string path;
   std::string info_json;
 };
+struct kiln_source {
+  kiln::client::Source source;
+  std::string path;
+  std::string info_json;
+};
 
 namespace {
 
@@ -312,5 +317,49 @@ kiln_status kiln_daemon_status(kiln_client* client, char** json) {
     return ok();
   });
 }
+
+kiln_status kiln_list_sources(kiln_client* client, const char* query_json, char** result_json) {
+  return guarded([&] {
+    if (!client || !result_json) return fail(KILN_INVALID_ARGUMENT, "kiln_list_sources: NULL client or out");
+    *result_json = nullptr;
+    kiln::client::SourceQuery query;
+    if (query_json != nullptr && *query_json != '\0') {
+      auto j = nlohmann::json::parse(query_json, nullptr, /*allow_exceptions=*/false);
+      if (j.is_discarded() || !j.is_object())
+        return fail(KILN_INVALID_ARGUMENT, "kiln_list_sources: query is not a JSON object");
+      try {
+        if (j.contains("model_hash_prefix")) query.model_hash_prefix = j["model_hash_prefix"].get<std::string>();
+        if (j.contains("limit")) query.limit = j["limit"].get<std::size_t>();
+        if (j.contains("offset")) query.offset = j["offset"].get<std::size_t>();
+      } catch (const nlohmann::json::exception& e) {
+        return fail(KILN_INVALID_ARGUMENT, std::string("kiln_list_sources: bad query field: ") + e.what());
+      }
+    }
+    auto page = client->client.list_sources(query);
+    if (!page) return fail(page.error());
+    *result_json = dup(kiln::client::to_json(*page));
+    return ok();
+  });
+}
+
+kiln_status kiln_get_source(kiln_client* client, const char* model_hash, kiln_source** out) {
+  return guarded([&] {
+    if (!client || !model_hash || !out) return fail(KILN_INVALID_ARGUMENT, "kiln_get_source: NULL argument");
+    *out = nullptr;
+    auto got = client->client.get_source(model_hash);
+    if (!got) return fail(got.error());
+    auto* s = new kiln_source{std::move(*got), {}, {}};
+    s->path = s->source.path();
+    s->info_json = kiln::client::to_json(s->source.info());
+    *out = s;
+    return ok();
+  });
+}
+
+int kiln_source_fd(const kiln_source* source) { return source ? source->source.fd() : -1; }
+uint64_t kiln_source_size(const kiln_source* source) { return source ? source->source.size() : 0; }
+const char* kiln_source_path(const kiln_source* source) { return source ? source->path.c_str() : ""; }
+const char* kiln_source_info_json(const kiln_source* source) { return source ? source->info_json.c_str() : ""; }
+void kiln_source_free(kiln_source* source) { delete source; }
 
 }  // extern "C"

@@ -8,6 +8,7 @@
 
 #include "convert.hpp"
 #include "put_source.hpp"
+#include "receive.hpp"
 #include "session.hpp"
 
 namespace kiln::client {
@@ -287,6 +288,64 @@ Result<DaemonStatus> Client::status() {
   auto reply = impl_->call<proto::StatusReply>(proto::MsgType::status, proto::StatusRequest{});
   if (!reply) return std::move(reply).error();
   return detail::from_status(std::move(*reply));
+}
+
+
+// ---- sources (LIST_SOURCES, GET_SOURCE) ----------------------------------------------
+
+namespace {
+bool lower_hex(std::string_view s) {
+  for (char c : s)
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
+  return true;
+}
+SourceInfo from_source_meta(proto::SourceMeta&& m) {
+  return SourceInfo{std::move(m.model_hash), m.blob_digest, m.size, m.created_at, std::move(m.name), m.stored_size};
+}
+}  // namespace
+
+Result<SourcePage> Client::list_sources(const SourceQuery& query) {
+  if (query.model_hash_prefix.size() > 64 || !lower_hex(query.model_hash_prefix))
+    return make_error(Errc::invalid_argument, "model hash prefix '" + query.model_hash_prefix +
+                                                  "': expected 0 to 64 lowercase hex characters");
+  proto::ListSourcesRequest req;
+  req.model_hash_prefix = query.model_hash_prefix;
+  req.limit = static_cast<std::uint32_t>(std::min<std::size_t>(query.limit, UINT32_MAX));
+  req.offset = query.offset;
+  std::lock_guard lock(impl_->mutex);
+  auto reply = impl_->call<proto::ListSourcesReply>(proto::MsgType::list_sources, req);
+  if (!reply) return std::move(reply).error();
+  SourcePage page;
+  page.sources.reserve(reply->items.size());
+  for (auto& item : reply->items) page.sources.push_back(from_source_meta(std::move(item)));
+  if (reply->next_offset) page.next_offset = static_cast<std::size_t>(*reply->next_offset);
+  return page;
+}
+
+Result<Source> Client::get_source(const std::string& model_hash) {
+  if (model_hash.size() != 64 || !lower_hex(model_hash))
+    return make_error(Errc::invalid_argument,
+                      "model hash '" + model_hash + "': expected 64 lowercase hex characters");
+  proto::GetSourceRequest req;
+  req.model_hash = model_hash;
+  req.delivery = impl_->options.transfer == Transfer::stream ? proto::Delivery::stream : proto::Delivery::fd;
+  std::lock_guard lock(impl_->mutex);
+  auto& session = impl_->session;
+  auto id = session.send_request(proto::MsgType::get_source, proto::encode(req));
+  if (!id) return std::move(id).error();
+  auto first = session.read_frame(*id);
+  if (!first) return std::move(first).error();  // not_found, corrupt, permission_denied, ...
+  auto reply = first->header.type == proto::MsgType::ok
+                   ? proto::decode<proto::GetSourceReply>(first->text())
+                   : Result<proto::GetSourceReply>(make_error(Errc::protocol_error, "unexpected frame type"));
+  if (!reply) {
+    session.disconnect();
+    return make_error(Errc::protocol_error, "kilnd's GET_SOURCE reply: " + reply.error().message);
+  }
+  SourceInfo info = from_source_meta(std::move(reply->source));
+  auto fd = detail::receive_bytes(session, *id, *first, reply->delivery, info.size, "source " + model_hash);
+  if (!fd) return std::move(fd).error();
+  return Source(fd->release(), std::move(info));
 }
 
 }  // namespace kiln::client

@@ -54,6 +54,32 @@ std::string to_json(const DaemonStatus& s) {
   j["capabilities"] = s.capabilities;
   if (!s.metrics.empty()) j["metrics"] = s.metrics;
   j["draining"] = s.draining;
+  j["gpus"] = nlohmann::json::array();
+  for (const auto& g : s.gpus)
+    j["gpus"].push_back({{"index", g.index}, {"name", g.name}, {"arch", g.arch}, {"memory_bytes", g.memory_bytes},
+                         {"uuid", g.uuid}});
+  if (!s.gpu_note.empty()) j["gpu_note"] = s.gpu_note;
+  j["build_slots"] = nlohmann::json::array();
+  for (const auto& b : s.build_slots)
+    j["build_slots"].push_back({{"name", b.name}, {"gpu_arch", b.gpu_arch}, {"gpu_name", b.gpu_name},
+                                {"running", b.running}, {"queued", b.queued}});
+  return j.dump();
+}
+
+namespace {
+nlohmann::json source_json(const SourceInfo& s) {
+  return {{"model_hash", s.model_hash}, {"blob_digest", s.blob_digest.hex()}, {"size", s.size},
+          {"stored_size", s.stored_size}, {"created_at", s.created_at}, {"name", s.name}};
+}
+}  // namespace
+
+std::string to_json(const SourceInfo& source) { return source_json(source).dump(); }
+
+std::string to_json(const SourcePage& page) {
+  nlohmann::json j;
+  j["items"] = nlohmann::json::array();
+  for (const auto& s : page.sources) j["items"].push_back(source_json(s));
+  if (page.next_offset) j["next_offset"] = *page.next_offset;
   return j.dump();
 }
 

@@ -41,6 +41,7 @@
 #include <vector>
 
 #include "kiln/client/artifact.hpp"
+#include "kiln/client/source.hpp"
 #include "kiln/digest.hpp"
 #include "kiln/key.hpp"
 #include "kiln/protocol/frame.hpp"
@@ -115,13 +116,22 @@ struct Stats {
   std::map<std::string, std::uint64_t> daemon;
 };
 
-// A registered source: the torch.export archive builds start from, by model hash.
-struct SourceInfo {
-  std::string model_hash;
-  Digest blob_digest;                 // SHA-256 of the archive's bytes
-  std::uint64_t size = 0;
-  std::int64_t created_at = 0;        // unix seconds
-  std::string name;                   // the file name it was registered from
+// One GPU of the daemon's node, as the build scheduler's driver probe found it at start.
+struct GpuInfo {
+  std::uint32_t index = 0;            // the driver's ordinal
+  std::string name;                   // "NVIDIA H200": a key's gpu_name there
+  std::string arch;                   // "sm_90": a key's gpu_arch there
+  std::uint64_t memory_bytes = 0;
+  std::string uuid;
+};
+
+// One build slot (a GPU, or a slot configured in kilnd.toml) and its queue now.
+struct BuildSlotInfo {
+  std::string name;                   // "gpu0", "cpu0"
+  std::string gpu_arch;               // the keys it builds
+  std::string gpu_name;
+  std::uint64_t running = 0;
+  std::uint64_t queued = 0;
 };
 
 struct DaemonStatus {
@@ -136,6 +146,9 @@ struct DaemonStatus {
   std::vector<std::string> capabilities;
   std::string metrics;                // Prometheus endpoint URL, empty if none
   bool draining = false;              // shutting down: new requests are refused
+  std::vector<GpuInfo> gpus;          // empty: none found, or builds disabled
+  std::string gpu_note;               // why `gpus` is empty (the probe's words)
+  std::vector<BuildSlotInfo> build_slots;  // empty without builds
 };
 
 // What the daemon said in hello on the current connection.
@@ -189,6 +202,18 @@ class Client {
   // the file is unreadable; invalid_argument for a bad hash.
   Result<SourceInfo> put_source(const std::string& model_hash, const std::string& name,
                                 const std::filesystem::path& file);
+
+  // The registered sources (LIST_SOURCES; read role), a page at a time, ordered by model
+  // hash. An empty page when none match. invalid_argument for a bad prefix (checked here,
+  // before anything is sent) or a limit above the daemon's 10000.
+  Result<SourcePage> list_sources(const SourceQuery& query = {});
+  // The source registered under `model_hash` (64 lowercase hex), its bytes verified by the
+  // daemon and handed over like a get() hit: a descriptor, or streamed with
+  // Transfer::stream. Unlike get(), a missing source is an error: Errc::not_found, the
+  // daemon's message naming the hash and how to register it (`kilnctl source add`).
+  // invalid_argument for a malformed hash (checked here); corrupt when the stored archive
+  // failed verification (the daemon quarantined it). The Source outlives the Client if kept.
+  Result<Source> get_source(const std::string& model_hash);
 
   Result<ListPage> list(const ListQuery& query = {});
   // true if an entry existed and was removed.

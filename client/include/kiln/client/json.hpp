@@ -18,7 +18,13 @@ std::string to_json(const ListPage& page);
 // {"store":{...},"daemon":{...}}
 std::string to_json(const Stats& stats);
 // {"server":..,"version":..,"pid":..,"uptime_s":..,"socket":..,"store":..,"node":{..},
-//  "roles":[..],"capabilities":[..],"metrics":..,"draining":..}
+//  "roles":[..],"capabilities":[..],"metrics":..,"draining":..,
+//  "gpus":[{"index","name","arch","memory_bytes","uuid"}..],"gpu_note":.. (when no GPU),
+//  "build_slots":[{"name","gpu_arch","gpu_name","running","queued"}..]}
 std::string to_json(const DaemonStatus& status);
+// {"model_hash":..,"blob_digest":..,"size":..,"stored_size":..,"created_at":..,"name":..}
+std::string to_json(const SourceInfo& source);
+// {"items":[source...],"next_offset":N} (next_offset absent on the last page)
+std::string to_json(const SourcePage& page);
 
 }  // namespace kiln::client

@@ -62,6 +62,7 @@ typedef enum kiln_status {
 typedef struct kiln_client kiln_client;
 typedef struct kiln_key kiln_key;
 typedef struct kiln_artifact kiln_artifact;
+typedef struct kiln_source kiln_source;
 
 /* The last failed call's message on this thread ("" if none). Never NULL. */
 const char* kiln_last_error(void);
@@ -132,6 +133,27 @@ kiln_status kiln_unpin(kiln_client* client, const kiln_key* key, const char* dig
 kiln_status kiln_stats(kiln_client* client, char** json);
 /* The daemon's status: version, uptime, node fields, this peer's roles, ... */
 kiln_status kiln_daemon_status(kiln_client* client, char** json);
+
+/* ---- sources (torch.export archives builds start from, by model hash) ------------- */
+
+/* The registered sources, a page at a time, ordered by model hash. query_json (NULL =
+ * all, first page): {"model_hash_prefix":"ab12", "limit":n, "offset":n}; a prefix that is
+ * not 0..64 lowercase hex is KILN_INVALID_ARGUMENT. Result, to kiln_free:
+ * {"items":[{"model_hash","blob_digest","size","stored_size","created_at","name"}...],
+ *  "next_offset":n} (next_offset absent on the last page; items empty when none match). */
+kiln_status kiln_list_sources(kiln_client* client, const char* query_json, char** result_json);
+/* The source of `model_hash` (64 lowercase hex), its bytes verified by the daemon; read
+ * them through kiln_source_fd() (pread from offset 0) or kiln_source_path(). Unlike
+ * kiln_get, a source that is not registered is KILN_NOT_FOUND with a message naming the
+ * hash and how to register it; *out is then NULL. KILN_CORRUPT: the stored archive failed
+ * verification (the daemon quarantined it). Release with kiln_source_free. */
+kiln_status kiln_get_source(kiln_client* client, const char* model_hash, kiln_source** out);
+int kiln_source_fd(const kiln_source* source);
+uint64_t kiln_source_size(const kiln_source* source);
+const char* kiln_source_path(const kiln_source* source);
+/* {"model_hash","blob_digest","size","stored_size","created_at","name"}, owned by the source. */
+const char* kiln_source_info_json(const kiln_source* source);
+void kiln_source_free(kiln_source* source);
 
 #ifdef __cplusplus
 }
