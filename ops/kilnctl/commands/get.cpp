@@ -1,15 +1,13 @@
 // kilnctl get: write a stored artifact to a file (atomically) or to stdout.
-#include <fcntl.h>
-#include <sys/sendfile.h>
 #include <unistd.h>
 
-#include <cerrno>
 #include <filesystem>
 #include <iostream>
 #include <memory>
 
 #include "kiln/client/json.hpp"
 #include "kilnctl/commands/commands.hpp"
+#include "kilnctl/file_out.hpp"
 #include "kilnctl/key_flags.hpp"
 #include "kilnctl/output.hpp"
 
@@ -23,49 +21,6 @@ struct GetArgs {
   bool stream = false;
   bool build = false;
 };
-
-// Copies all of `from` (size bytes from offset 0) to `to`: sendfile where the kernel
-// allows it, read/write otherwise.
-Status copy_fd(int from, int to, std::uint64_t size) {
-  off_t offset = 0;
-  while (static_cast<std::uint64_t>(offset) < size) {
-    ssize_t n = ::sendfile(to, from, &offset, size - static_cast<std::uint64_t>(offset));
-    if (n > 0) continue;
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0 && (errno == EINVAL || errno == ENOSYS)) break;  // fall back below
-    if (n == 0) return make_error(Errc::io_error, "artifact ended early while copying");
-    return error_from_errno(errno, "writing the artifact");
-  }
-  char buf[1 << 16];
-  while (static_cast<std::uint64_t>(offset) < size) {
-    ssize_t n = ::pread(from, buf, sizeof(buf), offset);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return n == 0 ? make_error(Errc::io_error, "artifact ended early") : error_from_errno(errno, "reading the artifact");
-    for (ssize_t done = 0; done < n;) {
-      ssize_t w = ::write(to, buf + done, static_cast<std::size_t>(n - done));
-      if (w < 0 && errno == EINTR) continue;
-      if (w < 0) return error_from_errno(errno, "writing the artifact");
-      done += w;
-    }
-    offset += n;
-  }
-  return {};
-}
-
-// Writes the artifact to `path` through a temporary file renamed into place, so a
-// failed or interrupted get never leaves a partial file under the final name.
-Status write_file(const client::Artifact& artifact, const std::filesystem::path& path) {
-  auto tmp = path;
-  tmp += ".kiln-tmp-" + std::to_string(::getpid());
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return error_from_errno(errno, "creating " + tmp.string());
-  Status st = copy_fd(artifact.fd(), fd, artifact.size());
-  if (st && ::fsync(fd) != 0) st = error_from_errno(errno, "fsync of " + tmp.string());
-  if (::close(fd) != 0 && st) st = error_from_errno(errno, "closing " + tmp.string());
-  if (st && ::rename(tmp.c_str(), path.c_str()) != 0) st = error_from_errno(errno, "renaming into " + path.string());
-  if (!st) ::unlink(tmp.c_str());
-  return st;
-}
 
 }  // namespace
 
@@ -88,7 +43,7 @@ void add_get(CommandSet& set) {
     if (!hit) return ctx.fail(hit.error());
     if (!*hit) return ctx.fail(make_error(Errc::not_found, "no artifact stored under that key"));
     const client::Artifact& artifact = **hit;
-    Status st = to_stdout ? copy_fd(artifact.fd(), ctx.data_fd, artifact.size()) : write_file(artifact, args->output);
+    Status st = to_stdout ? copy_fd(artifact.fd(), ctx.data_fd, artifact.size()) : write_fd_to_file(artifact.fd(), artifact.size(), args->output);
     if (!st) return ctx.fail(st.error());
     if (ctx.json) {
       ctx.out << client::to_json(artifact.info()) << "\n";

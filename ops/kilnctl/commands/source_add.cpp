@@ -1,8 +1,8 @@
 // kilnctl source add FILE [--model-hash HEX]: register a torch.export archive with kilnd as
 // the source builds of its model hash start from (PUT_SOURCE; stored in the store).
 // Without --model-hash the hash is computed by the build worker's `hash` op
-// (schema/sources.md), which needs torch on this machine. (kilnd has no request listing
-// sources yet, so there is no `source ls`.)
+// (schema/sources.md), which needs torch on this machine. `source ls` and `source get`
+// are in source_read.cpp.
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/wait.h>
@@ -17,6 +17,8 @@
 #include <vector>
 
 #include "kilnctl/commands/commands.hpp"
+#include "kilnctl/commands/source_read.hpp"
+#include "kilnctl/exit_codes.hpp"
 
 extern char** environ;
 
@@ -135,7 +137,8 @@ bool is_hex64(const std::string& s) {
 void add_source(CommandSet& set) {
   Context& ctx = set.context();
   auto args = std::make_shared<SourceArgs>();
-  CLI::App* source = set.add("source", "Manage the sources (torch.export archives) kilnd builds from", [&ctx, args] {
+  auto subs = std::make_shared<std::vector<SubcommandAction>>();
+  Action run_add = [&ctx, args] {
     // Checked before connecting: a bad hash or unreadable file never reaches kilnd.
     std::error_code ec;
     if (!std::filesystem::is_regular_file(args->file, ec)) {
@@ -166,7 +169,13 @@ void add_source(CommandSet& set) {
               << "\n";
     }
     return 0;
-  });
+  };
+  CLI::App* source = set.add("source", "Manage the sources (torch.export archives) kilnd builds from: add, ls, get",
+                             [subs] {
+                               for (const auto& s : *subs)
+                                 if (s.app->parsed()) return s.action();
+                               return static_cast<int>(kExitUsage);  // require_subcommand(1) prevents this
+                             });
   source->require_subcommand(1);
   CLI::App* add = source->add_subcommand("add", "Register FILE (a torch.export archive) as the source of its model hash");
   add->add_option("FILE", args->file, "The torch.export archive")->required();
@@ -179,6 +188,8 @@ void add_source(CommandSet& set) {
   // --json and --socket may also come after `add`.
   add->add_flag("--json", ctx.json, "Print one JSON document on stdout");
   add->add_option("--socket", ctx.socket, "kilnd's socket (default: $KILN_SOCKET, else kilnd's default)");
+  subs->push_back({add, run_add});
+  for (auto& s : add_source_read_commands(*source, ctx)) subs->push_back(std::move(s));
 }
 
 }  // namespace kiln::ctl

@@ -5,6 +5,8 @@
 
 #include <cerrno>
 #include <fstream>
+#include <map>
+#include <set>
 #include <vector>
 
 #include "kiln/oci/kiln_layout.hpp"
@@ -89,11 +91,30 @@ Status stream_file(const std::filesystem::path& file, const oci::ByteSink& sink)
   return {};
 }
 
+// Every source the daemon has registered, by model hash (all pages).
+Result<std::map<std::string, client::SourceInfo>> daemon_sources(client::Client& client) {
+  std::map<std::string, client::SourceInfo> out;
+  client::SourceQuery q;
+  for (;;) {
+    auto page = client.list_sources(q);
+    if (!page) {
+      Error e = std::move(page).error();
+      if (e.code == Errc::unavailable || e.code == Errc::permission_denied) return e;
+      return make_error(e.code, "listing kilnd's sources failed (" + e.message +
+                                    "); export without them with --no-sources");
+    }
+    for (auto& s : page->sources) out.emplace(s.model_hash, std::move(s));
+    if (!page->next_offset) break;
+    q.offset = *page->next_offset;
+  }
+  return out;
+}
+
 }  // namespace
 
 Result<ExportReport> export_artifacts(client::Client& client, const client::ListQuery& query,
                                       const std::filesystem::path& path, oci::LayoutFormat format,
-                                      const std::vector<SourceFile>& sources,
+                                      const ExportSources& sources,
                                       const std::function<void(const std::string&)>& progress) {
   // List first: a layout is written only when there is something to say about the node.
   std::vector<client::ArtifactInfo> listed;
@@ -105,9 +126,16 @@ Result<ExportReport> export_artifacts(client::Client& client, const client::List
     if (!page->next_offset) break;
     q.offset = *page->next_offset;
   }
+  std::map<std::string, client::SourceInfo> registered;
+  if (sources.from_daemon) {
+    auto got = daemon_sources(client);
+    if (!got) return std::move(got).error();
+    registered = std::move(*got);
+  }
   auto writer = oci::LayoutWriter::create(path, format);
   if (!writer) return std::move(writer).error();
   ExportReport report;
+  std::set<std::string> model_hashes;  // of the artifacts exported
   for (const auto& entry : listed) {
     auto got = client.get(entry.key_digest);
     if (!got) return std::move(got).error();
@@ -123,18 +151,41 @@ Result<ExportReport> export_artifacts(client::Client& client, const client::List
     if (!d) return make_error(d.error().code, "exporting " + info.key_digest.hex() + ": " + d.error().message);
     ++report.artifacts;
     report.bytes += info.size;
+    model_hashes.insert(info.key.model_hash);
     if (progress) progress(info.key_digest.hex() + "  " + info.key.region + " " + std::string(to_string(info.key.kind)) + " " + info.key.dtype);
   }
-  for (const auto& src : sources) {
+  std::set<std::string> written;  // one source per model hash
+  for (const auto& hash : model_hashes) {
+    if (!registered.count(hash)) continue;
+    auto src = client.get_source(hash);
+    if (!src) {
+      if (src.error().code == Errc::not_found) continue;  // unregistered since it was listed
+      return make_error(src.error().code, "exporting the source of model hash " + hash + ": " + src.error().message);
+    }
+    const client::SourceInfo& info = src->info();
+    oci::SourceMeta meta{info.model_hash, info.name, info.created_at};
+    auto d = oci::write_source(**writer, meta, info.blob_digest, info.size,
+                               [&](const oci::ByteSink& sink) { return stream_fd(src->fd(), info.size, sink); });
+    if (!d) return make_error(d.error().code, "exporting the source of model hash " + hash + ": " + d.error().message);
+    written.insert(hash);
+    ++report.sources;
+    ++report.sources_from_daemon;
+    if (progress) progress("source-" + hash + "  " + info.name);
+  }
+  for (const auto& src : sources.files) {
+    if (written.count(src.model_hash)) continue;  // the daemon's copy is what its builds used
     auto hs = hash_file(src.path);
     if (!hs) return std::move(hs).error();
     oci::SourceMeta meta{src.model_hash, src.name, 0};
     auto d = oci::write_source(**writer, meta, hs->first, hs->second,
                                [&](const oci::ByteSink& sink) { return stream_file(src.path, sink); });
     if (!d) return make_error(d.error().code, "exporting source " + src.path.string() + ": " + d.error().message);
+    written.insert(src.model_hash);
     ++report.sources;
     if (progress) progress("source-" + src.model_hash + "  " + src.name);
   }
+  for (const auto& hash : model_hashes)
+    if (!written.count(hash)) report.sources_missing.push_back(hash);
   KILN_TRY((*writer)->finish());
   return report;
 }

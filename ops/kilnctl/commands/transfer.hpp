@@ -18,26 +18,43 @@
 
 namespace kiln::ctl {
 
-// A source to put in an export: a torch.export archive on this machine (e.g. from a
-// prewarm manifest), since kilnd offers no way to read registered sources back.
+// A source to put in an export from a file on this machine (a torch.export archive a
+// prewarm manifest names: --sources-from).
 struct SourceFile {
   std::string model_hash;
   std::string name;
   std::filesystem::path path;
 };
 
+// Which sources an export carries.
+struct ExportSources {
+  // The source kilnd has registered for each exported artifact's model hash, read back
+  // with GET_SOURCE (so that an import on a fresh node can build a miss). Default on.
+  bool from_daemon = true;
+  // Files to add (for model hashes the daemon did not provide).
+  std::vector<SourceFile> files;
+};
+
 struct ExportReport {
   std::size_t artifacts = 0;
-  std::size_t sources = 0;
+  std::size_t sources = 0;            // all sources written
+  std::size_t sources_from_daemon = 0;
+  // Model hashes of exported artifacts with no source in the layout (the daemon had none
+  // and no file gave one): a miss of those keys on the importing node cannot be built.
+  std::vector<std::string> sources_missing;
   std::uint64_t bytes = 0;            // artifact bytes written (uncompressed)
   std::vector<std::string> vanished;  // key digests listed but evicted before they were read
 };
 
-// Writes every artifact `query` lists (all pages) to a new layout at `path`. Nothing is
-// left at `path` on failure. `progress` (may be empty) gets one line per artifact.
+// Writes every artifact `query` lists (all pages) to a new layout at `path`, with the
+// sources `sources` says (one per model hash: the daemon's wins over a file's). Nothing is
+// left at `path` on failure. `progress` (may be empty) gets one line per artifact and
+// source. Errors: the daemon's (unavailable, permission_denied, ...), a source file
+// unreadable (not_found / io_error), a source that fails verification (corrupt), the
+// layout's (the path exists, disk full).
 Result<ExportReport> export_artifacts(client::Client& client, const client::ListQuery& query,
                                       const std::filesystem::path& path, oci::LayoutFormat format,
-                                      const std::vector<SourceFile>& sources,
+                                      const ExportSources& sources,
                                       const std::function<void(const std::string&)>& progress);
 
 struct ImportItem {
