@@ -3,10 +3,12 @@
 #include <doctest/doctest.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
 
+#include "kiln/client/client.hpp"
 #include "kiln/client/kiln.h"
 #include "kiln/key.hpp"
 #include "support/kilnd_process.hpp"
@@ -174,4 +176,56 @@ TEST_CASE("CClientReportsUnavailableAfterTheDaemonStopsAndRecovers") {
   CHECK(kiln_stats(client, &json) == KILN_OK);
   kiln_free(json);
   kiln_client_free(client);
+}
+
+TEST_CASE("CSourcesAreListedAndFetchedAndAMissingOneIsNotFound") {
+  TempDir dir;
+  KilndProcess d(dir.path());
+  REQUIRE_MESSAGE(d.start(), d.log());
+  const std::string archive = "not really a torch.export archive, but bytes all the same";
+  {
+    FILE* f = std::fopen((dir.path() / "block.pt2").c_str(), "wb");
+    REQUIRE(f != nullptr);
+    std::fwrite(archive.data(), 1, archive.size(), f);
+    std::fclose(f);
+  }
+  kiln::client::ConnectOptions o;
+  o.socket = d.socket();
+  auto cpp = kiln::client::Client::connect(o);
+  REQUIRE(cpp);
+  REQUIRE(cpp->put_source(kHash, "block.pt2", dir.path() / "block.pt2"));
+
+  kiln_client* c = nullptr;
+  REQUIRE(kiln_connect(d.socket().c_str(), &c) == KILN_OK);
+  char* listed = nullptr;
+  REQUIRE(kiln_list_sources(c, nullptr, &listed) == KILN_OK);
+  std::string all = take(listed);
+  CHECK(all.find(std::string("\"model_hash\":\"") + kHash + "\"") != std::string::npos);
+  CHECK(all.find("\"name\":\"block.pt2\"") != std::string::npos);
+  REQUIRE(kiln_list_sources(c, R"({"model_hash_prefix":"ff"})", &listed) == KILN_OK);
+  CHECK(take(listed) == R"({"items":[]})");
+  CHECK(kiln_list_sources(c, R"({"model_hash_prefix":"NOT HEX"})", &listed) == KILN_INVALID_ARGUMENT);
+  CHECK(listed == nullptr);
+  CHECK(kiln_list_sources(c, "[", &listed) == KILN_INVALID_ARGUMENT);
+
+  kiln_source* src = nullptr;
+  REQUIRE(kiln_get_source(c, kHash, &src) == KILN_OK);
+  REQUIRE(src != nullptr);
+  REQUIRE(kiln_source_size(src) == archive.size());
+  std::string got(archive.size(), '\0');
+  CHECK(::pread(kiln_source_fd(src), got.data(), got.size(), 0) == static_cast<ssize_t>(got.size()));
+  CHECK(got == archive);
+  CHECK(std::string(kiln_source_path(src)).rfind("/proc/self/fd/", 0) == 0);
+  CHECK(std::string(kiln_source_info_json(src)).find("\"size\":" + std::to_string(archive.size())) != std::string::npos);
+  kiln_source_free(src);
+
+  const std::string other(64, 'd');
+  src = reinterpret_cast<kiln_source*>(0x1);
+  CHECK(kiln_get_source(c, other.c_str(), &src) == KILN_NOT_FOUND);
+  CHECK(src == nullptr);
+  CHECK(std::string(kiln_last_error()).find(other) != std::string::npos);
+  CHECK(kiln_get_source(c, nullptr, &src) == KILN_INVALID_ARGUMENT);
+  CHECK(kiln_get_source(c, "abc", &src) == KILN_INVALID_ARGUMENT);
+  kiln_source_free(nullptr);
+  kiln_client_free(c);
 }
