@@ -6,6 +6,7 @@
 
 #include <algorithm>
 
+#include "deliver.hpp"
 #include "handlers_common.hpp"
 #include "handlers_sources.hpp"
 #include "offload.hpp"
@@ -101,29 +102,7 @@ asio::awaitable<Outcome> serve_hit(Connection& c, const Request& r, const proto:
   }
   reply.info = *hit.meta;
   const std::string body = proto::encode(reply);
-  if (!co_await c.send_ok(r.id, body, proto::kFlagMore)) co_return Outcome{{}, note, true};
-  const std::size_t chunk = std::min<std::size_t>(c.client_max_frame(), s.config()->limits.max_frame_bytes);
-  std::vector<std::byte> buf(std::min<std::uint64_t>(chunk, std::max<std::uint64_t>(size, 1)));
-  std::uint64_t off = 0;
-  do {
-    if (c.cancelled(r.id)) {
-      co_await c.send_error(r.id, make_error(Errc::cancelled, "stream cancelled by the client"));
-      co_return Outcome{make_error(Errc::cancelled, "stream cancelled"), note, true};
-    }
-    std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(buf.size(), size - off));
-    // pread from a memfd is a memory copy, not disk I/O: fine on the event loop.
-    ssize_t got = n ? ::pread(hit.copy->memfd.get(), buf.data(), n, static_cast<off_t>(off)) : 0;
-    if (got < 0 || static_cast<std::size_t>(got) != n) {
-      auto e = make_error(Errc::io_error, "reading the artifact copy failed");
-      co_await c.send_error(r.id, e);
-      co_return Outcome{e, note, true};
-    }
-    off += n;
-    proto::FrameHeader h{proto::kVersion, MsgType::chunk, static_cast<std::uint16_t>(off == size ? proto::kFlagEnd : 0),
-                         r.id, 0};
-    if (!co_await c.send(h, std::span<const std::byte>(buf.data(), n))) co_return Outcome{{}, note + " (peer gone)", true};
-  } while (off < size);
-  co_return Outcome{{}, note + " stream", true};
+  co_return co_await deliver_stream(c, r, *hit.copy, body, note);  // the code GET_SOURCE streams with too
 }
 
 asio::awaitable<Outcome> handle_get(Connection& c, const Request& r) {
