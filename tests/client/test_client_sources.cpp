@@ -3,6 +3,7 @@
 // before anything is sent, the read role; and STATUS's GPUs and build slots.
 #include <doctest/doctest.h>
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -112,6 +113,10 @@ TEST_CASE("SourcesAreListedInHashOrderByPrefixAndPageAndFetchedByteIdentical") {
     REQUIRE(bytes);
     CHECK(as_string(*bytes) == a);
     CHECK(slurp(got->path()) == a);
+    // Sealed like a GET hit's copy: the bytes cannot change under the reader.
+    int seals = ::fcntl(got->fd(), F_GET_SEALS);
+    CHECK((seals & F_SEAL_WRITE) != 0);
+    CHECK((seals & F_SEAL_SHRINK) != 0);
     auto empty = cl->get_source(he);
     REQUIRE_MESSAGE(empty, empty.error().to_string());
     CHECK(empty->size() == 0);
