@@ -4,6 +4,7 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <mutex>
 
 #include "convert.hpp"
@@ -40,6 +41,17 @@ struct Client::Impl {
   }
 
   Result<std::optional<Artifact>> get(const Lookup& what, const Client::GetOptions& get_options = {});
+  // The GET delivery for options.transfer, given what the connected daemon can do.
+  proto::Delivery delivery() const {
+    switch (options.transfer) {
+      case Transfer::stream: return proto::Delivery::stream;
+      case Transfer::descriptor: return proto::Delivery::fd;
+      case Transfer::automatic: break;
+    }
+    const auto& caps = session.hello().capabilities;
+    return std::find(caps.begin(), caps.end(), "auto") != caps.end() ? proto::Delivery::automatic
+                                                                     : proto::Delivery::fd;
+  }
   Result<bool> key_op(proto::MsgType type, const Lookup& what);
   Result<ArtifactInfo> put(const Key& key, detail::PutSource& source, const PutOptions& put_options);
   // Sends a request of `type` whose body is followed by CHUNK frames of `source` (PUT,
@@ -93,7 +105,9 @@ Result<std::optional<Artifact>> Client::Impl::get(const Lookup& what, const Clie
     req.on_miss = proto::OnMiss::build;
     req.wait_ms = static_cast<std::uint32_t>(get_options.wait.count());
   }
-  req.delivery = options.transfer == Transfer::descriptor ? proto::Delivery::fd : proto::Delivery::stream;
+  // The session connects (and learns the daemon's abilities) before the request is encoded.
+  if (auto st = session.ensure_connected(); !st) return std::move(st).error();
+  req.delivery = delivery();
   auto id = session.send_request(proto::MsgType::get, proto::encode(req));
   if (!id) return std::move(id).error();
   auto first = session.read_frame(*id);
@@ -119,8 +133,24 @@ Result<std::optional<Artifact>> Client::Impl::get(const Lookup& what, const Clie
     return std::optional<Artifact>(Artifact(first->fd.release(), std::move(info)));
   }
 
-  // Streamed: CHUNK frames into a sealed memfd of our own, so callers see one shape.
   if ((first->header.flags & proto::kFlagMore) == 0) return bad("a streamed hit without chunks");
+  if (req.delivery == proto::Delivery::automatic) {
+    // Sent inline because it is small: kept in memory; a descriptor only if asked for.
+    std::vector<std::byte> bytes;
+    bytes.reserve(info.size);
+    for (;;) {
+      auto chunk = session.read_frame(*id);
+      if (!chunk) return std::move(chunk).error();
+      if (chunk->header.type != proto::MsgType::chunk) return bad("expected a CHUNK frame");
+      if (bytes.size() + chunk->body.size() > info.size) return bad("more bytes than the artifact's size");
+      bytes.insert(bytes.end(), chunk->body.begin(), chunk->body.end());
+      if (chunk->header.flags & proto::kFlagEnd) break;
+    }
+    if (bytes.size() != info.size)
+      return bad("stream ended after " + std::to_string(bytes.size()) + " of " + std::to_string(info.size) + " bytes");
+    return std::optional<Artifact>(Artifact(std::move(bytes), std::move(info)));
+  }
+  // Streamed: CHUNK frames into a sealed memfd of our own, so callers see one shape.
   auto memfd = detail::MemfdWriter::create("kiln-artifact");
   if (!memfd) return std::move(memfd).error();
   std::uint64_t received = 0;

@@ -54,7 +54,7 @@ Status Session::hello_exchange(Deadline deadline) {
   protocol::HelloRequest req;
   req.versions = {protocol::kVersion};
   req.client = std::string(kClientName);
-  req.capabilities = options_.transfer == Transfer::descriptor ? std::vector<std::string>{"fd", "stream"}
+  req.capabilities = options_.transfer != Transfer::stream ? std::vector<std::string>{"fd", "stream"}
                                                                 : std::vector<std::string>{"stream"};
   req.max_frame = kClientMaxFrame;
   const std::uint32_t id = next_id_++;

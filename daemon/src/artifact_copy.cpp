@@ -77,11 +77,18 @@ Result<std::shared_ptr<const ArtifactCopy>> make_copy_or_null(storage::Store& st
   auto copy = std::make_shared<ArtifactCopy>();
   copy->memfd.reset(raw);
   int fd = raw;
-  auto info = store.read(key_digest, [fd](std::span<const std::byte> data) { return write_all(fd, data); });
+  std::string* keep = &copy->bytes;
+  auto info = store.read(key_digest, [fd, keep](std::span<const std::byte> data) {
+    // Kept only while small; dropped below once the whole size is known.
+    if (keep->size() + data.size() <= ArtifactCopy::kKeepBytesMax)
+      keep->append(reinterpret_cast<const char*>(data.data()), data.size());
+    return write_all(fd, data);
+  });
   if (!info) return std::move(info).error();
   if (!*info) return std::shared_ptr<const ArtifactCopy>{};
   copy->size = (*info)->size;
   copy->meta = to_meta(**info);
+  if (copy->bytes.size() != copy->size) std::string().swap(copy->bytes);
   // The store verified the digest while streaming; a size disagreement means a bug.
   off_t end = ::lseek(fd, 0, SEEK_END);
   if (end < 0 || static_cast<std::uint64_t>(end) != copy->size)

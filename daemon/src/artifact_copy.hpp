@@ -22,6 +22,10 @@ struct ArtifactCopy {
   UniqueFd memfd;                  // sealed, O_RDWR in kilnd only; clients get reopen_read_only()
   std::uint64_t size = 0;
   protocol::ArtifactMeta meta;
+  // The bytes themselves when size <= kKeepBytesMax: an inline hit (GET "auto") then
+  // costs no read of the memfd. Empty for larger copies.
+  std::string bytes;
+  static constexpr std::uint64_t kKeepBytesMax = 64u << 10;
 
   ArtifactCopy() = default;
   ~ArtifactCopy();

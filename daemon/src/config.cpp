@@ -53,7 +53,8 @@ class TomlReader {
     if (auto* t = table(root, "limits")) {
       auto& l = c_.limits;
       check_keys(*t, "limits.", {"max_frame_bytes", "max_connections", "max_inflight", "idle_timeout_s",
-                                 "frame_timeout_s", "request_timeout_s", "drain_timeout_s", "max_artifact_bytes"});
+                                 "frame_timeout_s", "request_timeout_s", "drain_timeout_s", "max_artifact_bytes",
+                                 "inline_max_bytes"});
       std::uint64_t frame = l.max_frame_bytes;
       size(*t, "max_frame_bytes", frame, "limits.");
       l.max_frame_bytes = static_cast<std::uint32_t>(std::min<std::uint64_t>(frame, UINT32_MAX));
@@ -64,6 +65,10 @@ class TomlReader {
       seconds(*t, "request_timeout_s", l.request_timeout, "limits.");
       seconds(*t, "drain_timeout_s", l.drain_timeout, "limits.");
       size(*t, "max_artifact_bytes", l.max_artifact_bytes, "limits.");
+      std::uint64_t inline_max = l.inline_max_bytes;
+      size(*t, "inline_max_bytes", inline_max, "limits.");
+      if (inline_max > (1u << 20)) fail("limits.inline_max_bytes", "at most 1MiB (larger artifacts go as descriptors)");
+      else l.inline_max_bytes = static_cast<std::uint32_t>(inline_max);
     }
     if (auto* t = table(root, "access")) {
       auto& a = c_.access;

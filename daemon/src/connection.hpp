@@ -65,9 +65,23 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::uint32_t client_max_frame() const { return client_max_frame_; }
   protocol::Role role() const;
   bool cancelled(std::uint32_t id) const { return cancelled_.count(id) > 0; }
+  // CANCEL of request `id`: marks it and runs its abandon hook. false if not in flight.
   bool cancel(std::uint32_t id);
+  // A request waiting on something outside the connection (a build) says how to stop
+  // waiting: `withdraw` runs once, on the strand, when the connection closes or the client
+  // cancels request `id`; the request then still ends through its own code. Dropped when
+  // the request is done. false (nothing registered, nothing run): the connection is
+  // closed or the request cancelled already; do not start waiting.
+  bool on_abandon(std::uint32_t id, std::function<void()> withdraw);
   // Writes one frame (with `fd` attached if >= 0). false if the connection is gone.
   asio::awaitable<bool> send(protocol::FrameHeader header, std::span<const std::byte> body, int fd = -1);
+  // Up to four frames written together (one system call when the socket takes them all);
+  // `fd` goes with the first.
+  struct OutFrame {
+    protocol::FrameHeader header;
+    std::span<const std::byte> body;
+  };
+  asio::awaitable<bool> send_frames(std::span<const OutFrame> frames, int fd = -1);
   asio::awaitable<bool> send_ok(std::uint32_t id, std::string_view body, std::uint16_t flags = 0, int fd = -1);
   asio::awaitable<bool> send_error(std::uint32_t id, const Error& error);
   std::string peer_text() const;  // "uid=1000 pid=4242"
@@ -81,7 +95,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   asio::awaitable<bool> handle_frame();         // false: stop reading
   asio::awaitable<void> run_request(const Request& request);
   asio::awaitable<void> finish_upload(const Request& request, const std::shared_ptr<Upload>& upload);
-  asio::awaitable<bool> write_frame(const protocol::FrameHeader& header, std::span<const std::byte> body, int fd);
+  asio::awaitable<bool> write_frames(std::span<const OutFrame> frames, int fd);
   asio::awaitable<void> fail_upload(std::uint32_t id, const Error& error, bool end);
   asio::awaitable<bool> begin_upload(const Request& request);
   asio::awaitable<bool> upload_chunk(std::uint32_t id, bool end);

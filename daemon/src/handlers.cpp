@@ -41,7 +41,7 @@ std::map<std::string, std::string> node_map(const NodeFields& n) {
 }
 
 std::vector<std::string> capabilities(const ServerState& s) {
-  std::vector<std::string> caps{"fd", "stream"};
+  std::vector<std::string> caps{"fd", "stream", "auto"};
   if (s.builds) {
     caps.emplace_back("build");
     caps.emplace_back("events");
@@ -65,6 +65,7 @@ Result<std::string> handle_hello(Connection& c, const Request& r, std::uint32_t&
   reply.capabilities = capabilities(s);
   reply.max_frame = cfg->limits.max_frame_bytes;
   reply.max_inflight = cfg->limits.max_inflight;
+  reply.inline_max = std::min(cfg->limits.inline_max_bytes, client_max_frame);
   reply.roles = proto::role_names_upto(c.role());
   reply.node = node_map(s.node);
   return proto::encode(reply);
@@ -72,26 +73,40 @@ Result<std::string> handle_hello(Connection& c, const Request& r, std::uint32_t&
 
 namespace {
 
+// What a GET asking for `asked` gets for an artifact of `size` bytes (see GET "auto").
+proto::Delivery effective_delivery(Connection& c, proto::Delivery asked, std::uint64_t size) {
+  if (asked != proto::Delivery::automatic) return asked;
+  const auto cfg = c.state().config();
+  const std::uint64_t limit = std::min<std::uint64_t>(cfg->limits.inline_max_bytes, c.client_max_frame());
+  return size <= limit ? proto::Delivery::stream : proto::Delivery::fd;
+}
+
 asio::awaitable<Outcome> serve_hit(Connection& c, const Request& r, const proto::GetRequest& req, const HotHit& hit,
                                    bool hot) {
   auto& s = c.state();
   s.metrics.record_get(true, hot);
   if (hot) s.note_hot_hit(hit.meta->key_digest);
-  proto::GetReply reply;
-  reply.found = true;
-  reply.delivery = req.delivery;
   const Digest key_digest = hit.meta->key_digest;
   const std::uint64_t size = hit.copy->size;
+  const proto::Delivery delivery = effective_delivery(c, req.delivery, size);
+  proto::GetReply reply;
+  reply.found = true;
+  reply.delivery = delivery;
   std::string note = std::string(hot ? "hit hot " : "hit cold ") + std::to_string(size) + "B";
-  if (req.delivery == proto::Delivery::fd) {
-    auto fd = hit.copy->take_read_only();
-    if (!fd) co_return fail(fd.error());
-    std::shared_ptr<const std::string> body = hit.fd_reply;
+  // The encoded reply, cached per hot copy and delivery: a repeated hit does not re-encode the key.
+  auto reply_body = [&] {
+    std::shared_ptr<const std::string> body = delivery == proto::Delivery::fd ? hit.fd_reply : hit.stream_reply;
     if (!body) {
       reply.info = *hit.meta;
       body = std::make_shared<const std::string>(proto::encode(reply));
-      s.hot.cache_reply(key_digest, body);
+      s.hot.cache_reply(key_digest, delivery, body);
     }
+    return body;
+  };
+  if (delivery == proto::Delivery::fd) {
+    auto fd = hit.copy->take_read_only();
+    if (!fd) co_return fail(fd.error());
+    auto body = reply_body();
     if (co_await c.send_ok(r.id, *body, 0, fd->get())) s.metrics.add_bytes_served(size);
     if (hit.copy->spares_low()) {
       // Keep a few read-only descriptions ready, opened off the critical path.
@@ -99,6 +114,15 @@ asio::awaitable<Outcome> serve_hit(Connection& c, const Request& r, const proto:
       asio::post(s.pool, [copy] { copy->refill(); });
     }
     co_return Outcome{{}, note + " fd", true};
+  }
+  if (hit.copy->bytes.size() == size && size <= c.client_max_frame()) {
+    // Small and kept in memory: the reply and its one CHUNK in a single write.
+    auto body = reply_body();
+    const Connection::OutFrame frames[2] = {
+        {{proto::kVersion, MsgType::ok, proto::kFlagMore, r.id, 0}, std::as_bytes(std::span(*body))},
+        {{proto::kVersion, MsgType::chunk, proto::kFlagEnd, r.id, 0}, std::as_bytes(std::span(hit.copy->bytes))}};
+    co_await c.send_frames(frames);
+    co_return Outcome{{}, note + " inline", true};
   }
   reply.info = *hit.meta;
   const std::string body = proto::encode(reply);
@@ -157,6 +181,10 @@ asio::awaitable<bool> try_hot_get(Connection& c, const Request& r) {
   if (!d) co_return false;
   auto hit = s.hot.find(*d);
   if (!hit) co_return false;
+  // Descriptors and small kept bytes only: a longer stream takes the normal path.
+  if (effective_delivery(c, req->delivery, hit->copy->size) != proto::Delivery::fd &&
+      hit->copy->bytes.size() != hit->copy->size)
+    co_return false;
   Outcome o = co_await serve_hit(c, r, *req, *hit, true);
   if (!o.status && !o.replied) co_await c.send_error(r.id, o.status.error());
   c.log_request(r, o);

@@ -11,7 +11,8 @@ namespace kiln::daemon {
 // HELLO: version negotiation. Returns the reply body, or an error (the caller closes).
 Result<std::string> handle_hello(Connection& c, const Request& r, std::uint32_t& client_max_frame);
 
-// GET answered from the hot set when it is a descriptor hit there; true if it was
+// GET answered from the hot set when it is a descriptor hit there, or an inline hit of
+// bytes kept in memory (GET "auto"); true if it was
 // answered (and logged), false to take the normal path.
 asio::awaitable<bool> try_hot_get(Connection& c, const Request& r);
 

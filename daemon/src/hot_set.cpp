@@ -32,7 +32,7 @@ Result<std::optional<HotHit>> HotSet::get_or_make(const Digest& d, const Maker& 
     auto made = wait_for.get();
     if (!*made) return made->error();
     if (!made->value()) return std::optional<HotHit>{};
-    return std::optional<HotHit>(HotHit{made->value(), std::make_shared<const protocol::ArtifactMeta>(made->value()->meta), nullptr});
+    return std::optional<HotHit>(HotHit{made->value(), std::make_shared<const protocol::ArtifactMeta>(made->value()->meta), nullptr, nullptr});
   }
 
   auto made = std::make_shared<Made>(make());
@@ -44,7 +44,7 @@ Result<std::optional<HotHit>> HotSet::get_or_make(const Digest& d, const Maker& 
   promise.set_value(made);
   if (!*made) return made->error();
   if (!made->value()) return std::optional<HotHit>{};
-  return std::optional<HotHit>(HotHit{made->value(), std::make_shared<const protocol::ArtifactMeta>(made->value()->meta), nullptr});
+  return std::optional<HotHit>(HotHit{made->value(), std::make_shared<const protocol::ArtifactMeta>(made->value()->meta), nullptr, nullptr});
 }
 
 void HotSet::insert_locked(const Digest& d, const std::shared_ptr<const ArtifactCopy>& copy) {
@@ -55,7 +55,7 @@ void HotSet::insert_locked(const Digest& d, const std::shared_ptr<const Artifact
     map_.erase(it);
   }
   lru_.push_front(d);
-  map_.emplace(d, Entry{HotHit{copy, std::make_shared<const protocol::ArtifactMeta>(copy->meta), nullptr}, lru_.begin()});
+  map_.emplace(d, Entry{HotHit{copy, std::make_shared<const protocol::ArtifactMeta>(copy->meta), nullptr, nullptr}, lru_.begin()});
   bytes_ += copy->size;
   evict_locked();
 }
@@ -94,12 +94,15 @@ void HotSet::set_pinned(const Digest& d, bool pinned) {
     meta->pinned = pinned;
     it->second.hit.meta = std::move(meta);
     it->second.hit.fd_reply.reset();
+    it->second.hit.stream_reply.reset();
   }
 }
 
-void HotSet::cache_reply(const Digest& d, std::shared_ptr<const std::string> fd_reply) {
+void HotSet::cache_reply(const Digest& d, protocol::Delivery delivery, std::shared_ptr<const std::string> reply) {
   std::lock_guard lock(mu_);
-  if (auto it = map_.find(d); it != map_.end()) it->second.hit.fd_reply = std::move(fd_reply);
+  auto it = map_.find(d);
+  if (it == map_.end()) return;
+  (delivery == protocol::Delivery::fd ? it->second.hit.fd_reply : it->second.hit.stream_reply) = std::move(reply);
 }
 
 void HotSet::set_capacity(std::uint64_t capacity_bytes) {

@@ -31,6 +31,8 @@ struct HotHit {
   // The encoded GET reply for descriptor delivery, cached so a repeated hit does not
   // re-encode the key. Null until the first hit sets it; reset when `meta` changes.
   std::shared_ptr<const std::string> fd_reply;
+  // The same for inline (stream) delivery.
+  std::shared_ptr<const std::string> stream_reply;
 };
 
 class HotSet {
@@ -52,7 +54,7 @@ class HotSet {
   void erase(const Digest& key_digest);
   void clear();
   void set_pinned(const Digest& key_digest, bool pinned);
-  void cache_reply(const Digest& key_digest, std::shared_ptr<const std::string> fd_reply);
+  void cache_reply(const Digest& key_digest, protocol::Delivery delivery, std::shared_ptr<const std::string> reply);
   void set_capacity(std::uint64_t capacity_bytes);
 
   std::uint64_t bytes() const;

@@ -33,7 +33,8 @@ Config file (TOML; ops/kilnd.toml documents every option with its default):
   [storage]  quota, hard_limit (sizes, 0 = none), zstd_level (3)
   [limits]   max_frame_bytes ("4MiB"), max_connections (1024), max_inflight (64),
              idle_timeout_s (300), frame_timeout_s (10), request_timeout_s (60),
-             drain_timeout_s (30), max_artifact_bytes ("16GiB")
+             drain_timeout_s (30), max_artifact_bytes ("16GiB"),
+             inline_max_bytes ("64KiB": GET "auto" sends smaller artifacts inline)
   [access]   socket_mode, socket_group, trust_owner (true: kilnd's own user and root
              are admin), read_users (["*"]), read_groups, write_users, write_groups,
              admin_users, admin_groups  — names or numeric ids; "*" = anyone

@@ -23,6 +23,7 @@
 #include "connection.hpp"
 #include "metrics_http.hpp"
 #include "offload.hpp"
+#include "sd_notify.hpp"
 #include "server_state.hpp"
 #include "unix_listener.hpp"
 
@@ -117,8 +118,10 @@ asio::awaitable<void> Server::Impl::signal_loop() {
     int sig = co_await signals.async_wait(asio::redirect_error(use_awaitable, ec));
     if (ec) co_return;
     if (sig == SIGHUP) {
+      sd_notify("RELOADING=1");
       auto st = co_await offload(state.pool, [this] { return reload(); });
       if (!st) spdlog::error("reload failed, keeping the old configuration: {}", st.error().to_string());
+      sd_notify("READY=1");
       continue;
     }
     if (draining) {
@@ -137,6 +140,7 @@ void Server::Impl::begin_drain(const char* why) {
   if (draining) return;
   draining = true;
   state.draining = true;  // connections read it to refuse new requests
+  sd_notify("STOPPING=1");
   spdlog::info("stopping ({}): draining {} connection(s)", why, state.open_connections.load());
   error_code ec;
   acceptor.close(ec);
@@ -276,6 +280,7 @@ Status Server::run(const RunOptions& options) {
   spdlog::info("kilnd listening on {} (store {}, {} io threads, {} store threads{}{})", im.socket_path.string(),
                cfg->store.string(), cfg->io_threads, cfg->store_threads, im.state.builds ? "" : ", builds unavailable",
                im.state.metrics_url.empty() ? "" : ", metrics " + im.state.metrics_url);
+  sd_notify("READY=1\nSTATUS=serving on " + im.socket_path.string());
   std::vector<std::thread> threads;
   for (unsigned i = 1; i < cfg->io_threads; ++i) threads.emplace_back([&im] { im.io.run(); });
   im.io.run();

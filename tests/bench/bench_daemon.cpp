@@ -185,6 +185,10 @@ int kiln_get(RawClient& c, const Digest& d) {
   return r.fd;
 }
 
+// GET with delivery "auto": small artifacts arrive inline (OK + CHUNK), others as a
+// descriptor, which is then read. Returns the bytes held, in `buf`.
+std::size_t kiln_get_auto(RawClient& c, const Digest& d, std::string& buf, std::size_t size);
+
 std::size_t read_all_fd(int fd, std::string& buf, std::size_t size) {
   buf.resize(size);
   std::size_t off = 0;
@@ -194,6 +198,28 @@ std::size_t read_all_fd(int fd, std::string& buf, std::size_t size) {
     off += static_cast<std::size_t>(n);
   }
   return off;
+}
+
+std::size_t kiln_get_auto(RawClient& c, const Digest& d, std::string& buf, std::size_t size) {
+  proto::GetRequest g;
+  g.ref.key_digest = d;
+  g.delivery = proto::Delivery::automatic;
+  static thread_local std::string body;
+  body = proto::encode(g);
+  auto r = c.call(proto::MsgType::get, body);
+  if (r.header.type != proto::MsgType::ok) throw std::runtime_error("kilnd GET auto failed: " + r.body);
+  if (r.fd >= 0) {
+    std::size_t n = read_all_fd(r.fd, buf, size);
+    ::close(r.fd);
+    return n;
+  }
+  buf.clear();
+  for (;;) {
+    auto chunk = c.recv();
+    if (!chunk || chunk->header.type != proto::MsgType::chunk) throw std::runtime_error("kilnd GET auto: bad stream");
+    buf += chunk->body;
+    if (chunk->header.flags & proto::kFlagEnd) return buf.size();
+  }
 }
 
 struct Case {
@@ -241,8 +267,8 @@ int main(int argc, char** argv) {
   std::string buf;
 
   std::printf("## Hit latency (single client, sequential), microseconds\n\n");
-  std::printf("| size | kilnd hit (fd) p50 / p99 | kilnd hit+read p50 / p99 | redis GET p50 / p99 | page-cache read p50 | redis/kilnd (p50) | kilnd first hit | zstd -d alone | first/zstd |\n");
-  std::printf("|---|---|---|---|---|---|---|---|---|\n");
+  std::printf("| size | kilnd hit (fd) p50 / p99 | kilnd hit+read p50 / p99 | kilnd auto, bytes in hand p50 / p99 | redis GET p50 / p99 | page-cache read p50 | redis/kilnd fd (p50) | redis/kilnd auto (p50) | kilnd first hit | zstd -d alone | first/zstd |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|---|\n");
   std::vector<Digest> digests;
   for (std::size_t ci = 0; ci < cases.size(); ++ci) {
     const auto& cs = cases[ci];
@@ -278,7 +304,7 @@ int main(int argc, char** argv) {
       zstd_us = percentiles(v).p50;
     }
 
-    std::vector<double> hit, hit_read, redis, file;
+    std::vector<double> hit, hit_read, hit_auto, redis, file;
     for (int i = 0; i < cs.iters; ++i) {
       auto t = Clock::now();
       int fd = kiln_get(kc, d);
@@ -291,6 +317,11 @@ int main(int argc, char** argv) {
       read_all_fd(fd, buf, cs.size);
       hit_read.push_back(us_since(t));
       ::close(fd);
+    }
+    for (int i = 0; i < cs.iters; ++i) {
+      auto t = Clock::now();
+      if (kiln_get_auto(kc, d, buf, cs.size) != cs.size) throw std::runtime_error("kilnd GET auto: short");
+      hit_auto.push_back(us_since(t));
     }
     rc.set(key.digest()->hex(), data);
     for (int i = 0; i < cs.iters; ++i) {
@@ -307,15 +338,16 @@ int main(int argc, char** argv) {
       ::close(fd);
       file.push_back(us_since(t));
     }
-    auto h = percentiles(hit), hr = percentiles(hit_read), r = percentiles(redis), f = percentiles(file);
-    std::printf("| %s | %.1f / %.1f | %.1f / %.1f | %.1f / %.1f | %.1f | %.1fx | %.0f | %.0f | %.2f |\n", cs.name,
-                h.p50, h.p99, hr.p50, hr.p99, r.p50, r.p99, f.p50, r.p50 / h.p50, first_us, zstd_us,
-                first_us / zstd_us);
+    auto h = percentiles(hit), hr = percentiles(hit_read), ha = percentiles(hit_auto), r = percentiles(redis),
+         f = percentiles(file);
+    std::printf("| %s | %.1f / %.1f | %.1f / %.1f | %.1f / %.1f | %.1f / %.1f | %.1f | %.1fx | %.1fx | %.0f | %.0f | %.2f |\n",
+                cs.name, h.p50, h.p99, hr.p50, hr.p99, ha.p50, ha.p99, r.p50, r.p99, f.p50, r.p50 / h.p50,
+                r.p50 / ha.p50, first_us, zstd_us, first_us / zstd_us);
     std::fflush(stdout);
   }
 
   std::printf("\n## Throughput, 32 concurrent clients, hits per second (%s s each)\n\n", quick ? "1" : "3");
-  std::printf("| size | kilnd (fd) | kilnd (fd + read) | redis GET | kilnd/redis |\n|---|---|---|---|---|\n");
+  std::printf("| size | kilnd (fd) | kilnd (fd + read) | kilnd (auto, bytes in hand) | redis GET | kilnd fd/redis | kilnd auto/redis |\n|---|---|---|---|---|---|---|\n");
   const auto duration = std::chrono::seconds(quick ? 1 : 3);
   for (std::size_t ci = 0; ci < 2; ++ci) {
     auto run = [&](const std::function<void(std::string&)>& op) {
@@ -339,27 +371,33 @@ int main(int argc, char** argv) {
     };
     const Digest d = digests[ci];
     const std::size_t size = cases[ci].size;
-    auto kiln_op = [&](bool read) {
-      return [&, read](std::string& local) {
+    enum Mode { fd_only, fd_read, automatic };
+    auto kiln_op = [&](Mode mode) {
+      return [&, mode](std::string& local) {
         static thread_local std::unique_ptr<RawClient> c;
         if (!c) {
           c = std::make_unique<RawClient>(kilnd.socket());
           c->hello();
         }
+        if (mode == automatic) {
+          kiln_get_auto(*c, d, local, size);
+          return;
+        }
         int fd = kiln_get(*c, d);
-        if (read) read_all_fd(fd, local, size);
+        if (mode == fd_read) read_all_fd(fd, local, size);
         ::close(fd);
       };
     };
-    double k = run(kiln_op(false));
-    double kr = run(kiln_op(true));
+    double k = run(kiln_op(fd_only));
+    double kr = run(kiln_op(fd_read));
+    double ka = run(kiln_op(automatic));
     std::string rkey = d.hex();
     double r = run([&](std::string& local) {
       static thread_local std::unique_ptr<Redis> c;
       if (!c) c = std::make_unique<Redis>(redis_sock);
       c->get(rkey, local);
     });
-    std::printf("| %s | %.0f | %.0f | %.0f | %.1fx |\n", cases[ci].name, k, kr, r, k / r);
+    std::printf("| %s | %.0f | %.0f | %.0f | %.0f | %.1fx | %.1fx |\n", cases[ci].name, k, kr, ka, r, k / r, ka / r);
     std::fflush(stdout);
   }
   std::printf("\nTargets (issue 3): small-hit p50 no worse than redis; 2.5 MB hit >= 5x faster than a redis GET;\n"

@@ -93,16 +93,19 @@ TEST_CASE("a copy being made when its artifact is erased is not kept") {
   CHECK_FALSE(hot.find(digest_of(5)));  // but the copy is not served to later ones
 }
 
-TEST_CASE("pinning updates the kept metadata and drops the cached reply") {
+TEST_CASE("pinning updates the kept metadata and drops the cached replies") {
   HotSet hot(1000);
   REQUIRE(hot.get_or_make(digest_of(1), maker(10)));
-  hot.cache_reply(digest_of(1), std::make_shared<const std::string>("{}"));
-  CHECK(hot.find(digest_of(1))->fd_reply);
+  hot.cache_reply(digest_of(1), kiln::protocol::Delivery::fd, std::make_shared<const std::string>("{}"));
+  hot.cache_reply(digest_of(1), kiln::protocol::Delivery::stream, std::make_shared<const std::string>("{ }"));
+  CHECK(*hot.find(digest_of(1))->fd_reply == "{}");
+  CHECK(*hot.find(digest_of(1))->stream_reply == "{ }");
   hot.set_pinned(digest_of(1), true);
   auto hit = hot.find(digest_of(1));
   REQUIRE(hit);
   CHECK(hit->meta->pinned);
   CHECK_FALSE(hit->fd_reply);
+  CHECK_FALSE(hit->stream_reply);
 }
 
 TEST_CASE("the number of copies is bounded too") {

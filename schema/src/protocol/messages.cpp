@@ -59,14 +59,22 @@ void read_ref(In& in, KeyRef& ref) {
 using namespace detail;
 
 namespace {
-std::string_view delivery_name(Delivery d) { return d == Delivery::fd ? "fd" : "stream"; }
+std::string_view delivery_name(Delivery d) {
+  switch (d) {
+    case Delivery::fd: return "fd";
+    case Delivery::stream: return "stream";
+    case Delivery::automatic: return "auto";
+  }
+  return "fd";
+}
 void read_delivery(In& in, const char* name, Delivery& out) {
   std::string s;
   in.opt(name, s);
   if (in.error() || s.empty()) return;
   if (s == "fd") out = Delivery::fd;
   else if (s == "stream") out = Delivery::stream;
-  else in.fail(std::string(name) + ": expected \"fd\" or \"stream\"");
+  else if (s == "auto") out = Delivery::automatic;
+  else in.fail(std::string(name) + ": expected \"fd\", \"stream\" or \"auto\"");
 }
 }  // namespace
 
@@ -102,7 +110,7 @@ Result<HelloRequest> decode<HelloRequest>(std::string_view text) {
 std::string encode(const HelloReply& m) {
   return dump(json{{"version", m.version}, {"server", m.server}, {"capabilities", m.capabilities},
                    {"max_frame", m.max_frame}, {"max_inflight", m.max_inflight}, {"roles", m.roles},
-                   {"node", m.node}});
+                   {"node", m.node}, {"inline_max", m.inline_max}});
 }
 template <>
 Result<HelloReply> decode<HelloReply>(std::string_view text) {
@@ -110,6 +118,7 @@ Result<HelloReply> decode<HelloReply>(std::string_view text) {
   HelloReply m;
   in.req("version", m.version).opt("server", m.server).opt("capabilities", m.capabilities);
   in.opt("max_frame", m.max_frame).opt("max_inflight", m.max_inflight).opt("roles", m.roles).opt("node", m.node);
+  in.opt("inline_max", m.inline_max);
   KILN_DECODE_END(m);
 }
 
@@ -149,6 +158,7 @@ Result<GetReply> decode<GetReply>(std::string_view text) {
   in.req("found", m.found).opt("key_digest", m.key_digest).opt("info", m.info);
   read_delivery(in, "delivery", m.delivery);
   if (!in.error() && m.found && !m.info) in.fail("info: required on a hit");
+  if (!in.error() && m.delivery == Delivery::automatic) in.fail("delivery: a reply says \"fd\" or \"stream\"");
   KILN_DECODE_END(m);
 }
 

@@ -1,6 +1,7 @@
 #include "kilnd_process.hpp"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -11,6 +12,7 @@
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
+#include <string_view>
 #include <thread>
 
 namespace kiln::test {
@@ -40,6 +42,15 @@ KilndProcess::KilndProcess(const std::filesystem::path& dir, const std::string& 
   std::error_code size_ec;
   auto size = std::filesystem::file_size(log_, size_ec);
   log_start_ = size_ec ? 0 : size;
+  // kilnd says READY=1 on $NOTIFY_SOCKET once it listens (sd_notify): no probe connection,
+  // which would hold a connection slot for a moment, and no dependence on the log level.
+  auto notify_path = socket_dir_ / "notify.sock";
+  int notify = ::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  sockaddr_un naddr{};
+  naddr.sun_family = AF_UNIX;
+  std::strncpy(naddr.sun_path, notify_path.c_str(), sizeof(naddr.sun_path) - 1);
+  if (notify < 0 || ::bind(notify, reinterpret_cast<sockaddr*>(&naddr), sizeof naddr) != 0)
+    throw std::runtime_error("cannot bind the readiness socket " + notify_path.string());
   pid_ = ::fork();
   if (pid_ < 0) throw std::runtime_error("fork failed");
   if (pid_ == 0) {
@@ -55,6 +66,7 @@ KilndProcess::KilndProcess(const std::filesystem::path& dir, const std::string& 
       ::unsetenv("LISTEN_PID");
       ::unsetenv("LISTEN_FDS");
     }
+    ::setenv("NOTIFY_SOCKET", notify_path.c_str(), 1);
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
@@ -62,14 +74,23 @@ KilndProcess::KilndProcess(const std::filesystem::path& dir, const std::string& 
     _exit(127);
   }
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (!running()) throw std::runtime_error("kilnd exited at start: " + log());
-    // The log line, not a probe connection: kilnd prints it after listen(), and a probe would
-    // hold a connection slot for a moment (tests of max_connections raced against it).
-    if (wait_for_log("kilnd listening on", std::chrono::milliseconds(0))) return;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  bool ready = false;
+  while (!ready && std::chrono::steady_clock::now() < deadline) {
+    if (!running()) {
+      ::close(notify);
+      throw std::runtime_error("kilnd exited at start: " + log());
+    }
+    pollfd p{notify, POLLIN, 0};
+    if (::poll(&p, 1, 50) == 1) {
+      char buf[512];
+      ssize_t n = ::recv(notify, buf, sizeof buf, 0);
+      if (n > 0 && std::string_view(buf, static_cast<std::size_t>(n)).find("READY=1") != std::string_view::npos)
+        ready = true;
+    }
   }
-  throw std::runtime_error("kilnd did not start within 20 s: " + log());
+  ::close(notify);
+  std::filesystem::remove(notify_path);
+  if (!ready) throw std::runtime_error("kilnd did not start within 20 s: " + log());
 }
 
 KilndProcess::~KilndProcess() {

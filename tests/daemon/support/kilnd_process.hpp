@@ -15,8 +15,8 @@ namespace kiln::test {
 class KilndProcess {
  public:
   // Writes `toml` to <dir>/kilnd.toml and starts kilnd with --config, --socket
-  // <short folder>/kiln.sock and --store <dir>/store, stderr to <dir>/kilnd.log. Waits until kilnd logs
-  // that it listens (throws std::runtime_error after 20 s, with the log).
+  // <short folder>/kiln.sock and --store <dir>/store, stderr to <dir>/kilnd.log. Waits until kilnd says
+  // READY=1 on $NOTIFY_SOCKET (throws std::runtime_error after 20 s, with the log).
   // `listen_fd` >= 0: passed as systemd socket activation (LISTEN_FDS) instead.
   KilndProcess(const std::filesystem::path& dir, const std::string& toml, std::vector<std::string> extra_args = {},
                int listen_fd = -1);

@@ -1,9 +1,12 @@
 // kiln/client/artifact.hpp — an artifact handed over by kilnd, and its metadata.
 //
-// An Artifact owns one read-only file descriptor holding the artifact's uncompressed,
-// verified bytes: on a local socket the daemon passes it (SCM_RIGHTS) to a sealed memfd
-// or read-only file; with the streaming fallback libkiln receives the bytes into a
-// sealed memfd of its own. Either way the bytes never change while the Artifact lives.
+// An Artifact holds the artifact's uncompressed, verified bytes in one of two ways:
+//  - a read-only file descriptor: on a local socket the daemon passes it (SCM_RIGHTS) to
+//    a sealed memfd or read-only file; with the streaming fallback libkiln receives the
+//    bytes into a sealed memfd of its own;
+//  - in memory (in_memory()): a small artifact that arrived inline (Transfer::automatic);
+//    the first fd() or path() call makes a sealed memfd of it.
+// Either way the bytes never change while the Artifact lives.
 //
 // Ownership: move-only; the destructor closes the descriptor and unmaps any mapping.
 // Anything that still needs the bytes after that (a loaded AOTInductor package, say)
@@ -14,6 +17,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
+#include <mutex>
 #include <span>
 #include <string>
 #include <vector>
@@ -43,6 +48,8 @@ class Artifact {
   // Takes ownership of `fd` (closed by the destructor). Used by Client; tests may wrap
   // any read-only descriptor.
   Artifact(int fd, ArtifactInfo info) noexcept;
+  // Holds `bytes` (exactly info.size of them) in memory.
+  Artifact(std::vector<std::byte> bytes, ArtifactInfo info);
   ~Artifact();
   Artifact(Artifact&& other) noexcept;
   Artifact& operator=(Artifact&& other) noexcept;
@@ -51,26 +58,39 @@ class Artifact {
 
   // The descriptor; still owned by the Artifact. Read it with pread() (offset 0 is the
   // first byte) or mmap() it read-only; its file offset is shared with path() users.
-  int fd() const noexcept { return fd_; }
+  // In memory: the first call makes a sealed memfd copy; -1 if the system refuses one
+  // (out of descriptors or memory) — map() and read_all() still work then.
+  int fd() const noexcept;
   std::uint64_t size() const noexcept { return info_.size; }
+  // True when the bytes arrived inline and live in this object.
+  bool in_memory() const noexcept { return lazy_ != nullptr; }
   // "/proc/self/fd/N": lets libraries that take a file name (libtorch's package loader)
   // open the artifact without a copy. Valid only in this process while the Artifact lives.
+  // Empty if fd() is -1.
   std::string path() const;
   const Key& key() const noexcept { return info_.key; }
   const ArtifactInfo& info() const noexcept { return info_; }
 
   // The whole artifact, read into memory. io_error if the descriptor fails.
   Result<std::vector<std::byte>> read_all() const;
-  // A read-only mapping of the whole artifact, kept until the Artifact is destroyed.
-  // An empty span for a 0-byte artifact. io_error if mmap fails.
+  // A read-only view of the whole artifact, kept until the Artifact is destroyed: a
+  // mapping of the descriptor, or the bytes themselves when in memory. An empty span for
+  // a 0-byte artifact. io_error if mmap fails.
   Result<std::span<const std::byte>> map();
 
  private:
   void release() noexcept;
 
-  int fd_ = -1;
+  // In-memory artifacts only: the bytes, and the descriptor made from them on demand.
+  struct Lazy {
+    std::vector<std::byte> bytes;
+    std::mutex mu;  // guards the making of fd_
+  };
+
+  mutable int fd_ = -1;
   ArtifactInfo info_;
   void* mapping_ = nullptr;
+  std::unique_ptr<Lazy> lazy_;
 };
 
 }  // namespace kiln::client

@@ -51,14 +51,19 @@ namespace kiln::client {
 
 // How a hit's bytes reach this process.
 enum class Transfer {
-  descriptor,  // default: the daemon passes a file descriptor (SCM_RIGHTS); no copy
+  // Default: small artifacts (up to the daemon's inline limit, 64 KiB unless configured)
+  // arrive as bytes in the reply and live in the Artifact (Artifact::in_memory()); larger
+  // ones as descriptors. For a few KiB a descriptor costs more system calls than the copy.
+  // Against a kilnd without this ability: as `descriptor`.
+  automatic,
+  descriptor,  // the daemon passes a file descriptor (SCM_RIGHTS); no copy
   stream,      // the bytes are streamed in frames (for peers that cannot take a descriptor)
 };
 
 struct ConnectOptions {
   // Empty: $KILN_SOCKET if set, otherwise default_socket_path().
   std::filesystem::path socket;
-  Transfer transfer = Transfer::descriptor;
+  Transfer transfer = Transfer::automatic;
   // Connecting and the hello exchange together. A daemon that accepts but does not answer
   // within it is reported as Errc::unavailable.
   std::chrono::milliseconds connect_timeout{5000};

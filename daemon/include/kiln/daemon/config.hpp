@@ -40,6 +40,8 @@ struct LimitsConfig {
   std::chrono::milliseconds request_timeout{60'000};  // gap between a put's chunks
   std::chrono::milliseconds drain_timeout{30'000};  // SIGTERM: then close what is left
   std::uint64_t max_artifact_bytes = 16ull << 30;
+  // GET "auto" sends artifacts up to this size inline instead of as a descriptor.
+  std::uint32_t inline_max_bytes = 64u << 10;
 };
 
 struct StoreConfig {

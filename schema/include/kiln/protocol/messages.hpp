@@ -76,11 +76,14 @@ struct HelloReply {
   std::uint32_t max_inflight = 64;
   std::vector<std::string> roles;          // "read", "write", "admin"
   std::map<std::string, std::string> node; // NodeFields by name
+  std::uint32_t inline_max = 0;            // GET "auto" sends bytes up to this size; 0 = never
 };
 
 // ---- artifacts -----------------------------------------------------------------------
 
-enum class Delivery { fd, stream };
+// automatic ("auto"): the daemon sends the bytes (as `stream`) when the artifact is at most
+// its inline limit, a descriptor otherwise; the reply's `delivery` says which it chose.
+enum class Delivery { fd, stream, automatic };
 enum class OnMiss { none, build };
 
 struct GetRequest {
