@@ -51,6 +51,8 @@ void decode_body(MsgType type, std::string_view body) {
     case MsgType::logs: check<LogsRequest>(body); check<LogsReply>(body); break;
     case MsgType::reload: check<ReloadRequest>(body); check<ReloadReply>(body); break;
     case MsgType::cancel: check<CancelRequest>(body); check<CancelReply>(body); break;
+    case MsgType::list_sources: check<ListSourcesRequest>(body); check<ListSourcesReply>(body); break;
+    case MsgType::get_source: check<GetSourceRequest>(body); check<GetSourceReply>(body); break;
     case MsgType::event: check<BuildEvent>(body); break;
     case MsgType::error: check<ErrorBody>(body); break;
     case MsgType::chunk:
