@@ -69,6 +69,17 @@ void Connection::force_close() {
 bool Connection::cancel(std::uint32_t id) {
   if (!inflight_.count(id)) return false;
   cancelled_.insert(id);
+  if (auto it = abandon_.find(id); it != abandon_.end()) {
+    auto withdraw = std::move(it->second);
+    abandon_.erase(it);
+    withdraw();
+  }
+  return true;
+}
+
+bool Connection::on_abandon(std::uint32_t id, std::function<void()> withdraw) {
+  if (closed_ || cancelled_.count(id)) return false;
+  abandon_[id] = std::move(withdraw);
   return true;
 }
 
@@ -113,6 +124,10 @@ void Connection::close(const char* why) {
   watchdog_timer_.cancel();
   write_cv_.cancel();
   drop_uploads();
+  // Requests waiting on builds stop waiting: a build nobody else wants is stopped.
+  auto hooks = std::move(abandon_);
+  abandon_.clear();
+  for (auto& [id, withdraw] : hooks) withdraw();
 }
 
 void Connection::drop_uploads() {
@@ -125,6 +140,7 @@ void Connection::drop_uploads() {
 void Connection::request_done(std::uint32_t id) {
   inflight_.erase(id);
   cancelled_.erase(id);
+  abandon_.erase(id);
   if (closed_) return;
   if (draining_ && inflight_.empty() && uploads_.empty()) {
     close("drained for shutdown");

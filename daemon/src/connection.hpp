@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <set>
@@ -129,6 +130,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::vector<std::byte> body_;
   std::set<std::uint32_t> inflight_;             // request ids not yet answered
   std::set<std::uint32_t> cancelled_;
+  std::unordered_map<std::uint32_t, std::function<void()>> abandon_;  // on_abandon hooks
   std::unordered_map<std::uint32_t, std::shared_ptr<Upload>> uploads_;  // PUT / PUT_SOURCE receiving chunks
   std::set<std::uint32_t> discarding_;           // failed uploads whose chunks are skipped until END
 };

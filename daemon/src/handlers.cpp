@@ -151,11 +151,7 @@ asio::awaitable<Outcome> handle_get(Connection& c, const Request& r) {
     EnsureOptions opts;
     opts.wait_ms = req->wait_ms;
     Key key = *req->ref.key;
-    auto* builds = s.builds;
-    auto job = [builds, key, d, opts](std::function<void(Status)> done) {
-      builds->ensure(key, d, opts, std::move(done));
-    };
-    auto built = co_await await_callback<Status>(job);
+    auto built = co_await await_build(c, r, key, d, opts);
     if (!built) co_return fail(built.error());
     got = co_await offload(s.pool, fetch);
     if (!got) co_return fail(got.error());

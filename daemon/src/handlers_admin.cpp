@@ -91,6 +91,33 @@ asio::awaitable<Outcome> handle_reload(Connection& c, const Request& r) {
   co_return co_await reply_ok(c, r, proto::encode(proto::ReloadReply{true}), "");
 }
 
+}  // namespace
+
+asio::awaitable<Status> await_build(Connection& c, const Request& r, const Key& key, const Digest& digest,
+                                    const EnsureOptions& options) {
+  // Touched only on the connection's strand: by the hook and by the initiation below.
+  struct Hold {
+    std::shared_ptr<BuildWait> wait;
+    bool withdrawn = false;
+  };
+  auto hold = std::make_shared<Hold>();
+  auto withdraw = [hold] {
+    hold->withdrawn = true;
+    if (hold->wait) hold->wait->withdraw();
+  };
+  if (!c.on_abandon(r.id, withdraw))
+    co_return make_error(Errc::cancelled, "the client stopped waiting before the build was asked for");
+  auto* builds = c.state().builds;
+  // Named, not a temporary in the co_await (GCC 12; see offload.hpp).
+  auto job = [builds, key, digest, options, hold](std::function<void(Status)> done) {
+    hold->wait = builds->ensure(key, digest, options, std::move(done));
+    if (hold->withdrawn) hold->wait->withdraw();
+  };
+  co_return co_await await_callback<Status>(job);
+}
+
+namespace {
+
 asio::awaitable<Outcome> handle_cancel(Connection& c, const Request& r) {
   auto req = proto::decode<proto::CancelRequest>(r.body);
   if (!req) co_return fail(req.error());
@@ -120,10 +147,7 @@ asio::awaitable<Outcome> handle_build(Connection& c, const Request& r) {
   EnsureOptions opts{req->force, req->wait_ms};
   Key key = req->key;
   Digest digest = *d;
-  auto job = [builds, key, digest, opts](std::function<void(Status)> done) {
-    builds->ensure(key, digest, opts, std::move(done));
-  };
-  auto built = co_await await_callback<Status>(job);
+  auto built = co_await await_build(c, r, key, digest, opts);
   if (!built) co_return fail(built.error());
   auto info = co_await offload(s.pool, [&s, digest] { return s.store.stat(digest); });
   if (!info) co_return fail(info.error());

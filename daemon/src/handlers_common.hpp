@@ -14,6 +14,11 @@ inline constexpr const char* kServerName = "kilnd/0.1.0";
 inline Outcome fail(Error e) { return Outcome{std::move(e), {}, false}; }
 asio::awaitable<Outcome> reply_ok(Connection& c, const Request& r, const std::string& body, std::string note);
 asio::awaitable<Outcome> handle_admin_request(Connection& c, const Request& r);
+// Waits for the build service to ensure `key` (GET on_miss=build, BUILD wait=true). The
+// waiter is withdrawn when the connection closes or the client CANCELs request `r`
+// (then Errc::cancelled), so a build nobody waits for any more can be stopped.
+asio::awaitable<Status> await_build(Connection& c, const Request& r, const Key& key, const Digest& digest,
+                                    const EnsureOptions& options);
 Result<Digest> resolve_ref(ServerState& s, protocol::KeyRef& ref);
 std::map<std::string, std::string> node_map(const NodeFields& n);
 std::vector<std::string> capabilities(const ServerState& s);

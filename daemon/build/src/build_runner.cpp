@@ -26,42 +26,11 @@ std::int64_t unix_now() {
 
 double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
-// The source's archive as a file the worker can open, kept under work_dir/sources by
-// blob digest so that every build of one source reuses one copy.
-Result<fs::path> materialize_source(storage::Store& store, const fs::path& work_dir, const storage::SourceInfo& src,
-                                    std::uint64_t seq) {
-  fs::path dir = work_dir / "sources";
-  fs::path path = dir / (src.blob_digest.hex() + ".pt2");
+// A build's scratch folder, gone. A failure to remove is logged, not the build's error.
+void remove_scratch(const fs::path& dir) {
   std::error_code ec;
-  if (fs::is_regular_file(path, ec) && fs::file_size(path, ec) == src.size && !ec) return path;
-  fs::create_directories(dir, ec);
-  fs::path tmp = dir / (src.blob_digest.hex() + ".tmp" + std::to_string(::getpid()) + "-" + std::to_string(seq));
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) return error_from_errno(errno, "cannot create " + tmp.string());
-    auto read = store.read_source(src.model_hash, [&](std::span<const std::byte> data) -> Status {
-      out.write(reinterpret_cast<const char*>(data.data()), static_cast<std::streamsize>(data.size()));
-      if (!out) return make_error(Errc::io_error, "cannot write " + tmp.string());
-      return {};
-    });
-    if (!read || !*read) {
-      out.close();
-      fs::remove(tmp, ec);
-      if (!read) return std::move(read).error();
-      return make_error(Errc::no_source, "the source of model hash " + src.model_hash + " vanished from the store");
-    }
-    out.flush();
-    if (!out) {
-      fs::remove(tmp, ec);
-      return make_error(Errc::io_error, "cannot write " + tmp.string());
-    }
-  }
-  fs::rename(tmp, path, ec);
-  if (ec) {
-    fs::remove(tmp, ec);
-    return make_error(Errc::io_error, "cannot rename the source copy into " + path.string() + ": " + ec.message());
-  }
-  return path;
+  fs::remove_all(dir, ec);
+  if (ec) spdlog::warn("builds: cannot remove the scratch folder {}: {}", dir.string(), ec.message());
 }
 
 }  // namespace
@@ -71,6 +40,7 @@ std::optional<Error> recent_failure(storage::Store& store, const Digest& digest,
   auto last = store.last_build(digest);
   if (!last || !*last || (*last)->ok) return std::nullopt;
   const auto& rec = **last;
+  if (rec.error.starts_with(kCancelledRecordPrefix)) return std::nullopt;
   std::int64_t age = unix_now() - rec.finished_at;
   if (age < 0 || age >= ttl.count()) return std::nullopt;
   return make_error(Errc::build_failed,
@@ -79,8 +49,8 @@ std::optional<Error> recent_failure(storage::Store& store, const Digest& digest,
                         " s; see `kilnctl logs " + digest.hex() + "`, or retry now with `kilnctl build --force`)");
 }
 
-BuildRunResult run_build(storage::Store& store, const SchedulerOptions& options, const SlotConfig& slot,
-                         const BuildJobSpec& job, const std::atomic<bool>& cancel) {
+BuildRunResult run_build(storage::Store& store, const SchedulerOptions& options, SourceCopies& sources,
+                         const SlotConfig& slot, const BuildJobSpec& job, const BuildCancel& cancel) {
   BuildRunResult out;
   const std::string hex = job.digest.hex();
   // Rechecked here, inside single flight: a build that finished between a request's own
@@ -99,6 +69,14 @@ BuildRunResult run_build(storage::Store& store, const SchedulerOptions& options,
     return {make_error(Errc::no_source, "no source is registered for model hash " + job.key.model_hash +
                                             "; register the block's torch.export archive with `kilnctl source add FILE`"),
             false};
+  auto cancelled = [&](const std::string& when) {
+    BuildRunResult r;
+    r.cancelled = true;
+    r.info = make_error(Errc::cancelled, "the build of " + hex + " was cancelled " + when + ": " +
+                                             (cancel.unwanted ? "nobody waited for it any more" : "kilnd is shutting down"));
+    return r;
+  };
+  if (cancel.requested) return cancelled("before it started");
   fs::path dir = options.work_dir / "jobs" / (hex.substr(0, 16) + "-" + std::to_string(job.seq));
   std::error_code ec;
   fs::remove_all(dir, ec);
@@ -109,10 +87,12 @@ BuildRunResult run_build(storage::Store& store, const SchedulerOptions& options,
   // torch (seconds): the request goes to the worker once the copy is ready, so a 700 MB
   // source adds nothing to the miss. A failed copy closes the worker's stdin (it exits)
   // and is the build's error.
-  auto source_future = std::async(std::launch::async, [&store, &options, &src, &job, t0] {
-    auto r = materialize_source(store, options.work_dir, **src, job.seq);
+  // The lease keeps the copy until this function returns, whatever the outcome.
+  auto source_future = std::async(std::launch::async, [&store, &sources, &src, t0] {
+    auto r = sources.acquire(store, **src);
     return std::make_pair(std::move(r), since(t0));
   });
+  SourceCopies::Lease source_lease;
   std::optional<Error> source_error;
   double source_s = 0;
   BuildJobPaths paths{{}, dir / "artifact", dir};
@@ -127,7 +107,8 @@ BuildRunResult run_build(storage::Store& store, const SchedulerOptions& options,
       source_error = std::move(path).error();
       return std::string();
     }
-    paths.source = *path;
+    source_lease = *path;
+    paths.source = *source_lease;
     return encode_build_request(job.key, job.digest, paths);
   };
 
@@ -144,7 +125,7 @@ BuildRunResult run_build(storage::Store& store, const SchedulerOptions& options,
 
   spdlog::info("build {} started on {} ({} {})", hex, slot.name, to_string(job.key.kind), job.key.region);
   out.ran_worker = true;
-  WorkerExit exit = run_worker(cmd, pending, limits, &cancel);
+  WorkerExit exit = run_worker(cmd, pending, limits, &cancel.requested);
   if (!source_taken) {  // the worker ended before the source was ready: wait for the copy
     (void)pending();
     while (!source_taken) {
@@ -153,14 +134,31 @@ BuildRunResult run_build(storage::Store& store, const SchedulerOptions& options,
     }
   }
   if (source_error) {
-    fs::remove_all(dir, ec);
+    remove_scratch(dir);
     out.info = std::move(*source_error);
     return out;
   }
   if (exit.how == WorkerExit::How::cancelled) {
-    fs::remove_all(dir, ec);
-    out.info = make_error(Errc::cancelled, "the build of " + hex + " was cancelled: kilnd is shutting down");
-    return out;
+    remove_scratch(dir);
+    BuildRunResult c = cancelled("after " + std::to_string(static_cast<long>(exit.seconds)) + " s");
+    c.ran_worker = true;
+    spdlog::info("{}; its worker's process group was killed", c.info.error().message);
+    if (cancel.unwanted) {
+      // Kept for `kilnctl logs`, marked so that it is no negative-cache entry.
+      storage::BuildRecord rec;
+      rec.key_digest = job.digest;
+      rec.started_at = started_at;
+      rec.finished_at = unix_now();
+      rec.ok = false;
+      rec.error = std::string(kCancelledRecordPrefix) + "nobody waited for the build any more; its worker was stopped";
+      rec.log = (exit.log_truncated ? "[kiln] log truncated to its last bytes\n" : "") + exit.log +
+                "\n[kiln] build " + hex + " on " + slot.name + " cancelled after " + std::to_string(exit.seconds) +
+                " s: nobody waited for it any more (every waiter left and no prewarm wanted it); its worker's "
+                "process group was killed. Not a failure: the next request builds it again.\n";
+      if (auto st = store.record_build(rec); !st)
+        spdlog::warn("build {}: cannot record its cancel: {}", hex, st.error().to_string());
+    }
+    return c;
   }
   auto built = parse_build_result(exit, paths);
   const auto t_store = Clock::now();
@@ -194,12 +192,12 @@ BuildRunResult run_build(storage::Store& store, const SchedulerOptions& options,
   }
   if (err) {
     spdlog::warn("build {} failed: {}", hex, err->message);
-    if (!options.keep_failed_work) fs::remove_all(dir, ec);
+    if (!options.keep_failed_work) remove_scratch(dir);
     out.info = *err;
   } else {
     spdlog::info("build {} done in {:.3f} s ({}); kiln's own share {:.3f} s", hex, since(t0), built->summary,
                  since(t0) - exit.seconds);
-    fs::remove_all(dir, ec);
+    remove_scratch(dir);
     out.info = std::move(*stored);
   }
   return out;

@@ -28,22 +28,62 @@ struct Submission {
   daemon::BuildService::EventSink sink;
 };
 
+// An ensure() in progress: whichever of the outcome and withdraw() comes first calls
+// done(), once.
+class EnsureWait final : public daemon::BuildWait {
+ public:
+  explicit EnsureWait(std::function<void(Status)> done) : done_(std::move(done)) {}
+
+  void withdraw() override {
+    std::function<void(Status)> done;
+    {
+      std::lock_guard lock(mu_);
+      done = std::move(done_);
+      done_ = nullptr;
+    }
+    if (!done) return;
+    // Leaving may stop the build (the last waiter) and never calls our callback again.
+    if (waiter_) waiter_->leave();
+    done(make_error(Errc::cancelled, "withdrawn: the client stopped waiting for the build"));
+  }
+
+  void deliver(Status st) {
+    std::function<void(Status)> done;
+    {
+      std::lock_guard lock(mu_);
+      done = std::move(done_);
+      done_ = nullptr;
+    }
+    if (done) done(std::move(st));
+  }
+
+  // Set once, by ensure(), before the handle is handed out.
+  std::unique_ptr<Waiter> waiter_;
+
+ private:
+  std::mutex mu_;
+  std::function<void(Status)> done_;  // guarded by mu_; empty once called
+};
+
 class SchedulerService final : public daemon::BuildService {
  public:
   SchedulerService(BuildScheduler& s, storage::Store& store, std::chrono::milliseconds wait)
       : scheduler_(s), store_(store), default_wait_(wait) {}
 
-  void ensure(const Key& key, const Digest&, const daemon::EnsureOptions& options,
-              std::function<void(Status)> done) override {
+  std::shared_ptr<daemon::BuildWait> ensure(const Key& key, const Digest&, const daemon::EnsureOptions& options,
+                                            std::function<void(Status)> done) override {
     RequestOptions ro;
     ro.priority = Priority::interactive;
     ro.force = options.force ? Force::yes : Force::no;
     ro.wait = options.wait_ms ? std::chrono::milliseconds(options.wait_ms) : default_wait_;
-    auto w = scheduler_.request(key, ro, [done = std::move(done)](const Result<storage::ArtifactInfo>& r) {
-      if (r) done(Status{});
-      else done(Status(r.error()));
+    auto wait = std::make_shared<EnsureWait>(std::move(done));
+    // The callback holds `wait` until the scheduler calls or drops it (outcome, timeout,
+    // leave), so done() is called even when the caller lets go of the handle.
+    wait->waiter_ = scheduler_.request(key, ro, [wait](const Result<storage::ArtifactInfo>& r) {
+      wait->deliver(r ? Status{} : Status(r.error()));
     });
-    w->detach();
+    wait->waiter_->detach();
+    return wait;
   }
 
   Result<proto::PrewarmReply> submit(const std::vector<Key>& keys, bool force, EventSink on_event) override {

@@ -18,7 +18,11 @@ Result<DaemonBuilds> start_daemon_builds(const std::optional<std::filesystem::pa
     spdlog::info("builds: disabled in the configuration ([builds] enabled = false)");
     return out;
   }
-  const auto wait = config.scheduler.build_timeout;
+  // Waiters wait until their build ends; the build is bounded by build_timeout. A waiter
+  // limit of build_timeout from the request would run out before the worker's own timeout
+  // (the build starts later) and cancel a hung build instead of failing it, so a broken
+  // source would never reach the negative cache.
+  const auto wait = std::chrono::milliseconds(0);
   auto scheduler = BuildScheduler::create(std::move(config.scheduler), store, host);
   if (!scheduler) return std::move(scheduler).error();
   out.scheduler = std::move(*scheduler);

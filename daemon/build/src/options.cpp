@@ -46,7 +46,7 @@ Status read_string(const toml::table& t, std::string_view origin, const std::str
 Status apply_table(BuildsConfig& c, const toml::table& b, std::string_view origin) {
   static const std::set<std::string> known{"enabled", "worker", "work_dir", "probe_gpus", "builds_per_gpu",
                                            "build_timeout_s", "probe_timeout_s", "failure_ttl_s", "max_log_bytes",
-                                           "keep_failed_work", "slots"};
+                                           "keep_failed_work", "cancel_unwanted", "slots"};
   for (auto&& [k, v] : b) {
     (void)v;
     if (!known.count(std::string(k.str()))) return bad(origin, std::string(k.str()), "unknown option");
@@ -77,6 +77,7 @@ Status apply_table(BuildsConfig& c, const toml::table& b, std::string_view origi
   s.failure_ttl = std::chrono::seconds(ttl);
   KILN_TRY(read_int(b, origin, "max_log_bytes", s.max_log_bytes, 1024, 64ll << 20));
   KILN_TRY(read_bool(b, origin, "keep_failed_work", s.keep_failed_work));
+  KILN_TRY(read_bool(b, origin, "cancel_unwanted", s.cancel_unwanted));
   if (const toml::node* n = b.get("slots")) {
     const toml::array* a = n->as_array();
     if (!a) return bad(origin, "slots", "expected an array of tables ([[builds.slots]])");

@@ -11,10 +11,15 @@
 #include <thread>
 #include <unordered_map>
 
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
 #include <spdlog/spdlog.h>
 
 #include "build_runner.hpp"
 #include "node_probe.hpp"
+#include "source_copies.hpp"
 
 namespace kiln::build {
 
@@ -44,8 +49,11 @@ struct Job {
   std::int64_t queued_at = 0, started_at = 0, finished_at = 0;
   std::string error;
   std::vector<std::shared_ptr<WaiterState>> waiters;
-  std::atomic<bool> cancel{false};
+  BuildCancel cancel;
 };
+
+// What became of a build when one of its waiters left.
+enum class Left { build_goes_on, dropped, cancelled };
 
 using Delivery = std::pair<BuildCallback, Result<storage::ArtifactInfo>>;
 
@@ -60,9 +68,12 @@ void deliver(std::vector<Delivery>& ds) {
 
 class Core {
  public:
-  Core(SchedulerOptions options, storage::Store& store, ProbedNode probed)
-      : options_(std::move(options)), store_(store), probed_(std::move(probed)), queues_(probed_.slots.size()),
-        running_(probed_.slots.size(), 0) {}
+  Core(SchedulerOptions options, storage::Store& store, ProbedNode probed, int work_lock)
+      : options_(std::move(options)), store_(store), probed_(std::move(probed)), work_lock_(work_lock),
+        sources_(options_.work_dir / "sources"), queues_(probed_.slots.size()), running_(probed_.slots.size(), 0) {}
+  ~Core() {
+    if (work_lock_ >= 0) ::close(work_lock_);
+  }
 
   void start() {
     for (std::size_t s = 0; s < probed_.slots.size(); ++s)
@@ -77,10 +88,10 @@ class Core {
       if (stopping_) return;
       stopping_ = true;
       for (auto& q : queues_) {
-        for (auto& job : q) finish_job_locked(*job, "failed", make_error(Errc::cancelled, "kilnd is shutting down; the build of " + job->spec.digest.hex() + " did not start"), ds);
+        for (auto& job : q) finish_job_locked(*job, "cancelled", make_error(Errc::cancelled, "kilnd is shutting down; the build of " + job->spec.digest.hex() + " did not start"), ds);
         q.clear();
       }
-      for (auto& [d, job] : jobs_) job->cancel = true;
+      for (auto& [d, job] : jobs_) job->cancel.requested = true;
     }
     cv_.notify_all();
     timer_cv_.notify_all();
@@ -103,6 +114,7 @@ class Core {
     r.builds_started = started_;
     r.builds_ok = ok_;
     r.builds_failed = failed_;
+    r.builds_cancelled = cancelled_;
     return r;
   }
 
@@ -168,7 +180,9 @@ class Core {
   }
 
   void leave(const std::shared_ptr<WaiterState>& w) {
+    BuildCallback gone;  // destroyed after the lock is released
     std::lock_guard lock(mu_);
+    gone = std::move(w->done);
     detach_waiter_locked(w);
   }
 
@@ -251,19 +265,38 @@ class Core {
     return r;
   }
 
-  // Removes a waiter (timeout, leave). A queued job nobody wants any more is dropped.
-  void detach_waiter_locked(const std::shared_ptr<WaiterState>& w) {
-    if (w->finished) return;
+  // Removes a waiter (timeout, leave). A build nobody wants any more (no waiter left, no
+  // prewarm) is dropped from its queue, or, running, has its worker killed; either way it
+  // leaves jobs_ at once, so that a new request for the key starts a fresh build.
+  Left detach_waiter_locked(const std::shared_ptr<WaiterState>& w) {
+    if (w->finished) return Left::build_goes_on;
     w->finished = true;
     w->done = nullptr;
     auto job = w->job.lock();
-    if (!job) return;
+    if (!job) return Left::build_goes_on;
     std::erase(job->waiters, w);
-    if (job->state == "queued" && job->waiters.empty() && !job->prewarm) {
+    if (!job->waiters.empty() || job->prewarm || !options_.cancel_unwanted || job->cancel.requested)
+      return Left::build_goes_on;
+    const std::string hex = job->spec.digest.hex();
+    if (auto it = jobs_.find(job->spec.digest); it != jobs_.end() && it->second == job) jobs_.erase(it);
+    if (job->state == "queued") {
       std::erase(queues_[job->slot], job);
-      jobs_.erase(job->spec.digest);
-      spdlog::info("build {} dropped from the queue: nobody waits for it", job->spec.digest.hex());
+      job->state = "cancelled";
+      job->finished_at = unix_now();
+      job->error = "dropped from the queue before it started: nobody waited for it any more";
+      remember_locked(*job);
+      spdlog::info("build {} dropped from the queue: nobody waits for it", hex);
+      return Left::dropped;
     }
+    job->cancel.unwanted = true;
+    job->cancel.requested = true;  // the slot thread's worker supervision kills the group
+    spdlog::info("build {} cancelled: nobody waits for it any more; stopping its worker", hex);
+    return Left::cancelled;
+  }
+
+  void remember_locked(const Job& job) {
+    recent_.push_back(report_locked(job));
+    while (recent_.size() > 256) recent_.pop_front();
   }
 
   void finish_job_locked(Job& job, const char* state, const Result<storage::ArtifactInfo>& r,
@@ -277,9 +310,9 @@ class Core {
       ds.emplace_back(std::move(w->done), r);
     }
     job.waiters.clear();
-    recent_.push_back(report_locked(job));
-    while (recent_.size() > 256) recent_.pop_front();
-    jobs_.erase(job.spec.digest);
+    remember_locked(job);
+    // A cancelled job has left jobs_ already; a new build of its key may be there now.
+    if (auto it = jobs_.find(job.spec.digest); it != jobs_.end() && it->second.get() == &job) jobs_.erase(it);
   }
 
   void slot_loop(std::size_t s) {
@@ -303,16 +336,16 @@ class Core {
       lock.unlock();
       for (auto& f : started) f();
 
-      BuildRunResult r = run_build(store_, options_, slot, job->spec, job->cancel);
+      BuildRunResult r = run_build(store_, options_, sources_, slot, job->spec, job->cancel);
 
       std::vector<Delivery> ds;
       lock.lock();
       --running_[s];
       if (r.ran_worker) {
         ++started_;
-        ++(r.info ? ok_ : failed_);
+        ++(r.info ? ok_ : r.cancelled ? cancelled_ : failed_);
       }
-      finish_job_locked(*job, r.info ? "done" : "failed", r.info, ds);
+      finish_job_locked(*job, r.info ? "done" : r.cancelled ? "cancelled" : "failed", r.info, ds);
       lock.unlock();
       deliver(ds);
       lock.lock();
@@ -341,11 +374,16 @@ class Core {
         BuildCallback cb = std::move(w->done);
         std::string state = job ? job->state : "gone";
         std::string hex = job ? job->spec.digest.hex() : "?";
-        detach_waiter_locked(w);
-        ds.emplace_back(std::move(cb),
-                        make_error(Errc::timeout, "gave up waiting for the build of " + hex + " (it was " + state +
-                                                      "); a running build goes on and its artifact will be stored: "
-                                                      "ask again later, or wait longer (wait_ms)"));
+        const Left left = detach_waiter_locked(w);
+        std::string what =
+            left == Left::build_goes_on
+                ? "the build goes on for whoever else wants it and its artifact will be stored: ask again later, "
+                  "or wait longer (wait_ms)"
+                : std::string("nobody else wanted it, so it was ") + (left == Left::dropped ? "dropped" : "cancelled") +
+                      ": wait longer (wait_ms), or submit it without waiting (BUILD with wait=false, "
+                      "`kilnctl build --no-wait`, a prewarm) to have it built in the background";
+        ds.emplace_back(std::move(cb), make_error(Errc::timeout, "gave up waiting for the build of " + hex + " (it was " +
+                                                                     state + "); " + what));
       }
       lock.unlock();
       deliver(ds);
@@ -356,6 +394,8 @@ class Core {
   const SchedulerOptions options_;
   storage::Store& store_;
   const ProbedNode probed_;
+  const int work_lock_;   // flock on work_dir/LOCK: one scheduler per work folder
+  SourceCopies sources_;  // thread-safe itself
 
   mutable std::mutex mu_;
   std::condition_variable cv_;        // slot threads: work queued or stopping
@@ -368,7 +408,7 @@ class Core {
   std::vector<std::size_t> running_;                       // per slot
   std::multimap<Clock::time_point, std::weak_ptr<WaiterState>> deadlines_;
   std::deque<JobReport> recent_;
-  std::uint64_t started_ = 0, ok_ = 0, failed_ = 0;
+  std::uint64_t started_ = 0, ok_ = 0, failed_ = 0, cancelled_ = 0;
 
   std::vector<std::thread> threads_;
 };
@@ -422,12 +462,29 @@ Result<std::unique_ptr<BuildScheduler>> BuildScheduler::create(SchedulerOptions 
   std::error_code ec;
   std::filesystem::create_directories(options.work_dir / "jobs", ec);
   if (ec) return make_error(Errc::io_error, "builds: cannot create " + options.work_dir.string() + ": " + ec.message());
-  // Scratch folders of builds a previous kilnd did not finish.
-  for (const auto& e : std::filesystem::directory_iterator(options.work_dir / "jobs", ec))
-    std::filesystem::remove_all(e.path(), ec);
+  // The sweep below must not remove the scratch of another scheduler's running builds.
+  const std::string lock_path = (options.work_dir / "LOCK").string();
+  int lock = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (lock < 0) return error_from_errno(errno, "builds: cannot open " + lock_path);
+  if (::flock(lock, LOCK_EX | LOCK_NB) != 0) {
+    ::close(lock);
+    return make_error(Errc::busy, "builds: the work folder " + options.work_dir.string() +
+                                      " is in use by another kilnd; give each kilnd its own ([builds] work_dir)");
+  }
+  // Scratch of builds a previous kilnd did not finish (it was killed): job folders, source
+  // copies and partial copies.
+  for (const char* sub : {"jobs", "sources"}) {
+    for (auto it = std::filesystem::directory_iterator(options.work_dir / sub, ec);
+         !ec && it != std::filesystem::directory_iterator(); it.increment(ec)) {
+      std::error_code rm;
+      std::filesystem::remove_all(it->path(), rm);
+      if (rm) spdlog::warn("builds: cannot remove the leftover {}: {}", it->path().string(), rm.message());
+    }
+    ec.clear();
+  }
 
   ProbedNode probed = probe_node(options, host);
-  auto core = std::make_shared<Core>(std::move(options), store, std::move(probed));
+  auto core = std::make_shared<Core>(std::move(options), store, std::move(probed), lock);
   core->start();
   return std::unique_ptr<BuildScheduler>(std::make_unique<SchedulerImpl>(std::move(core)));
 }

@@ -1,8 +1,13 @@
 // kilnd's BuildService over the scheduler: ensure, prewarm submissions with events, status.
 #include "kiln/build/build_service.hpp"
 
+#include <signal.h>
+
+#include <atomic>
+#include <cerrno>
 #include <future>
 #include <mutex>
+#include <sstream>
 
 #include <doctest/doctest.h>
 
@@ -23,7 +28,8 @@ TEST_CASE("EnsureBuildsOnceAndReportsOk") {
   for (int i = 0; i < 8; ++i) {
     auto p = std::make_shared<std::promise<Status>>();
     futures.push_back(p->get_future());
-    svc->ensure(key, *key.digest(), daemon::EnsureOptions{}, [p](Status st) { p->set_value(std::move(st)); });
+    // Letting go of the handle does not withdraw: done() still gets the outcome.
+    (void)svc->ensure(key, *key.digest(), daemon::EnsureOptions{}, [p](Status st) { p->set_value(std::move(st)); });
   }
   for (auto& fu : futures) {
     REQUIRE(fu.wait_for(20s) == std::future_status::ready);
@@ -96,4 +102,122 @@ TEST_CASE("PrewarmOfOnlyStoredKeysEndsAtOnce") {
   REQUIRE(reply.has_value());
   CHECK(lasts == 1);
   CHECK(f.builds() == 0);
+}
+
+namespace {
+
+// done() for ensure(): counts its calls, keeps the first status.
+struct Done {
+  std::shared_ptr<std::promise<Status>> promise = std::make_shared<std::promise<Status>>();
+  std::future<Status> future = promise->get_future();
+  std::shared_ptr<std::atomic<int>> calls = std::make_shared<std::atomic<int>>(0);
+  std::function<void(Status)> fn() {
+    return [p = promise, c = calls](Status st) {
+      if (c->fetch_add(1) == 0) p->set_value(std::move(st));
+    };
+  }
+  Status get() {
+    REQUIRE(future.wait_for(20s) == std::future_status::ready);
+    return future.get();
+  }
+};
+
+bool wait_until(const std::function<bool()>& cond, std::chrono::milliseconds limit = 8s) {
+  auto end = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < end) {
+    if (cond()) return true;
+    std::this_thread::sleep_for(10ms);
+  }
+  return cond();
+}
+
+pid_t first_worker(const kiln::test::BuildFixture& f) {
+  std::istringstream in(kiln::test::read_text(f.count_file));
+  std::string region;
+  pid_t pid = 0;
+  in >> region >> pid;
+  return pid;
+}
+
+}  // namespace
+
+TEST_CASE("AWithdrawnWaiterGetsCancelledOnceAndTheOtherWaiterGetsTheArtifact") {
+  BuildFixture f;
+  auto hash = f.add_source({{"behavior", "ok"}, {"sleep_ms", 500}});
+  auto s = f.scheduler();
+  auto svc = make_build_service(*s, *f.store, 0s);
+  const Key key = f.key(hash);
+  Done leaving, staying;
+  auto w1 = svc->ensure(key, *key.digest(), {}, leaving.fn());
+  auto w2 = svc->ensure(key, *key.digest(), {}, staying.fn());
+  REQUIRE(w1);
+  REQUIRE(wait_until([&] { return f.builds() == 1; }));
+  w1->withdraw();
+  auto r1 = leaving.get();
+  REQUIRE_FALSE(r1.has_value());
+  CHECK(r1.error().code == Errc::cancelled);
+  CHECK(r1.error().message.find("withdrawn") != std::string::npos);
+  w1->withdraw();  // idempotent
+  auto r2 = staying.get();
+  CHECK_MESSAGE(r2.has_value(), (r2 ? "" : r2.error().to_string()));
+  w2->withdraw();  // after the outcome: nothing happens
+  std::this_thread::sleep_for(50ms);
+  CHECK(*leaving.calls == 1);
+  CHECK(*staying.calls == 1);
+  CHECK(f.builds() == 1);
+}
+
+TEST_CASE("WhenEveryWaiterWithdrawsTheRunningBuildIsKilledAndANewEnsureBuildsAgain") {
+  BuildFixture f;
+  f.options.failure_ttl = 600s;
+  auto hash = f.add_source({{"behavior", "ok"}, {"sleep_ms", 20000}});
+  auto s = f.scheduler();
+  auto svc = make_build_service(*s, *f.store, 0s);
+  const Key key = f.key(hash);
+  Done a, b;
+  auto w1 = svc->ensure(key, *key.digest(), {}, a.fn());
+  auto w2 = svc->ensure(key, *key.digest(), {}, b.fn());
+  REQUIRE(wait_until([&] { return first_worker(f) != 0; }));
+  const pid_t pgid = first_worker(f);
+  w1->withdraw();
+  w2->withdraw();
+  CHECK(a.get().error().code == Errc::cancelled);
+  CHECK(b.get().error().code == Errc::cancelled);
+  CHECK(wait_until([&] { return ::kill(-pgid, 0) != 0 && errno == ESRCH; }, 5s));
+  CHECK(wait_until([&] {
+    auto st = svc->status(protocol::BuildStatusRequest{std::nullopt, *key.digest()});
+    return st && st->builds.size() == 1 && st->builds[0].state == "cancelled";
+  }));
+  // Not remembered as a failure: the next ensure starts a worker again.
+  Done c;
+  auto w3 = svc->ensure(key, *key.digest(), {}, c.fn());
+  CHECK(wait_until([&] { return f.builds() == 2; }, 3s));
+  CHECK(c.future.wait_for(0s) == std::future_status::timeout);
+  w3->withdraw();
+  CHECK(c.get().error().code == Errc::cancelled);
+}
+
+TEST_CASE("AnInteractiveWaiterWithdrawingDoesNotStopAPrewarmedBuild") {
+  BuildFixture f;
+  auto hash = f.add_source({{"behavior", "ok"}, {"sleep_ms", 500}});
+  auto s = f.scheduler();
+  auto svc = make_build_service(*s, *f.store, 0s);
+  const Key key = f.key(hash);
+  std::promise<protocol::BuildEvent> finished;
+  auto sub = svc->submit({key}, false, [&](protocol::BuildEvent e, bool last) {
+    if (last) finished.set_value(std::move(e));
+  });
+  REQUIRE(sub.has_value());
+  Done waiter;
+  auto w = svc->ensure(key, *key.digest(), {}, waiter.fn());
+  REQUIRE(wait_until([&] { return f.builds() == 1; }));
+  w->withdraw();
+  CHECK(waiter.get().error().code == Errc::cancelled);
+  auto fut = finished.get_future();
+  REQUIRE(fut.wait_for(20s) == std::future_status::ready);
+  CHECK(fut.get().state == "done");
+  auto st = f.store->stat(*key.digest());
+  REQUIRE(st.has_value());
+  CHECK(st->has_value());
+  CHECK(f.builds() == 1);
 }

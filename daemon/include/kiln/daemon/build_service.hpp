@@ -12,6 +12,7 @@
 #pragma once
 
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -25,7 +26,22 @@ namespace kiln::daemon {
 
 struct EnsureOptions {
   bool force = false;                   // rebuild even if stored; ignore a recent failure
-  std::uint32_t wait_ms = 0;            // 0 = the scheduler's own build timeout
+  // Give up (Errc::timeout) after this long. 0 = until the build ends (the build itself
+  // is bounded by the daemon's build timeout).
+  std::uint32_t wait_ms = 0;
+};
+
+// One ensure() caller's hold on its build. The build goes on while anyone wants it (a
+// waiter or a prewarm); when the last waiter leaves, the daemon may stop it.
+class BuildWait {
+ public:
+  virtual ~BuildWait() = default;
+  // The caller stops waiting (its client disconnected or cancelled). If done() has not
+  // been called yet it is called now, exactly once, with Errc::cancelled ("withdrawn"),
+  // and the waiter leaves the build; after done() it does nothing. Idempotent; any thread;
+  // may be called from inside done(). Destroying the handle does NOT withdraw: done() is
+  // then still called with the outcome.
+  virtual void withdraw() = 0;
 };
 
 class BuildService {
@@ -36,9 +52,11 @@ class BuildService {
   // store: returns at once (done(ok)) if stored and !force, joins a running build of the
   // same key (single flight), or starts one. done() gets ok once the artifact is in the
   // store, else build_failed (message: the worker's last error line), no_source, timeout,
-  // unsupported (no GPU), cancelled.
-  virtual void ensure(const Key& key, const Digest& key_digest, const EnsureOptions& options,
-                      std::function<void(Status)> done) = 0;
+  // unsupported (no GPU), cancelled (shutdown, or withdrawn). done() is called exactly
+  // once, withdrawn or not. The returned handle withdraws this waiter (never null).
+  [[nodiscard]] virtual std::shared_ptr<BuildWait> ensure(const Key& key, const Digest& key_digest,
+                                                          const EnsureOptions& options,
+                                                          std::function<void(Status)> done) = 0;
 
   // Submits keys without waiting (PREWARM_SUBMIT, BUILD with wait=false). Returns a
   // handle and one result per key, in order. When `on_event` is set it receives a

@@ -2,8 +2,10 @@
 // kiln::daemon::BuildService (GET with on_miss=build, BUILD, PREWARM_SUBMIT, BUILD_STATUS)
 // over a BuildScheduler.
 //
-//  - ensure(): an interactive request; it waits up to wait_ms (0 = the build timeout) and
-//    then leaves with Errc::timeout while the build goes on.
+//  - ensure(): an interactive request; it waits up to wait_ms (0 = `default_wait`; 0 there
+//    too = until the build ends) and then leaves with Errc::timeout. Its handle's
+//    withdraw() leaves at once (done() gets Errc::cancelled). A build whose last waiter
+//    leaves, and that no prewarm wants, is stopped (SchedulerOptions::cancel_unwanted).
 //  - submit(): prewarm requests: queued behind interactive ones, kept alive with nobody
 //    waiting. Each valid submitted key gets one terminal event ("done" or "failed"; keys
 //    already stored get "done" at once); a "running" event when its build starts. The last

@@ -11,6 +11,10 @@
 //   failure_ttl_s = 600         # a failed key fails fast this long (0 = never remembered)
 //   max_log_bytes = 1048576     # stderr kept per build (its last bytes)
 //   keep_failed_work = false    # keep a failed build's scratch folder under work_dir/jobs
+//   cancel_unwanted = true      # stop a build once nobody waits for it (every waiter left or
+//                               # timed out, no prewarm wants it): dropped when queued, its
+//                               # worker killed when running; not a failure. false: every
+//                               # build runs to its end and its artifact is stored
 //   [[builds.slots]]            # explicit slots replace the probed GPUs
 //   name = "cpu0"; gpu_arch = "cpu"; gpu_name = "x86_64"; visible_device = ""
 //

@@ -10,11 +10,15 @@
 //    requests are taken before prewarm ones, first come first served within a priority.
 //  - Single flight: a request for a key already queued or building joins that build.
 //  - Waiters: a request's callback is called exactly once with the outcome, unless its
-//    Waiter leaves first (destroyed or leave()): then never. A queued build that nobody
-//    wants any more (no waiter, no prewarm) is dropped. A build already running always
-//    finishes and stores its artifact: the compile is the cost, and whoever asked will
-//    ask again.
-//  - Prewarm requests keep their build queued and running after their waiters leave.
+//    Waiter leaves first (destroyed or leave()): then never. A waiter whose wait limit
+//    passes leaves too (its callback gets Errc::timeout).
+//  - A build counts who wants it: its interactive waiters, and any prewarm request, which
+//    wants it until it ends. When the last waiter leaves a build no prewarm wants
+//    (cancel_unwanted, the default): a queued build is dropped (it never starts); a running
+//    one has its worker's process group killed (as for a timeout) and ends "cancelled".
+//    Neither is a failure: nothing goes into the negative cache (a running one's log is
+//    recorded, its error starting "cancelled: "), and the next request for the key starts
+//    a fresh build at once. With cancel_unwanted = false every build runs to its end.
 //  - Failures: a worker that fails, crashes, hangs past the timeout (its process group is
 //    killed), writes nothing or writes garbage fails the build for its waiters, never the
 //    daemon. The outcome and the worker's stderr are recorded (Store::record_build). A
@@ -61,7 +65,10 @@ struct SlotConfig {
 
 struct SchedulerOptions {
   WorkerCommand worker;                  // e.g. {"python3", ".../ops/workers/kiln_worker"}
-  std::filesystem::path work_dir;        // sources materialized and per-build scratch; created
+  // Created; holds LOCK, jobs/ (one scratch folder per running build) and sources/ (source
+  // copies of running builds). Nothing of a build stays after it ends (but see
+  // keep_failed_work); build logs live in the store.
+  std::filesystem::path work_dir;
   // Slots; empty = one per GPU the driver probe finds (none: builds are refused).
   std::vector<SlotConfig> slots;
   bool probe_gpus = true;                // false: use only `slots`
@@ -71,6 +78,9 @@ struct SchedulerOptions {
   std::chrono::seconds failure_ttl{std::chrono::minutes(10)};  // 0 = failures not remembered
   std::size_t max_log_bytes = 1u << 20;
   bool keep_failed_work = false;         // leave a failed build's scratch folder for debugging
+  // Stop a build nobody waits for any more (and no prewarm wants): dropped when queued,
+  // its worker killed when running. false: every build runs to its end and is stored.
+  bool cancel_unwanted = true;
 };
 
 struct SlotReport {
@@ -87,11 +97,12 @@ struct NodeReport {
   std::string toolchain_error;           // why they are unknown, when unknown
   std::vector<SlotReport> slots;
   std::uint64_t builds_started = 0, builds_ok = 0, builds_failed = 0;
+  std::uint64_t builds_cancelled = 0;    // workers stopped because nobody wanted their build
 };
 
 struct JobReport {
   Digest key_digest;
-  std::string state;                     // "queued" | "running" | "done" | "failed"
+  std::string state;                     // "queued" | "running" | "done" | "failed" | "cancelled"
   Priority priority = Priority::interactive;
   std::int64_t queued_at = 0, started_at = 0, finished_at = 0;  // unix seconds; 0 = not yet
   std::string slot;
@@ -102,7 +113,8 @@ struct JobReport {
 struct RequestOptions {
   Priority priority = Priority::interactive;
   Force force = Force::no;
-  // The waiter leaves with Errc::timeout after this long; the build goes on. 0 = no limit.
+  // The waiter leaves with Errc::timeout after this long (the build goes on if someone
+  // else still wants it). 0 = no limit (the build itself is bounded by build_timeout).
   std::chrono::milliseconds wait{0};
   // Called once when the build this request waits on starts running (not for an answer
   // from the store or a build already running when the request joined). Optional.
@@ -112,8 +124,10 @@ struct RequestOptions {
 using BuildCallback = std::function<void(Result<storage::ArtifactInfo>)>;
 
 // One caller's interest in one build. Destroying it (or leave()) before the callback ran
-// means the callback will not run. detach() lets the request run to its outcome (or its
-// wait limit) without holding the handle.
+// means the callback will not run, and may stop the build (see "A build counts who wants
+// it"). detach() lets the request run to its outcome (or its wait limit) without holding
+// the handle; leave() still works after detach(). leave() is idempotent and may be called
+// from any thread, also from inside a callback.
 class Waiter {
  public:
   virtual ~Waiter() = default;
@@ -128,7 +142,9 @@ class BuildScheduler {
   // scheduler then refuses builds with a message saying why. `host` gives the node's host
   // fields (platform, machine, cpu_isa) and any configured node fields, which win over
   // probed ones. invalid_argument: no worker command, builds_per_slot 0; io_error: the work
-  // folder cannot be created. `store` is not owned and must outlive the scheduler.
+  // folder cannot be created; busy: another scheduler holds the work folder (its LOCK
+  // file). At start, what a killed kilnd left in work_dir (build scratch folders, source
+  // copies) is removed. `store` is not owned and must outlive the scheduler.
   static Result<std::unique_ptr<BuildScheduler>> create(SchedulerOptions options, storage::Store& store,
                                                         const NodeFields& host);
   // Fails every queued request with Errc::cancelled, kills running workers, joins threads.
@@ -142,8 +158,8 @@ class BuildScheduler {
   // the stored artifact's info: at once if stored (and not forced), else when the build
   // finishes. Errors: invalid_argument (incomplete/malformed key), unsupported, no_source,
   // build_failed (this build, or a recent failure: the message says when and how to
-  // retry), timeout (options.wait expired; the build goes on), cancelled (shutdown), and
-  // the store's own errors.
+  // retry), timeout (options.wait expired), cancelled (shutdown), and the store's own
+  // errors.
   [[nodiscard]] virtual std::unique_ptr<Waiter> request(const Key& key, const RequestOptions& options,
                                                         BuildCallback done) = 0;
 

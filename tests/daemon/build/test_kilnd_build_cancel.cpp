@@ -1,0 +1,209 @@
+// End to end: the real kilnd with the test worker; clients that stop waiting for a build
+// (disconnect, CANCEL) stop it when nobody else wants it, and kilnd keeps serving.
+#include <signal.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include <doctest/doctest.h>
+#include <nlohmann/json.hpp>
+
+#include "kiln/key.hpp"
+#include "kiln/protocol/frame.hpp"
+#include "support/kilnd_process.hpp"
+#include "support/raw_client.hpp"
+#include "temp_dir.hpp"
+
+using namespace kiln;
+using namespace std::chrono_literals;
+using json = nlohmann::json;
+namespace proto = kiln::protocol;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string read_text(const fs::path& p) {
+  std::ifstream in(p);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+bool wait_until(const std::function<bool()>& cond, std::chrono::milliseconds limit = 8s) {
+  auto end = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < end) {
+    if (cond()) return true;
+    std::this_thread::sleep_for(10ms);
+  }
+  return cond();
+}
+
+std::string config() {
+  return std::string("[builds]\nworker = [\"") + KILN_TEST_WORKER +
+         "\"]\nprobe_gpus = false\nfailure_ttl_s = 600\nbuild_timeout_s = 600\n"
+         "[[builds.slots]]\nname = \"gpu0\"\ngpu_arch = \"sm_test\"\ngpu_name = \"Test GPU\"\n";
+}
+
+struct Node {
+  test::TempDir dir;
+  test::KilndProcess kilnd{dir.path(), config()};
+  fs::path count_file = dir / "builds.txt";
+
+  std::unique_ptr<test::RawClient> client() {
+    auto c = std::make_unique<test::RawClient>(kilnd.socket());
+    c->hello();
+    return c;
+  }
+
+  // Registers a source that commands the test worker; returns its model hash.
+  std::string add_source(json command) {
+    command["count_file"] = count_file.string();
+    const std::string text = command.dump();
+    const std::string hash = sha256(text).hex();
+    auto c = client();
+    const auto id = c->next_id();
+    REQUIRE(c->send_frame(proto::MsgType::put_source, id, json{{"model_hash", hash}, {"name", "slow.json"}}.dump()));
+    REQUIRE(c->send_frame(proto::MsgType::chunk, id, text, proto::kFlagEnd));
+    auto r = c->recv();
+    REQUIRE(r.has_value());
+    REQUIRE_MESSAGE(r->header.type == proto::MsgType::ok, r->body);
+    return hash;
+  }
+
+  // The pid of the n-th worker started, 0 if none yet.
+  pid_t worker(std::size_t n) const {
+    std::istringstream in(read_text(count_file));
+    std::string region;
+    pid_t pid = 0;
+    for (std::size_t i = 0; i <= n; ++i)
+      if (!(in >> region >> pid)) return 0;
+    return pid;
+  }
+  std::size_t workers() const {
+    std::size_t n = 0;
+    while (worker(n)) ++n;
+    return n;
+  }
+  std::size_t scratch_entries() const {
+    std::size_t n = 0;
+    std::error_code ec;
+    for (const char* sub : {"jobs", "sources"})
+      for (auto it = fs::directory_iterator(dir / "store" / "builds" / sub, ec); !ec && it != fs::directory_iterator();
+           it.increment(ec))
+        ++n;
+    return n;
+  }
+};
+
+// The worker is kilnd's child: gone (killed and reaped), with its process group.
+bool gone(pid_t pid) { return ::kill(pid, 0) != 0 && errno == ESRCH && ::kill(-pid, 0) != 0 && errno == ESRCH; }
+
+// A key with the node fields left to kilnd.
+Key client_key(const std::string& hash, const std::string& region) {
+  Key k;
+  k.kind = ArtifactKind::aoti;
+  k.model_hash = hash;
+  k.region = region;
+  k.dtype = "bfloat16";
+  k.inputs = {{{Dim::fixed(1), Dim::fixed(4608), Dim::fixed(3072)}, "bfloat16", "strided"}};
+  return k;
+}
+
+std::string get_build(const Key& k) { return "{\"key\":" + k.to_json() + ",\"on_miss\":\"build\"}"; }
+std::string build_wait(const Key& k) { return "{\"key\":" + k.to_json() + ",\"wait\":true}"; }
+
+json call_ok(test::RawClient& c, proto::MsgType type, const std::string& body) {
+  auto r = c.call(type, body);
+  REQUIRE_MESSAGE(r.header.type == proto::MsgType::ok, r.body);
+  return json::parse(r.body);
+}
+
+}  // namespace
+
+TEST_CASE("AClientThatDisconnectsWhileWaitingStopsItsBuildAndKilndKeepsServing") {
+  Node n;
+  const std::string hash = n.add_source({{"behavior", "ok"}, {"sleep_ms", 30000}, {"log", "compiling slowly"}});
+  {
+    auto waiter = n.client();
+    REQUIRE(waiter->send_frame(proto::MsgType::get, waiter->next_id(), get_build(client_key(hash, "Block"))));
+    REQUIRE(wait_until([&] { return n.worker(0) != 0; }));
+    CHECK(n.scratch_entries() >= 2);  // its job folder and its source copy
+  }  // the client goes away without a word
+  const pid_t pid = n.worker(0);
+  const auto t0 = std::chrono::steady_clock::now();
+  CHECK(wait_until([&] { return gone(pid); }, 5s));
+  CHECK(std::chrono::steady_clock::now() - t0 < 5s);  // not the 600 s build timeout
+
+  auto admin = n.client();
+  json status;
+  CHECK(wait_until([&] {  // the worker is reaped a moment before the build is recorded
+    status = call_ok(*admin, proto::MsgType::build_status, "{}");
+    return status["builds"].size() == 1 && status["builds"][0]["state"] == "cancelled";
+  }, 3s));
+  REQUIRE(status["builds"].size() == 1);
+  const std::string digest = status["builds"][0]["key_digest"];
+  json logs = call_ok(*admin, proto::MsgType::logs, "{\"key_digest\":\"" + digest + "\"}");
+  CHECK(logs["found"] == true);
+  CHECK(logs["record"]["error"].get<std::string>().starts_with("cancelled: "));
+  CHECK(logs["record"]["log"].get<std::string>().find("compiling slowly") != std::string::npos);
+  CHECK(wait_until([&] { return n.scratch_entries() == 0; }, 2s));
+  CHECK(n.kilnd.log().find("nobody waits for it any more") != std::string::npos);
+  CHECK(n.kilnd.running());
+  call_ok(*admin, proto::MsgType::status, "{}");
+}
+
+TEST_CASE("ACancelledWaitLeavesTheBuildToAnotherConnectionsWaiterOrStopsItWhenAlone") {
+  Node n;
+  const std::string shared = n.add_source({{"behavior", "ok"}, {"sleep_ms", 1500}});
+  const Key key = client_key(shared, "Shared");
+  auto a = n.client();
+  auto b = n.client();
+  const auto a_id = a->next_id();
+  REQUIRE(a->send_frame(proto::MsgType::build, a_id, build_wait(key)));
+  const auto b_id = b->next_id();
+  REQUIRE(b->send_frame(proto::MsgType::get, b_id, get_build(key)));
+  REQUIRE(wait_until([&] { return n.worker(0) != 0; }));
+  // a cancels its wait: it ends with ERROR cancelled; b still wants the build.
+  REQUIRE(a->send_frame(proto::MsgType::cancel, a->next_id(), "{\"request_id\":" + std::to_string(a_id) + "}"));
+  bool cancel_acked = false, wait_ended = false;
+  for (int i = 0; i < 2; ++i) {
+    auto f = a->recv(5s);
+    REQUIRE(f.has_value());
+    if (f->header.request_id == a_id) {
+      CHECK(f->header.type == proto::MsgType::error);
+      CHECK(json::parse(f->body)["name"] == "cancelled");
+      wait_ended = true;
+    } else {
+      CHECK(json::parse(f->body)["cancelled"] == true);
+      cancel_acked = true;
+    }
+  }
+  CHECK(cancel_acked);
+  CHECK(wait_ended);
+  auto got = b->recv(10s);
+  REQUIRE(got.has_value());
+  CHECK_MESSAGE(got->header.type == proto::MsgType::ok, got->body);
+  CHECK(json::parse(got->body)["found"] == true);
+  if (got->fd >= 0) ::close(got->fd);
+  CHECK(n.workers() == 1);
+  CHECK(gone(n.worker(0)));
+
+  // Alone, a cancelled wait stops the build.
+  const std::string slow = n.add_source({{"behavior", "ok"}, {"sleep_ms", 30000}});
+  const auto c_id = a->next_id();
+  REQUIRE(a->send_frame(proto::MsgType::build, c_id, build_wait(client_key(slow, "Alone"))));
+  REQUIRE(wait_until([&] { return n.worker(1) != 0; }));
+  REQUIRE(a->send_frame(proto::MsgType::cancel, a->next_id(), "{\"request_id\":" + std::to_string(c_id) + "}"));
+  for (int i = 0; i < 2; ++i) {  // the CANCEL's reply and the wait's ERROR cancelled
+    auto f = a->recv(5s);
+    REQUIRE(f.has_value());
+    if (f->header.request_id == c_id) CHECK(json::parse(f->body)["name"] == "cancelled");
+  }
+  CHECK(wait_until([&] { return gone(n.worker(1)); }, 5s));
+  CHECK(wait_until([&] { return n.scratch_entries() == 0; }, 2s));
+  // The connection is still good.
+  call_ok(*a, proto::MsgType::status, "{}");
+}
