@@ -65,4 +65,16 @@ void print_info(std::ostream& out, const client::ArtifactInfo& info) {
   line("pinned", info.pinned ? "yes" : "no");
 }
 
+std::vector<std::pair<std::string, std::string>> gpu_status_lines(const client::DaemonStatus& s) {
+  std::vector<std::pair<std::string, std::string>> out;
+  if (s.gpus.empty())
+    out.emplace_back("gpus", "none found: " + (s.gpu_note.empty() ? std::string("(no reason given)") : s.gpu_note));
+  for (const auto& g : s.gpus)
+    out.emplace_back("gpu " + std::to_string(g.index), g.name + ", " + g.arch + ", " + format_bytes(g.memory_bytes));
+  for (const auto& b : s.build_slots)
+    out.emplace_back("slot " + b.name, b.gpu_name + ", " + b.gpu_arch + ": " + std::to_string(b.running) +
+                                           " running, " + std::to_string(b.queued) + " queued");
+  return out;
+}
+
 }  // namespace kiln::ctl

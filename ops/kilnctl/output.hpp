@@ -4,8 +4,11 @@
 #include <cstdint>
 #include <iosfwd>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "kiln/client/artifact.hpp"
+#include "kiln/client/client.hpp"
 
 namespace kiln::ctl {
 
@@ -17,5 +20,9 @@ std::string format_time(std::int64_t unix_seconds);
 std::string read_stream(std::istream& in);
 // Every field of `info`, one "name  value" line each, key fields included.
 void print_info(std::ostream& out, const client::ArtifactInfo& info);
+// `kilnctl status`'s GPU and build slot lines as (name, value): ("gpu 0", "NVIDIA H200,
+// sm_90, 139.8 GiB") per GPU, or ("gpus", "none found: <probe note>"); then ("slot gpu0",
+// "NVIDIA H200, sm_90: 1 running, 2 queued") per build slot.
+std::vector<std::pair<std::string, std::string>> gpu_status_lines(const client::DaemonStatus& status);
 
 }  // namespace kiln::ctl

@@ -50,12 +50,7 @@ void add_status(CommandSet& set) {
                            (store->quota_bytes ? ", quota " + format_bytes(store->quota_bytes) : ", no quota") +
                            (store->hard_limit_bytes ? ", hard limit " + format_bytes(store->hard_limit_bytes) : ""));
     // The node's GPUs as kilnd's build scheduler probed them at start, then its build slots.
-    if (s->gpus.empty()) line("gpus", "none found: " + (s->gpu_note.empty() ? std::string("(no reason given)") : s->gpu_note));
-    for (const auto& g : s->gpus)
-      line("gpu " + std::to_string(g.index), g.name + ", " + g.arch + ", " + format_bytes(g.memory_bytes));
-    for (const auto& b : s->build_slots)
-      line("slot " + b.name, b.gpu_name + ", " + b.gpu_arch + ": " + std::to_string(b.running) + " running, " +
-                                 std::to_string(b.queued) + " queued");
+    for (const auto& [name, value] : gpu_status_lines(*s)) line(name, value);
     line("builds", *builds ? describe(**builds) : "not built on this node");
     return 0;
   });
