@@ -171,7 +171,7 @@ asio::awaitable<Outcome> handle_get(Connection& c, const Request& r) {
 
 asio::awaitable<bool> try_hot_get(Connection& c, const Request& r) {
   auto req = proto::decode<proto::GetRequest>(r.body);
-  if (!req || req->delivery != proto::Delivery::fd) co_return false;
+  if (!req || req->delivery == proto::Delivery::stream) co_return false;
   auto& s = c.state();
   auto d = resolve_ref(s, req->ref);
   if (!d) co_return false;
