@@ -199,10 +199,19 @@ int cmd_logs(const std::map<std::string, std::string>& a) {
   return 0;
 }
 
+// Every build kilnd knows (BUILD_STATUS), as JSON.
+int cmd_builds() {
+  auto c = connect();
+  auto r = c.call(kiln::protocol::MsgType::build_status, "{}");
+  if (!r) die(r.error().to_string());
+  std::cout << *r << std::endl;
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 2) die("usage: kiln_gpu_bench register|race|load|fetch|logs [--name value ...] [FILE]");
+  if (argc < 2) die("usage: kiln_gpu_bench register|race|load|fetch|logs|builds [--name value ...] [FILE]");
   std::string cmd = argv[1];
   std::map<std::string, std::string> a;
   std::string positional;
@@ -216,5 +225,6 @@ int main(int argc, char** argv) {
   if (cmd == "load") return cmd_load(a);
   if (cmd == "fetch") return cmd_fetch(a);
   if (cmd == "logs") return cmd_logs(a);
+  if (cmd == "builds") return cmd_builds();
   die("unknown subcommand " + cmd);
 }
