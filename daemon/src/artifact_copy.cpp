@@ -70,33 +70,47 @@ Status write_all(int fd, std::span<const std::byte> data) {
 }
 }  // namespace
 
-Result<std::shared_ptr<const ArtifactCopy>> make_copy_or_null(storage::Store& store, const Digest& key_digest) {
-  std::string name = "kiln-" + key_digest.hex().substr(0, 16);
+Result<std::shared_ptr<ArtifactCopy>> make_sealed_copy(const std::string& name, const std::string& what,
+                                                       const CopyReader& read) {
   int raw = ::memfd_create(name.c_str(), MFD_CLOEXEC | MFD_ALLOW_SEALING);
-  if (raw < 0) return error_from_errno(errno, "memfd_create for artifact copy");
+  if (raw < 0) return error_from_errno(errno, "memfd_create for a copy of " + what);
   auto copy = std::make_shared<ArtifactCopy>();
   copy->memfd.reset(raw);
-  int fd = raw;
+  const int fd = raw;
   std::string* keep = &copy->bytes;
-  auto info = store.read(key_digest, [fd, keep](std::span<const std::byte> data) {
+  auto size = read([fd, keep](std::span<const std::byte> data) {
     // Kept only while small; dropped below once the whole size is known.
     if (keep->size() + data.size() <= ArtifactCopy::kKeepBytesMax)
       keep->append(reinterpret_cast<const char*>(data.data()), data.size());
     return write_all(fd, data);
   });
-  if (!info) return std::move(info).error();
-  if (!*info) return std::shared_ptr<const ArtifactCopy>{};
-  copy->size = (*info)->size;
-  copy->meta = to_meta(**info);
+  if (!size) return std::move(size).error();
+  if (!*size) return std::shared_ptr<ArtifactCopy>{};
+  copy->size = **size;
   if (copy->bytes.size() != copy->size) std::string().swap(copy->bytes);
   // The store verified the digest while streaming; a size disagreement means a bug.
   off_t end = ::lseek(fd, 0, SEEK_END);
   if (end < 0 || static_cast<std::uint64_t>(end) != copy->size)
-    return make_error(Errc::corrupt, "artifact " + key_digest.hex() + ": store delivered " + std::to_string(end) +
-                                         " bytes, index says " + std::to_string(copy->size));
+    return make_error(Errc::corrupt, what + ": store delivered " + std::to_string(end) + " bytes, index says " +
+                                         std::to_string(copy->size));
   if (::fcntl(fd, F_ADD_SEALS, F_SEAL_WRITE | F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0)
-    return error_from_errno(errno, "seal artifact memfd");
-  return std::shared_ptr<const ArtifactCopy>(std::move(copy));
+    return error_from_errno(errno, "sealing the copy of " + what);
+  return copy;
+}
+
+Result<std::shared_ptr<const ArtifactCopy>> make_copy_or_null(storage::Store& store, const Digest& key_digest) {
+  std::optional<storage::ArtifactInfo> found;
+  auto copy = make_sealed_copy("kiln-" + key_digest.hex().substr(0, 16), "artifact " + key_digest.hex(),
+                               [&](const storage::ByteSink& sink) -> Result<std::optional<std::uint64_t>> {
+                                 auto info = store.read(key_digest, sink);
+                                 if (!info) return std::move(info).error();
+                                 if (!*info) return std::optional<std::uint64_t>();
+                                 found = std::move(**info);
+                                 return std::optional<std::uint64_t>(found->size);
+                               });
+  if (!copy) return std::move(copy).error();
+  if (*copy) (*copy)->meta = to_meta(*found);
+  return std::shared_ptr<const ArtifactCopy>(std::move(*copy));
 }
 
 }  // namespace kiln::daemon

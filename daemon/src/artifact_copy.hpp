@@ -2,8 +2,10 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <vector>
 #include <string>
 
@@ -46,6 +48,14 @@ struct ArtifactCopy {
   mutable std::mutex spares_mu_;
   mutable std::vector<int> spares_;  // guarded by spares_mu_; each handed out once
 };
+
+// A new sealed memfd named `name`, filled by `read`: it streams verified bytes into the
+// sink it is given and returns how many it promised, or nullopt when there is nothing to
+// read (then the result is a null copy). `what` names the thing in errors ("artifact
+// <digest>"). Keeps the bytes in memory too when small (ArtifactCopy::bytes). Blocking.
+using CopyReader = std::function<Result<std::optional<std::uint64_t>>(const storage::ByteSink& sink)>;
+Result<std::shared_ptr<ArtifactCopy>> make_sealed_copy(const std::string& name, const std::string& what,
+                                                       const CopyReader& read);
 
 // Reads `key_digest` from the store (verifying its digest) into a new sealed memfd.
 // nullopt when the store has no such artifact. Blocks on disk: call off the event loop.

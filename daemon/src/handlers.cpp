@@ -103,18 +103,7 @@ asio::awaitable<Outcome> serve_hit(Connection& c, const Request& r, const proto:
     }
     return body;
   };
-  if (delivery == proto::Delivery::fd) {
-    auto fd = hit.copy->take_read_only();
-    if (!fd) co_return fail(fd.error());
-    auto body = reply_body();
-    if (co_await c.send_ok(r.id, *body, 0, fd->get())) s.metrics.add_bytes_served(size);
-    if (hit.copy->spares_low()) {
-      // Keep a few read-only descriptions ready, opened off the critical path.
-      auto copy = hit.copy;
-      asio::post(s.pool, [copy] { copy->refill(); });
-    }
-    co_return Outcome{{}, note + " fd", true};
-  }
+  if (delivery == proto::Delivery::fd) co_return co_await deliver_fd(c, r, hit.copy, *reply_body(), note);
   if (hit.copy->bytes.size() == size && size <= c.client_max_frame()) {
     // Small and kept in memory: the reply and its one CHUNK in a single write.
     auto body = reply_body();

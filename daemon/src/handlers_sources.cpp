@@ -3,11 +3,6 @@
 // handed over by the same delivery code as a GET hit (deliver.hpp).
 #include "handlers_sources.hpp"
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <unistd.h>
-
-#include <cerrno>
 #include <filesystem>
 #include <optional>
 #include <utility>
@@ -43,18 +38,6 @@ Error not_registered(const std::string& model_hash) {
                                          "--model-hash " + model_hash);
 }
 
-Status write_all(int fd, std::span<const std::byte> data) {
-  while (!data.empty()) {
-    ssize_t n = ::write(fd, data.data(), data.size());
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return error_from_errno(errno, "write source copy to memfd");
-    }
-    data = data.subspan(static_cast<std::size_t>(n));
-  }
-  return {};
-}
-
 struct SourceCopy {
   std::shared_ptr<const ArtifactCopy> copy;
   proto::SourceMeta meta;
@@ -63,22 +46,18 @@ struct SourceCopy {
 // Reads the source (verified by the store; a damaged one is quarantined there and
 // reported corrupt) into a sealed memfd. nullopt when none is registered. Blocking.
 Result<std::optional<SourceCopy>> make_source_copy(storage::Store& store, const std::string& model_hash) {
-  const std::string name = "kiln-src-" + model_hash.substr(0, 16);
-  int raw = ::memfd_create(name.c_str(), MFD_CLOEXEC | MFD_ALLOW_SEALING);
-  if (raw < 0) return error_from_errno(errno, "memfd_create for source copy");
-  auto copy = std::make_shared<ArtifactCopy>();
-  copy->memfd.reset(raw);
-  auto info = store.read_source(model_hash, [raw](std::span<const std::byte> data) { return write_all(raw, data); });
-  if (!info) return std::move(info).error();
-  if (!*info) return std::optional<SourceCopy>();
-  copy->size = (*info)->size;
-  off_t end = ::lseek(raw, 0, SEEK_END);
-  if (end < 0 || static_cast<std::uint64_t>(end) != copy->size)
-    return make_error(Errc::corrupt, "source " + model_hash + ": store delivered " + std::to_string(end) +
-                                         " bytes, index says " + std::to_string(copy->size));
-  if (::fcntl(raw, F_ADD_SEALS, F_SEAL_WRITE | F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0)
-    return error_from_errno(errno, "seal source memfd");
-  return std::optional<SourceCopy>(SourceCopy{std::move(copy), to_source_meta(store, **info)});
+  std::optional<storage::SourceInfo> found;
+  auto copy = make_sealed_copy("kiln-src-" + model_hash.substr(0, 16), "source " + model_hash,
+                               [&](const storage::ByteSink& sink) -> Result<std::optional<std::uint64_t>> {
+                                 auto info = store.read_source(model_hash, sink);
+                                 if (!info) return std::move(info).error();
+                                 if (!*info) return std::optional<std::uint64_t>();
+                                 found = std::move(**info);
+                                 return std::optional<std::uint64_t>(found->size);
+                               });
+  if (!copy) return std::move(copy).error();
+  if (!*copy) return std::optional<SourceCopy>();
+  return std::optional<SourceCopy>(SourceCopy{std::move(*copy), to_source_meta(store, *found)});
 }
 
 asio::awaitable<Outcome> handle_list_sources(Connection& c, const Request& r) {
