@@ -12,6 +12,7 @@
 #include <spdlog/spdlog.h>
 
 #include "kiln/build/worker_protocol.hpp"
+#include "worker_group.hpp"
 
 namespace kiln::build {
 
@@ -119,6 +120,12 @@ BuildRunResult run_build(storage::Store& store, const SchedulerOptions& options,
   cmd.env["TORCHINDUCTOR_CACHE_DIR"] = (dir / "inductor-cache").string();
   cmd.env["TRITON_CACHE_DIR"] = (dir / "triton-cache").string();
   cmd.env["KILN_BUILD_SLOT"] = slot.name;
+  // The worker's group, for the start-up sweep of a kilnd started after this one is killed.
+  // Not recording it only loses that; the build goes on.
+  cmd.on_spawn = [&dir, &hex](int pid) {
+    if (auto st = write_worker_group(dir, pid); !st)
+      spdlog::warn("build {}: cannot record its worker's process group: {}", hex, st.error().to_string());
+  };
   WorkerLimits limits;
   limits.timeout = options.build_timeout;
   limits.max_log = options.max_log_bytes;

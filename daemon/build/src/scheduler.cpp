@@ -20,6 +20,7 @@
 #include "build_runner.hpp"
 #include "node_probe.hpp"
 #include "source_copies.hpp"
+#include "worker_group.hpp"
 
 namespace kiln::build {
 
@@ -476,6 +477,9 @@ Result<std::unique_ptr<BuildScheduler>> BuildScheduler::create(SchedulerOptions 
   for (const char* sub : {"jobs", "sources"}) {
     for (auto it = std::filesystem::directory_iterator(options.work_dir / sub, ec);
          !ec && it != std::filesystem::directory_iterator(); it.increment(ec)) {
+      // A job folder whose worker still runs (kilnd was SIGKILLed): its group is killed
+      // first, or it would keep the GPU. Only with a record naming that very process.
+      if (std::string_view(sub) == "jobs") (void)kill_leftover_group(it->path());
       std::error_code rm;
       std::filesystem::remove_all(it->path(), rm);
       if (rm) spdlog::warn("builds: cannot remove the leftover {}: {}", it->path().string(), rm.message());

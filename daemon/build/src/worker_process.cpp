@@ -129,6 +129,10 @@ WorkerExit run_worker(const WorkerCommand& command, const PendingRequest& pendin
   posix_spawn_file_actions_adddup2(&fa, out.w, 1);
   posix_spawn_file_actions_adddup2(&fa, err.w, 2);
   // Own process group (pgid = its pid) so that the whole tree can be killed at once;
+  // (No PR_SET_PDEATHSIG: posix_spawn has no hook to set it in the child, it would cover
+  // only the leader, not the compiler processes in its group, and it fires when the
+  // spawning *thread* exits, not kilnd. What a killed kilnd leaves is stopped by the next
+  // kilnd's start-up sweep instead, from the group recorded through on_spawn.)
   // default signal dispositions and an empty mask whatever the daemon's threads use.
   posix_spawnattr_setpgroup(&attr, 0);
   sigset_t none, all;
@@ -157,6 +161,7 @@ WorkerExit run_worker(const WorkerCommand& command, const PendingRequest& pendin
     return result;
   }
   ::fcntl(in.w, F_SETFL, O_NONBLOCK);
+  if (command.on_spawn) command.on_spawn(pid);
 
   std::size_t written = 0;
   std::string request;

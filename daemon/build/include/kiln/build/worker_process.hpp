@@ -25,6 +25,11 @@ namespace kiln::build {
 struct WorkerCommand {
   std::vector<std::string> argv;             // argv[0] is looked up in PATH if it has no '/'
   std::map<std::string, std::string> env;    // set on top of the daemon's environment
+  // Optional: called once, on the calling thread, right after the worker was spawned and
+  // before anything is written to it, with its pid (which is also its process group id;
+  // the worker is not reaped before this returns, so the pid cannot have been reused).
+  // kilnd records the group here so that a later kilnd can kill it (worker_group.hpp).
+  std::function<void(int pid)> on_spawn;
 };
 
 struct WorkerLimits {
