@@ -129,11 +129,11 @@ WorkerExit run_worker(const WorkerCommand& command, const PendingRequest& pendin
   posix_spawn_file_actions_adddup2(&fa, out.w, 1);
   posix_spawn_file_actions_adddup2(&fa, err.w, 2);
   // Own process group (pgid = its pid) so that the whole tree can be killed at once;
-  // (No PR_SET_PDEATHSIG: posix_spawn has no hook to set it in the child, it would cover
+  // default signal dispositions and an empty mask whatever the daemon's threads use.
+  // No PR_SET_PDEATHSIG: posix_spawn has no hook to set it in the child, it would cover
   // only the leader, not the compiler processes in its group, and it fires when the
   // spawning *thread* exits, not kilnd. What a killed kilnd leaves is stopped by the next
-  // kilnd's start-up sweep instead, from the group recorded through on_spawn.)
-  // default signal dispositions and an empty mask whatever the daemon's threads use.
+  // kilnd's start-up sweep instead, from the group recorded through on_spawn.
   posix_spawnattr_setpgroup(&attr, 0);
   sigset_t none, all;
   sigemptyset(&none);

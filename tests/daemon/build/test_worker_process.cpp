@@ -3,6 +3,7 @@
 #include "kiln/build/worker_process.hpp"
 
 #include <signal.h>
+#include <unistd.h>
 
 #include <fstream>
 #include <sstream>
@@ -15,7 +16,7 @@ using namespace std::chrono_literals;
 
 namespace {
 
-WorkerCommand sh(const std::string& script) { return WorkerCommand{{"/bin/sh", "-c", script}, {}}; }
+WorkerCommand sh(const std::string& script) { return WorkerCommand{{"/bin/sh", "-c", script}, {}, {}}; }
 
 bool gone(pid_t pid) {
   for (int i = 0; i < 200; ++i) {
@@ -109,14 +110,32 @@ TEST_CASE("CancelKillsTheWorker") {
 }
 
 TEST_CASE("AMissingProgramIsASpawnFailureNotACrash") {
-  auto e = run_worker(WorkerCommand{{"/nonexistent/kiln-worker"}, {}}, "{}", WorkerLimits{});
+  auto e = run_worker(WorkerCommand{{"/nonexistent/kiln-worker"}, {}, {}}, "{}", WorkerLimits{});
   CHECK(e.how == WorkerExit::How::spawn_failed);
   CHECK(e.describe().find("/nonexistent/kiln-worker") != std::string::npos);
 }
 
 TEST_CASE("ExtraEnvironmentReachesTheWorker") {
-  auto e = run_worker(WorkerCommand{{"/bin/sh", "-c", "printf %s \"$KILN_X\""}, {{"KILN_X", "42"}}}, "", WorkerLimits{});
+  auto e = run_worker(WorkerCommand{{"/bin/sh", "-c", "printf %s \"$KILN_X\""}, {{"KILN_X", "42"}}, {}}, "", WorkerLimits{});
   CHECK(e.out == "42");
+}
+
+TEST_CASE("OnSpawnGetsTheWorkersPidWhichLeadsItsOwnGroupBeforeItIsReaped") {
+  std::vector<int> seen;
+  int pgid_then = -1;
+  WorkerCommand cmd = sh("printf %s $$");
+  cmd.on_spawn = [&](int pid) {
+    seen.push_back(pid);
+    pgid_then = ::getpgid(pid);  // still there: not reaped yet
+  };
+  auto e = run_worker(cmd, "", WorkerLimits{});
+  REQUIRE(seen.size() == 1);
+  CHECK(e.out == std::to_string(seen[0]));
+  CHECK(pgid_then == seen[0]);
+  CHECK_FALSE(run_worker(WorkerCommand{{"/nonexistent/kiln-worker"}, {}, [&](int) { seen.push_back(0); }}, "",
+                         WorkerLimits{})
+                  .clean_exit());
+  CHECK(seen.size() == 1);  // not called when nothing was spawned
 }
 
 TEST_CASE("APendingRequestIsWrittenOnceReadyWhileTheWorkerAlreadyRuns") {

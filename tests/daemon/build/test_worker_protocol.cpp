@@ -97,7 +97,7 @@ TEST_CASE("ToolchainAndHashAnswersAreParsed") {
 }
 
 TEST_CASE("TheTestWorkerSpeaksTheProtocol") {
-  auto e = run_worker(WorkerCommand{{KILN_TEST_WORKER}, {}}, encode_toolchain_request(), WorkerLimits{});
+  auto e = run_worker(WorkerCommand{{KILN_TEST_WORKER}, {}, {}}, encode_toolchain_request(), WorkerLimits{});
   auto t = parse_toolchain_result(e);
   REQUIRE_MESSAGE(t.has_value(), (t ? "" : t.error().message));
   CHECK(t->fields.torch_version == "test-torch");
