@@ -160,15 +160,18 @@ TEST_CASE("AClientThatDisconnectsWhileWaitingStopsItsBuildAndKilndKeepsServing")
 
 TEST_CASE("ACancelledWaitLeavesTheBuildToAnotherConnectionsWaiterOrStopsItWhenAlone") {
   Node n;
-  const std::string shared = n.add_source({{"behavior", "ok"}, {"sleep_ms", 1500}});
+  const std::string shared = n.add_source({{"behavior", "ok"}, {"sleep_ms", 3000}});
   const Key key = client_key(shared, "Shared");
   auto a = n.client();
   auto b = n.client();
-  const auto a_id = a->next_id();
-  REQUIRE(a->send_frame(proto::MsgType::build, a_id, build_wait(key)));
+  // b's wait starts the build, so it is known to be waiting once the worker runs (had a
+  // started it, a loaded machine could let a's cancel stop the build before b joined,
+  // and b would rightly start a second one).
   const auto b_id = b->next_id();
   REQUIRE(b->send_frame(proto::MsgType::get, b_id, get_build(key)));
   REQUIRE(wait_until([&] { return n.worker(0) != 0; }));
+  const auto a_id = a->next_id();
+  REQUIRE(a->send_frame(proto::MsgType::build, a_id, build_wait(key)));
   // a cancels its wait: it ends with ERROR cancelled; b still wants the build.
   REQUIRE(a->send_frame(proto::MsgType::cancel, a->next_id(), "{\"request_id\":" + std::to_string(a_id) + "}"));
   bool cancel_acked = false, wait_ended = false;
