@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Fills .carry/ (git-ignored) with what the GPU machine lacks to build kiln: sqlite3.h,
 # xxhash.h and toml++ headers, and a CMake package file for header-only toml++. Run it on a
-# Debian machine with ops/install-deps.sh done; the device tool carries .carry/ along.
+# Debian machine with tests/install-deps.sh done; the device tool carries .carry/ along.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 C=$ROOT/.carry

@@ -40,7 +40,7 @@ std::size_t occurrences(const std::string& text, const std::string& what) {
 }  // namespace
 
 TEST_CASE("TheLiveProgressScreenIsDrawnInPlaceOnATerminal") {
-  REQUIRE_MESSAGE(std::system("command -v tmux >/dev/null") == 0, "tmux is needed (ops/install-deps.sh installs it)");
+  REQUIRE_MESSAGE(std::system("command -v tmux >/dev/null") == 0, "tmux is needed (tests/install-deps.sh installs it)");
   test::TempDir dir;
   // One build slot and 150 ms per build: the run takes a few seconds, long enough to watch.
   test::KilndProcess d(dir.path(), builds_toml(1));
