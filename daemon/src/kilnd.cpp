@@ -11,7 +11,7 @@
 #include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
 
-#include "kiln/build/daemon_builds.hpp"  // [builds edit]
+#include "kiln/builds/daemon_builds.hpp"  // [builds edit]
 #include "kiln/daemon/config.hpp"
 #include "kiln/daemon/server.hpp"
 #include "kiln/storage/store.hpp"
@@ -158,7 +158,7 @@ int kilnd_main(int argc, char** argv) {
   }
   std::unique_ptr<storage::Store> the_store = std::move(*opened);
 
-  // [builds edit] The build scheduler (daemon/build/, kiln::build): probes the GPUs and the
+  // [builds edit] The build scheduler (daemon/builds/, kiln::build): probes the GPUs and the
   // worker's toolchain, then serves build operations. "This node" is what it found.
   auto builds = build::start_daemon_builds(config.config_file, config.store, *the_store,
                                            detect_node_fields(config.node));

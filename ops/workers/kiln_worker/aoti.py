@@ -9,7 +9,7 @@ import os
 import time
 
 import signature
-from protocol import WorkerError, log
+from report import WorkerError, log
 
 
 def build(request):

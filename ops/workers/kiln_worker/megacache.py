@@ -12,7 +12,7 @@ import os
 import time
 
 import signature
-from protocol import WorkerError, log
+from report import WorkerError, log
 
 
 def compile_kwargs(opts):

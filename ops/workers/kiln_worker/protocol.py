@@ -1,18 +1,14 @@
-"""Request parsing and dispatch for the kiln worker (schema/worker-protocol.md)."""
+"""Request parsing and dispatch for the kiln worker (schema/worker-protocol.md): the top of
+the worker. It imports the ops lazily; they import only report.py and each other."""
 import json
 import sys
 import time
 import traceback
 
+from report import WorkerError, log
+
 PROTOCOL_VERSION = 1
 
-
-class WorkerError(Exception):
-    """A failure the daemon should report to its waiters as it stands."""
-
-
-def log(*args):
-    print("kiln worker:", *args, file=sys.stderr, flush=True)
 
 
 def _dispatch(request):

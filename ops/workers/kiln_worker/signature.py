@@ -4,7 +4,7 @@ key's signature, compiled against eager within the dtype's tolerance."""
 import json
 import os
 
-from protocol import WorkerError, log
+from report import WorkerError, log
 
 # Relative L2 error allowed between compiled and eager outputs, by the key's dtype.
 TOLERANCE = {"bfloat16": 2e-2, "float16": 5e-3, "float32": 1e-3, "float64": 1e-6}

@@ -1,5 +1,5 @@
 // kiln/daemon/build_service.hpp — the seam between the socket server and the build
-// scheduler (daemon/build/). The server calls it; the scheduler implements it.
+// scheduler (daemon/builds/). The server calls it; the scheduler implements it.
 //
 // Without a BuildService (nullptr), kilnd answers BUILD, PREWARM_SUBMIT, BUILD_STATUS and
 // GET with on_miss=build with Errc::unsupported, and does not list the "build"

@@ -1,0 +1,49 @@
+// kiln/builds/options.hpp — the [builds] section of kilnd.toml.
+//
+//   [builds]
+//   enabled = true              # false: kilnd builds nothing (build ops answer unsupported)
+//   worker = ["python3", "/usr/share/kiln/workers/kiln_worker"]   # default: see below
+//   work_dir = "/var/lib/kiln/builds"   # default: <store>/builds
+//   probe_gpus = true           # ask the CUDA driver for GPUs (one build slot per GPU)
+//   builds_per_gpu = 1          # builds at once per slot
+//   build_timeout_s = 1800      # a worker past this is killed with its process group
+//   probe_timeout_s = 180       # the worker's toolchain probe at start
+//   failure_ttl_s = 600         # a failed key fails fast this long (0 = never remembered)
+//   max_log_bytes = 1048576     # stderr kept per build (its last bytes)
+//   keep_failed_work = false    # keep a failed build's scratch folder under work_dir/jobs
+//   cancel_unwanted = true      # stop a build once nobody waits for it (every waiter left or
+//                               # timed out, no prewarm wants it): dropped when queued, its
+//                               # worker killed when running; not a failure. false: every
+//                               # build runs to its end and its artifact is stored
+//   [[builds.slots]]            # explicit slots replace the probed GPUs
+//   name = "cpu0"; gpu_arch = "cpu"; gpu_name = "x86_64"; visible_device = ""
+//
+// The default worker is `python3 <datadir>/kiln/workers/kiln_worker` when installed there,
+// else this source tree's ops/workers/kiln_worker.
+#pragma once
+
+#include <filesystem>
+#include <optional>
+#include <string_view>
+
+#include "kiln/builds/scheduler.hpp"
+#include "kiln/result.hpp"
+
+namespace kiln::build {
+
+struct BuildsConfig {
+  bool enabled = true;
+  SchedulerOptions scheduler;
+};
+
+// Defaults for a store at `store_root` (work_dir = <store_root>/builds).
+BuildsConfig default_builds_config(const std::filesystem::path& store_root);
+
+// Applies the [builds] table of a TOML document (absent: no change). Errors
+// (invalid_argument) name the origin, the option and what is wrong; `config` is then
+// unchanged.
+Status apply_builds_toml(BuildsConfig& config, std::string_view toml, std::string_view origin);
+// Same, from a file; io_error when it cannot be read.
+Status apply_builds_toml_file(BuildsConfig& config, const std::filesystem::path& file);
+
+}  // namespace kiln::build

@@ -1,0 +1,34 @@
+// kilnd's builds from its configuration. See kiln/builds/daemon_builds.hpp.
+#include "kiln/builds/daemon_builds.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include "kiln/builds/scheduler_service.hpp"
+
+namespace kiln::build {
+
+Result<DaemonBuilds> start_daemon_builds(const std::optional<std::filesystem::path>& config_file,
+                                         const std::filesystem::path& store_root, storage::Store& store,
+                                         const NodeFields& host) {
+  BuildsConfig config = default_builds_config(store_root);
+  if (config_file) KILN_TRY(apply_builds_toml_file(config, *config_file));
+  DaemonBuilds out;
+  out.node = host;
+  if (!config.enabled) {
+    spdlog::info("builds: disabled in the configuration ([builds] enabled = false)");
+    return out;
+  }
+  // Waiters wait until their build ends; the build is bounded by build_timeout. A waiter
+  // limit of build_timeout from the request would run out before the worker's own timeout
+  // (the build starts later) and cancel a hung build instead of failing it, so a broken
+  // source would never reach the negative cache.
+  const auto wait = std::chrono::milliseconds(0);
+  auto scheduler = BuildScheduler::create(std::move(config.scheduler), store, host);
+  if (!scheduler) return std::move(scheduler).error();
+  out.scheduler = std::move(*scheduler);
+  out.service = make_scheduler_service(*out.scheduler, store, wait);
+  out.node = out.scheduler->node();
+  return out;
+}
+
+}  // namespace kiln::build

@@ -1,0 +1,73 @@
+// Probing the node at scheduler start. See node_probe.hpp.
+#include "node_probe.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include "kiln/builds/worker_protocol.hpp"
+
+namespace kiln::build {
+
+namespace {
+
+void prefer(std::string& field, const std::string& configured) {
+  if (!configured.empty()) field = configured;
+}
+
+}  // namespace
+
+ProbedNode probe_node(const SchedulerOptions& options, const NodeFields& host) {
+  ProbedNode p;
+  if (options.probe_gpus) {
+    p.gpus = probe_gpus();
+  } else {
+    p.gpus.note = "GPU probe disabled in the configuration";
+  }
+  if (!options.slots.empty()) {
+    p.slots = options.slots;
+  } else {
+    for (const GpuInfo& g : p.gpus.gpus) {
+      SlotConfig s;
+      s.name = "gpu" + std::to_string(g.index);
+      s.gpu_arch = g.arch;
+      s.gpu_name = g.name;
+      s.visible_device = g.uuid.empty() ? std::to_string(g.index) : g.uuid;
+      s.memory_bytes = g.memory_bytes;
+      p.slots.push_back(std::move(s));
+    }
+  }
+
+  WorkerLimits limits;
+  limits.timeout = options.probe_timeout;
+  limits.max_log = 64 * 1024;
+  WorkerExit exit = run_worker(options.worker, encode_toolchain_request(), limits);
+  auto tc = parse_toolchain_result(exit);
+  if (tc) {
+    p.node = tc->fields;
+  } else {
+    p.toolchain_error = tc.error().message;
+    spdlog::warn("builds: the worker's toolchain probe failed, builds are refused: {}", p.toolchain_error);
+  }
+  if (!p.slots.empty()) {
+    p.node.gpu_arch = p.slots.front().gpu_arch;
+    p.node.gpu_name = p.slots.front().gpu_name;
+  }
+  // Configured and daemon-detected fields win over what the probes found.
+  prefer(p.node.gpu_arch, host.gpu_arch);
+  prefer(p.node.gpu_name, host.gpu_name);
+  prefer(p.node.torch_version, host.torch_version);
+  prefer(p.node.torch_git, host.torch_git);
+  prefer(p.node.cuda_version, host.cuda_version);
+  prefer(p.node.triton_version, host.triton_version);
+  prefer(p.node.platform, host.platform);
+  prefer(p.node.machine, host.machine);
+  prefer(p.node.cpu_isa, host.cpu_isa);
+
+  std::string slots;
+  for (const auto& s : p.slots) slots += (slots.empty() ? "" : ", ") + s.name + " (" + s.gpu_arch + " " + s.gpu_name + ")";
+  spdlog::info("builds: {} GPU(s){}; toolchain torch {} ({}), CUDA {}, Triton {}; build slots: {}", p.gpus.gpus.size(),
+               p.gpus.note.empty() ? "" : " (" + p.gpus.note + ")", p.node.torch_version, p.node.torch_git,
+               p.node.cuda_version, p.node.triton_version, slots.empty() ? "none (builds refused)" : slots);
+  return p;
+}
+
+}  // namespace kiln::build

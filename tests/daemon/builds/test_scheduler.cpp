@@ -1,0 +1,397 @@
+// BuildScheduler with real worker processes (the test worker), a real Store, real threads.
+#include "kiln/builds/scheduler.hpp"
+
+#include <signal.h>
+
+#include <fstream>
+#include <future>
+#include <thread>
+
+#include <doctest/doctest.h>
+
+#include "build_test_util.hpp"
+
+using namespace kiln;
+using namespace kiln::build;
+using namespace std::chrono_literals;
+using kiln::test::BuildFixture;
+
+namespace {
+
+using Outcome = Result<storage::ArtifactInfo>;
+
+struct Pending {
+  std::shared_ptr<std::promise<Outcome>> promise = std::make_shared<std::promise<Outcome>>();
+  std::future<Outcome> future = promise->get_future();
+  std::unique_ptr<Waiter> waiter;
+
+  BuildCallback callback() {
+    return [p = promise](Outcome r) { p->set_value(std::move(r)); };
+  }
+  Outcome get(std::chrono::seconds limit = 30s) {
+    REQUIRE(future.wait_for(limit) == std::future_status::ready);
+    return future.get();
+  }
+};
+
+std::string message(const Outcome& r) { return r ? "ok" : r.error().to_string(); }
+
+bool wait_until(const std::function<bool()>& cond, std::chrono::milliseconds limit = 10s) {
+  auto end = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < end) {
+    if (cond()) return true;
+    std::this_thread::sleep_for(20ms);
+  }
+  return cond();
+}
+
+}  // namespace
+
+TEST_CASE("SixtyFourConcurrentRequestsForOneMissingKeyMakeExactlyOneBuild") {
+  BuildFixture f;
+  auto hash = f.add_source({{"behavior", "ok"}, {"sleep_ms", 300}});
+  auto s = f.scheduler();
+  const Key key = f.key(hash);
+  std::vector<Outcome> results(64, make_error(Errc::internal, "not answered"));
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 64; ++i)
+    threads.emplace_back([&, i] { results[i] = s->request_and_wait(key, RequestOptions{}); });
+  for (auto& t : threads) t.join();
+
+  CHECK(f.builds() == 1);
+  for (const auto& r : results) {
+    REQUIRE_MESSAGE(r.has_value(), message(r));
+    CHECK(r->key_digest == *key.digest());
+    CHECK(r->blob_digest == results[0]->blob_digest);
+  }
+  auto bytes = f.store->get_bytes(*key.digest());
+  REQUIRE(bytes.has_value());
+  REQUIRE(bytes->has_value());
+  CHECK((*bytes)->size() == results[0]->size);
+  // A later request is a hit: no build.
+  auto again = s->request_and_wait(key, RequestOptions{});
+  CHECK(again.has_value());
+  CHECK(f.builds() == 1);
+  auto rec = f.store->last_build(*key.digest());
+  REQUIRE(rec.has_value());
+  REQUIRE(rec->has_value());
+  CHECK((*rec)->ok);
+  CHECK((*rec)->log.find("test worker: building Block") != std::string::npos);
+  CHECK(s->report().builds_ok == 1);
+}
+
+TEST_CASE("DifferentKeysOfOneSourceEachBuildOnce") {
+  BuildFixture f;
+  auto hash = f.add_source({{"behavior", "ok"}});
+  auto s = f.scheduler();
+  for (int i = 0; i < 3; ++i) {
+    auto r = s->request_and_wait(f.key(hash, "Block" + std::to_string(i)), RequestOptions{});
+    CHECK_MESSAGE(r.has_value(), message(r));
+  }
+  CHECK(f.builds() == 3);
+}
+
+TEST_CASE("AWorkerPastTheTimeoutIsKilledWithItsProcessGroupAndFailsTheBuild") {
+  BuildFixture f;
+  f.options.build_timeout = 1s;
+  auto pid_file = f.dir / "child.pid";
+  auto hash = f.add_source({{"behavior", "hang_child"}, {"child_pid_file", pid_file.string()}});
+  auto s = f.scheduler();
+  auto t0 = std::chrono::steady_clock::now();
+  auto r = s->request_and_wait(f.key(hash), RequestOptions{});
+  REQUIRE_FALSE(r.has_value());
+  CHECK(r.error().code == Errc::build_failed);
+  CHECK(r.error().message.find("timed out") != std::string::npos);
+  CHECK(std::chrono::steady_clock::now() - t0 < 10s);
+  // The worker's own child went with the group.
+  pid_t child = std::stoi(kiln::test::read_text(pid_file));
+  CHECK(wait_until([&] {
+    if (::kill(child, 0) != 0) return true;
+    std::string stat = kiln::test::read_text("/proc/" + std::to_string(child) + "/stat");
+    return stat.find(") Z") != std::string::npos;  // killed, not yet reaped by init
+  }));
+  // A worker ignoring SIGTERM is killed too.
+  auto hang = f.add_source({{"behavior", "hang"}});
+  auto r2 = s->request_and_wait(f.key(hang), RequestOptions{});
+  REQUIRE_FALSE(r2.has_value());
+  CHECK(r2.error().message.find("timed out") != std::string::npos);
+}
+
+TEST_CASE("CrashesGarbageAndMissingOutputAreBuildErrorsWithTheirLogKept") {
+  struct Case {
+    const char* behavior;
+    const char* expect;
+  };
+  const Case cases[] = {
+      {"crash", "signal 11"},
+      {"garbage", "not a JSON object"},
+      {"nothing", "wrote no result"},
+      {"two_lines", "expected one result line"},
+      {"no_file", "wrote nothing"},
+      {"wrong_digest", "differs from"},
+      {"flood", "garbage"},
+      {"fail", "failed on purpose"},
+      {"ok_then_exit_1", "reported success but exited with status 1"},
+  };
+  BuildFixture f;
+  auto s = f.scheduler();
+  for (const auto& c : cases) {
+    CAPTURE(c.behavior);
+    auto hash = f.add_source({{"behavior", c.behavior}, {"log", std::string("log line of ") + c.behavior}});
+    const Key key = f.key(hash);
+    auto r = s->request_and_wait(key, RequestOptions{});
+    REQUIRE_FALSE(r.has_value());
+    CHECK(r.error().code == Errc::build_failed);
+    CHECK_MESSAGE(r.error().message.find(c.expect) != std::string::npos, r.error().message);
+    auto stored = f.store->stat(*key.digest());
+    REQUIRE(stored.has_value());
+    CHECK_FALSE(stored->has_value());
+    auto rec = f.store->last_build(*key.digest());
+    REQUIRE(rec.has_value());
+    REQUIRE(rec->has_value());
+    CHECK_FALSE((*rec)->ok);
+    CHECK((*rec)->log.find(std::string("log line of ") + c.behavior) != std::string::npos);
+    CHECK((*rec)->error == r.error().message);
+  }
+  // The scheduler still builds after all of that.
+  auto good = f.add_source({{"behavior", "ok"}});
+  auto r = s->request_and_wait(f.key(good), RequestOptions{});
+  CHECK_MESSAGE(r.has_value(), message(r));
+  CHECK(s->report().builds_failed == std::size(cases));
+}
+
+TEST_CASE("AFailedBuildIsRememberedForItsTtlAndForceRetriesIt") {
+  BuildFixture f;
+  f.options.failure_ttl = 600s;
+  auto hash = f.add_source({{"behavior", "fail"}});
+  const Key key = f.key(hash);
+  {
+    auto s = f.scheduler();
+    auto r1 = s->request_and_wait(key, RequestOptions{});
+    REQUIRE_FALSE(r1.has_value());
+    CHECK(f.builds() == 1);
+    auto r2 = s->request_and_wait(key, RequestOptions{});
+    REQUIRE_FALSE(r2.has_value());
+    CHECK(r2.error().code == Errc::build_failed);
+    CHECK(r2.error().message.find("s ago") != std::string::npos);
+    CHECK(r2.error().message.find("--force") != std::string::npos);
+    CHECK(f.builds() == 1);  // failed fast, no second build
+    RequestOptions force;
+    force.force = Force::yes;
+    auto r3 = s->request_and_wait(key, force);
+    REQUIRE_FALSE(r3.has_value());
+    CHECK(r3.error().message.find("failed on purpose") != std::string::npos);
+    CHECK(f.builds() == 2);
+  }
+  // Remembered across a restart (it lives in the store's build records).
+  {
+    auto s = f.scheduler();
+    auto r = s->request_and_wait(key, RequestOptions{});
+    REQUIRE_FALSE(r.has_value());
+    CHECK(r.error().message.find("s ago") != std::string::npos);
+    CHECK(f.builds() == 2);
+  }
+  // With no ttl every request builds again.
+  f.options.failure_ttl = 0s;
+  auto s = f.scheduler();
+  auto r = s->request_and_wait(key, RequestOptions{});
+  REQUIRE_FALSE(r.has_value());
+  CHECK(f.builds() == 3);
+}
+
+TEST_CASE("AWaiterThatTimesOutLeavesAndTheBuildGoesOnForAnother") {
+  BuildFixture f;
+  auto hash = f.add_source({{"behavior", "ok"}, {"sleep_ms", 800}});
+  auto s = f.scheduler();
+  const Key key = f.key(hash);
+  Pending patient;
+  patient.waiter = s->request(key, RequestOptions{}, patient.callback());
+  RequestOptions quick;
+  quick.wait = 100ms;
+  auto r = s->request_and_wait(key, quick);
+  REQUIRE_FALSE(r.has_value());
+  CHECK(r.error().code == Errc::timeout);
+  CHECK(r.error().message.find("the build goes on") != std::string::npos);
+  CHECK(patient.get().has_value());
+  CHECK(f.builds() == 1);
+  // Alone, a waiter that times out stops the build: test_scheduler_cancel.cpp.
+}
+
+TEST_CASE("APrewarmBuildSurvivesItsWaitersLeavingButAnUnwantedQueuedBuildIsDropped") {
+  BuildFixture f;
+  auto busy = f.add_source({{"behavior", "ok"}, {"sleep_ms", 600}});
+  auto src = f.add_source({{"behavior", "ok"}});
+  auto s = f.scheduler();
+  Pending first;
+  first.waiter = s->request(f.key(busy, "Busy"), RequestOptions{}, first.callback());
+  REQUIRE(wait_until([&] { return f.builds() == 1; }));  // the slot is busy now
+
+  RequestOptions prewarm;
+  prewarm.priority = Priority::prewarm;
+  Pending p;
+  p.waiter = s->request(f.key(src, "Prewarmed"), prewarm, p.callback());
+  Pending i;
+  i.waiter = s->request(f.key(src, "Abandoned"), RequestOptions{}, i.callback());
+  auto queued = s->jobs();
+  CHECK(queued.size() == 3);
+  p.waiter->leave();
+  i.waiter.reset();  // destroying the handle leaves too
+
+  CHECK(first.get().has_value());
+  const Key prewarmed = f.key(src, "Prewarmed");
+  CHECK(wait_until([&] {
+    auto st = f.store->stat(*prewarmed.digest());
+    return st && st->has_value();
+  }));
+  std::this_thread::sleep_for(200ms);
+  auto abandoned = f.store->stat(*f.key(src, "Abandoned").digest());
+  REQUIRE(abandoned.has_value());
+  CHECK_FALSE(abandoned->has_value());
+  CHECK(f.builds() == 2);
+  // Callbacks of waiters that left never ran.
+  CHECK(p.future.wait_for(0s) == std::future_status::timeout);
+  CHECK(i.future.wait_for(0s) == std::future_status::timeout);
+}
+
+TEST_CASE("InteractiveRequestsGoBeforePrewarmOnes") {
+  BuildFixture f;
+  auto busy = f.add_source({{"behavior", "ok"}, {"sleep_ms", 500}});
+  auto src = f.add_source({{"behavior", "ok"}});
+  auto s = f.scheduler();
+  Pending first;
+  first.waiter = s->request(f.key(busy, "Busy"), RequestOptions{}, first.callback());
+  REQUIRE(wait_until([&] { return f.builds() == 1; }));
+  RequestOptions prewarm;
+  prewarm.priority = Priority::prewarm;
+  std::vector<Pending> pre(3);
+  for (int n = 0; n < 3; ++n) pre[n].waiter = s->request(f.key(src, "Pre" + std::to_string(n)), prewarm, pre[n].callback());
+  Pending inter;
+  inter.waiter = s->request(f.key(src, "Interactive"), RequestOptions{}, inter.callback());
+  CHECK(inter.get().has_value());
+  for (auto& p : pre) CHECK(p.get().has_value());
+  std::string order = kiln::test::read_text(f.count_file);
+  CHECK(order.find("Interactive") < order.find("Pre0"));
+  CHECK(order.find("Pre0") < order.find("Pre1"));
+}
+
+TEST_CASE("ANodeWithoutGpuServesWhatItHasAndRefusesBuildsClearly") {
+  BuildFixture f;
+  f.options.slots.clear();
+  auto hash = f.add_source({{"behavior", "ok"}});
+  auto s = f.scheduler();
+  const Key missing = f.key(hash, "Missing");
+  auto r = s->request_and_wait(missing, RequestOptions{});
+  REQUIRE_FALSE(r.has_value());
+  CHECK(r.error().code == Errc::unsupported);
+  CHECK(r.error().message.find("cannot build") != std::string::npos);
+  CHECK(r.error().message.find("serves stored artifacts") != std::string::npos);
+  // A stored artifact is still answered.
+  const Key stored = f.key(hash, "Stored");
+  std::string bytes = "prebuilt";
+  REQUIRE(f.store->put_bytes(stored, std::as_bytes(std::span(bytes.data(), bytes.size()))).has_value());
+  auto hit = s->request_and_wait(stored, RequestOptions{});
+  CHECK_MESSAGE(hit.has_value(), message(hit));
+  CHECK(f.builds() == 0);
+  CHECK(s->report().slots.empty());
+}
+
+TEST_CASE("KeysForAnotherGpuOrToolchainAreRefusedAndNoSourceSaysWhichHash") {
+  BuildFixture f;
+  auto hash = f.add_source({{"behavior", "ok"}});
+  auto s = f.scheduler();
+  Key other_gpu = f.key(hash);
+  other_gpu.gpu_arch = "sm_80";
+  auto r1 = s->request_and_wait(other_gpu, RequestOptions{});
+  REQUIRE_FALSE(r1.has_value());
+  CHECK(r1.error().code == Errc::unsupported);
+  CHECK(r1.error().message.find("sm_80") != std::string::npos);
+  Key other_torch = f.key(hash);
+  other_torch.torch_version = "2.10.0";
+  auto r2 = s->request_and_wait(other_torch, RequestOptions{});
+  REQUIRE_FALSE(r2.has_value());
+  CHECK(r2.error().message.find("torch_version") != std::string::npos);
+  const std::string unknown(64, 'a');
+  auto r3 = s->request_and_wait(f.key(unknown), RequestOptions{});
+  REQUIRE_FALSE(r3.has_value());
+  CHECK(r3.error().code == Errc::no_source);
+  CHECK(r3.error().message.find(unknown) != std::string::npos);
+  CHECK(r3.error().message.find("kilnctl source add") != std::string::npos);
+  Key incomplete = f.key(hash);
+  incomplete.gpu_name.clear();
+  auto r4 = s->request_and_wait(incomplete, RequestOptions{});
+  REQUIRE_FALSE(r4.has_value());
+  CHECK(r4.error().code == Errc::invalid_argument);
+  CHECK(f.builds() == 0);
+}
+
+TEST_CASE("AFailedToolchainProbeRefusesBuildsWithItsReason") {
+  BuildFixture f;
+  f.options.worker.env["KILN_TEST_WORKER_TOOLCHAIN"] = "fail";
+  auto hash = f.add_source({{"behavior", "ok"}});
+  auto s = f.scheduler();
+  CHECK(s->report().toolchain_error.find("no torch here") != std::string::npos);
+  auto r = s->request_and_wait(f.key(hash), RequestOptions{});
+  REQUIRE_FALSE(r.has_value());
+  CHECK(r.error().code == Errc::unsupported);
+  CHECK(r.error().message.find("toolchain") != std::string::npos);
+}
+
+TEST_CASE("NodeFieldsComeFromTheProbesAndConfiguredValuesWin") {
+  BuildFixture f;
+  f.host.triton_version = "configured-triton";
+  auto s = f.scheduler();
+  NodeFields n = s->node();
+  CHECK(n.torch_version == "test-torch");
+  CHECK(n.torch_git == "test-git");
+  CHECK(n.gpu_arch == "sm_test");
+  CHECK(n.gpu_name == "Test GPU");
+  CHECK(n.cpu_isa == "test-isa");
+  CHECK(n.triton_version == "configured-triton");
+}
+
+TEST_CASE("ShuttingDownKillsARunningBuildAndCancelsItsWaiters") {
+  BuildFixture f;
+  auto hash = f.add_source({{"behavior", "hang"}});
+  auto queued = f.add_source({{"behavior", "ok"}});
+  auto s = f.scheduler();
+  Pending running, waiting;
+  running.waiter = s->request(f.key(hash), RequestOptions{}, running.callback());
+  REQUIRE(wait_until([&] { return f.builds() == 1; }));
+  waiting.waiter = s->request(f.key(queued), RequestOptions{}, waiting.callback());
+  auto t0 = std::chrono::steady_clock::now();
+  s.reset();
+  CHECK(std::chrono::steady_clock::now() - t0 < 10s);
+  auto r1 = running.get(1s);
+  REQUIRE_FALSE(r1.has_value());
+  CHECK(r1.error().code == Errc::cancelled);
+  auto r2 = waiting.get(1s);
+  REQUIRE_FALSE(r2.has_value());
+  CHECK(r2.error().code == Errc::cancelled);
+  // A cancelled build is not remembered as a failure.
+  auto rec = f.store->last_build(*f.key(hash).digest());
+  REQUIRE(rec.has_value());
+  CHECK_FALSE(rec->has_value());
+}
+
+TEST_CASE("ASourceThatCannotBeReadFailsTheBuildWithoutBlamingTheKey") {
+  BuildFixture f;
+  auto hash = f.add_source({{"behavior", "ok"}});
+  auto src = f.store->stat_source(hash);
+  REQUIRE(src.has_value());
+  REQUIRE(src->has_value());
+  {  // damage the stored source's blob
+    std::fstream blob(f.store->blob_path((*src)->blob_digest), std::ios::in | std::ios::out | std::ios::binary);
+    REQUIRE(blob.good());
+    blob.seekp(-4, std::ios::end);
+    blob.write("XXXX", 4);
+  }
+  auto s = f.scheduler();
+  const Key key = f.key(hash);
+  auto r = s->request_and_wait(key, RequestOptions{});
+  REQUIRE_FALSE(r.has_value());
+  CHECK(r.error().code == Errc::corrupt);
+  // Not a failed build of this key: nothing remembered, nothing stored.
+  auto rec = f.store->last_build(*key.digest());
+  REQUIRE(rec.has_value());
+  CHECK_FALSE(rec->has_value());
+}
