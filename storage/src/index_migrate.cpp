@@ -43,11 +43,36 @@ Result<int> read_version(sql::Db& db, const std::filesystem::path& path) {
     Error e = std::move(v).error();
     if (e.code == Errc::corrupt) {
       e.message = "index " + path.string() + " is not a kiln index (" + e.message +
-                  "); move it away to start an empty store";
+                  "); refusing to open the store, so that no blob is deleted. Restore the index from a "
+                  "backup or salvage it with sqlite3's .recover (README, \"When the index is lost or damaged\")";
     }
     return e;
   }
   return static_cast<int>(v->value_or(0));
+}
+
+// SQLite's own check of the file's structure (pages, free list, indexes' order). A damaged
+// index otherwise opens and fails request by request, or hides rows and lets recovery
+// delete their blobs as orphans.
+Status check_integrity(sql::Db& db, const std::filesystem::path& path) {
+  auto st = db.prepare("PRAGMA quick_check(4)");
+  if (!st) return std::move(st).error();
+  std::string findings;
+  while (true) {
+    auto row = st->step();
+    if (!row) {
+      findings = row.error().message;
+      break;
+    }
+    if (!*row) break;
+    std::string line = st->text(0);
+    if (line == "ok") return {};
+    findings += (findings.empty() ? "" : "; ") + line;
+  }
+  return make_error(Errc::corrupt, "index " + path.string() + " is damaged (SQLite: " + findings +
+                                       "); refusing to open the store, so that no blob is deleted. Salvage it with "
+                                       "sqlite3's .recover into a new file and put that in its place, or restore "
+                                       "a backup (README, \"When the index is lost or damaged\")");
 }
 
 }  // namespace
@@ -67,6 +92,7 @@ Result<Index> Index::open(const std::filesystem::path& path, bool read_only, con
     version = read_version(*db, path);
   }
   if (!version) return std::move(version).error();
+  KILN_TRY(check_integrity(*db, path));
   const int latest = latest_schema_version();
   if (*version > latest) {
     return make_error(Errc::unsupported, "index " + path.string() + " has schema version " + std::to_string(*version) +

@@ -18,10 +18,13 @@ Result<bool> StoreImpl::install_blob_locked(const FinishedBlob& blob) {
     return std::move(existing).error();
   }
   if (*existing) {
-    // Same content already stored: keep the existing file if it still looks whole. A damaged
-    // one is replaced by rename (atomic: readers holding the old file keep the old inode).
+    // Same content already stored: keep the existing file only if it verifies whole, payload
+    // and digest, not just its header: this put is acknowledged on the strength of that file.
+    // A damaged one is replaced by rename (atomic: readers holding the old file keep the old
+    // inode), which also heals every other key sharing the blob.
+    ByteSink discard = [](std::span<const std::byte>) -> Status { return {}; };
     auto h = check_blob_header(fs_, target, blob.header.digest);
-    if (h && h->size == blob.header.size) {
+    if (h && h->size == blob.header.size && read_blob(fs_, target, blob.header.digest, discard)) {
       drop_temp();
       return false;
     }

@@ -63,6 +63,37 @@ Status probe_writable(FileSystem& fsys, const fs::path& root) {
   return fsys.remove(probe);
 }
 
+// Blob files under blobs/ (two-hex-digit folders, "<digest>.blob"), counted without
+// reading them: only to decide whether a missing index would orphan anything.
+std::uint64_t count_blob_files(FileSystem& fsys, const fs::path& blobs_dir) {
+  std::uint64_t n = 0;
+  auto dirs = fsys.list_dir(blobs_dir);
+  if (!dirs) return 0;  // no blobs/ folder: a new store
+  for (const auto& d : *dirs) {
+    auto names = fsys.list_dir(blobs_dir / d);
+    if (!names) continue;
+    for (const auto& name : *names) n += name.ends_with(".blob") ? 1 : 0;
+  }
+  return n;
+}
+
+// An index that is missing or empty while blob files exist is lost, not new: opening it
+// would start an empty store and collect every blob as an orphan. Refuse instead, and say
+// how to get out (README, "When the index is lost or damaged").
+Status check_index_not_lost(FileSystem& fsys, const fs::path& root, const fs::path& index_path) {
+  auto size = fsys.file_size(index_path);
+  if (!size) return std::move(size).error();
+  if (*size && **size > 0) return {};
+  const std::uint64_t blobs = count_blob_files(fsys, root / "blobs");
+  if (blobs == 0) return {};
+  return make_error(Errc::corrupt,
+                    "index " + index_path.string() + " is " + (*size ? "empty" : "missing") + " but " +
+                        (root / "blobs").string() + " holds " + std::to_string(blobs) +
+                        " blob file(s); refusing to open the store, which would delete them as orphans. "
+                        "Restore index.sqlite (with its -wal file) from a backup, or salvage it with "
+                        "sqlite3's .recover; to start empty on purpose, move the blobs folder aside first");
+}
+
 bool is_read_only_error(const Error& e) {
   return e.code == Errc::read_only || e.code == Errc::permission_denied;
 }
@@ -110,6 +141,10 @@ Result<std::unique_ptr<Store>> StoreImpl::open(const StoreOptions& options) {
   }
   auto lock = take_lock(options.root, read_only);
   if (!lock) return std::move(lock).error();
+  if (Status lost = check_index_not_lost(fsys, options.root, index_path); !lost) {
+    if (*lock >= 0) ::close(*lock);
+    return std::move(lost).error();
+  }
   auto index = Index::open(index_path, read_only, options.sqlite_vfs);
   if (!index) {
     if (*lock >= 0) ::close(*lock);

@@ -240,3 +240,34 @@ TEST_CASE("a second kilnd on the same socket refuses to start") {
   RawClient c(d.socket());
   c.hello();  // the first one is untouched
 }
+
+TEST_CASE("kilnd refuses to start on a store whose index is lost, and deletes no blob") {
+  TempDir dir;
+  {
+    KilndProcess d(dir.path(), "");
+    RawClient c(d.socket());
+    c.hello();
+    auto reply = c.put(test_key("lost-index"), std::string(50000, '\x07'));
+    REQUIRE(reply.header.type == MsgType::ok);
+    d.signal(SIGTERM);
+    REQUIRE(d.wait(std::chrono::seconds(20)) == 0);
+  }
+  auto count_blobs = [&] {
+    std::size_t n = 0;
+    for (const auto& e : std::filesystem::recursive_directory_iterator(dir / "store" / "blobs"))
+      n += e.path().extension() == ".blob" ? 1 : 0;
+    return n;
+  };
+  REQUIRE(count_blobs() == 1);
+  std::filesystem::remove(dir / "store" / "index.sqlite");
+  auto sock_dir = short_temp_dir();
+  std::string cmd = kilnd_binary() + " --socket " + (sock_dir / "s.sock").string() + " --store " +
+                    (dir / "store").string() + " 2>" + (dir / "err").string();
+  int rc = std::system(cmd.c_str());
+  std::filesystem::remove_all(sock_dir);
+  CHECK(WEXITSTATUS(rc) != 0);
+  std::string err = slurp(dir / "err");
+  INFO(err);
+  CHECK(err.find("is missing but") != std::string::npos);
+  CHECK(count_blobs() == 1);
+}

@@ -108,3 +108,36 @@ TEST_CASE("read_into and read_source detect corruption too") {
   CHECK(rs.error().code == Errc::corrupt);
   CHECK_FALSE(store->stat_source(model)->has_value());
 }
+
+TEST_CASE("a put whose content matches a damaged blob rewrites it: an acknowledged put is always readable") {
+  kiln::test::TempDir dir;
+  StoreOptions o;
+  o.root = dir.path();
+  auto store = std::move(*Store::open(o));
+  auto data = make_bytes(300'000, 3);
+  auto first = *store->put_bytes(make_key(1), data);
+  // The payload is damaged; the header (magic, sizes, digest) stays intact.
+  flip(store->blob_path(first.blob_digest), first.stored_size - 100, 0x10);
+
+  SUBCASE("the same bytes under another key") {
+    auto second = store->put_bytes(make_key(2), data);
+    REQUIRE_MESSAGE(second, (second ? "" : second.error().to_string()));
+    CHECK(second->blob_digest == first.blob_digest);
+    auto got = store->get_bytes(second->key_digest);
+    REQUIRE_MESSAGE(got, (got ? "" : got.error().to_string()));
+    REQUIRE(got->has_value());
+    CHECK(**got == data);
+  }
+  SUBCASE("the same bytes under the same key") {
+    REQUIRE(store->put_bytes(make_key(1), data));
+  }
+  // The rewrite healed the blob for every key sharing it: nothing was quarantined.
+  auto got = store->get_bytes(first.key_digest);
+  REQUIRE_MESSAGE(got, (got ? "" : got.error().to_string()));
+  REQUIRE(got->has_value());
+  CHECK(**got == data);
+  CHECK(store->stats()->quarantined == 0);
+  auto report = store->verify();
+  REQUIRE(report);
+  CHECK(report->corrupt.empty());
+}
