@@ -59,7 +59,17 @@ Status Session::hello_exchange(Deadline deadline) {
   req.max_frame = kClientMaxFrame;
   const std::uint32_t id = next_id_++;
   auto frame = protocol::encode_frame({protocol::kVersion, protocol::MsgType::hello, 0, id, 0}, protocol::encode(req));
-  KILN_TRY(conn_->send_all(frame, deadline));
+  if (Status sent = conn_->send_all(frame, deadline); !sent) {
+    // A daemon that refuses the connection (busy: too many connections) writes its error
+    // and closes without reading, so our hello may fail to send; its answer is already
+    // queued on our side. Report that rather than "connection lost".
+    auto refusal = read_any(deadline);
+    if (refusal && refusal->header.type == protocol::MsgType::error) {
+      auto body = protocol::decode<protocol::ErrorBody>(refusal->text());
+      if (body) return protocol::to_error(*body);
+    }
+    return sent;
+  }
   for (;;) {
     auto got = read_any(deadline);
     if (!got) return std::move(got).error();

@@ -222,6 +222,9 @@ asio::awaitable<void> Connection::read_loop() {
       close("peer closed");
       break;
     }
+    // The frame is complete: the frame timeout no longer applies. While its reply waits
+    // on a peer that is not reading, request_timeout does (write_frames).
+    set_deadline(Clock::time_point::max(), "handling a request");
     if (!co_await handle_frame()) break;
     arm_idle_deadline();
   }

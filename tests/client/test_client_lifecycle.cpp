@@ -261,3 +261,41 @@ TEST_CASE("SocketFileModeKeepsOtherUsersOut") {
   REQUIRE(WIFEXITED(status));
   CHECK(WEXITSTATUS(status) == 0);
 }
+
+TEST_CASE("AtTheConnectionLimitEveryRefusedClientHearsBusyNotConnectionLost") {
+  TempDir dir;
+  KilndProcess d(dir.path(), "[limits]\nmax_connections = 2\n");
+  REQUIRE_MESSAGE(d.start(), d.log());
+  // start() probes with a connection of its own; kilnd frees that slot when it sees the
+  // probe close, which may be just after start() returns: take the two slots once free.
+  auto take_slot = [&] {
+    ConnectOptions o;
+    o.socket = d.socket();
+    for (int i = 0; i < 100; ++i) {
+      auto c = Client::connect(o);
+      if (c) return std::move(*c);
+      REQUIRE(c.error().code == Errc::busy);
+      std::this_thread::sleep_for(50ms);
+    }
+    FAIL("kilnd never freed a connection slot");
+    return connect(d);
+  };
+  Client a = take_slot(), b = take_slot();
+  REQUIRE(a.status());
+  REQUIRE(b.status());
+  // kilnd writes its refusal and closes at once; a client whose hello arrives after the
+  // close used to report the daemon as gone ("connection lost ... restarting").
+  int busy = 0;
+  for (int i = 0; i < 20; ++i) {
+    ConnectOptions o;
+    o.socket = d.socket();
+    auto c = Client::connect(o);
+    REQUIRE_FALSE(c);
+    INFO("attempt " << i << ": " << c.error().to_string());
+    CHECK(c.error().code == Errc::busy);
+    CHECK(c.error().message.find("too many connections") != std::string::npos);
+    busy += c.error().code == Errc::busy ? 1 : 0;
+  }
+  CHECK(busy == 20);
+  CHECK(a.status());  // the connected clients carry on
+}

@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <fstream>
 #include <random>
 #include <thread>
 
@@ -398,4 +399,80 @@ TEST_CASE("a put whose chunk headers and bodies arrive in separate reads is stor
     CHECK(read_fd(r.fd) == data);
     ::close(r.fd);
   }
+}
+
+namespace {
+// kilnd's peak resident memory so far (VmHWM), in KiB.
+long peak_rss_kib(pid_t pid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(f, line)) {
+    if (line.rfind("VmHWM:", 0) == 0) return std::stol(line.substr(6));
+  }
+  return -1;
+}
+}  // namespace
+
+TEST_CASE("deeply nested bodies are refused cheaply; the peer that sends them harms no one else") {
+  TempDir dir;
+  KilndProcess d(dir.path(), kConfig);
+  RawClient good(d.socket());
+  good.hello();
+  REQUIRE(good.call(MsgType::stats, "{}").header.type == MsgType::ok);
+  const long before = peak_rss_kib(d.pid());
+  REQUIRE(before > 0);
+
+  const std::string deep((4u << 20) - 1024, '[');
+  for (int i = 0; i < 6; ++i) {
+    RawClient abuser(d.socket());
+    if (i % 2 == 0) {
+      // HELLO needs no role: anyone who can connect can send this one.
+      REQUIRE(abuser.send_frame(MsgType::hello, abuser.next_id(), deep));
+      auto r = abuser.recv();
+      if (r) {
+        CHECK(error_code(*r) == Errc::protocol_error);
+        CHECK(r->body.find("nests deeper") != std::string::npos);
+      }
+    } else {
+      abuser.hello();
+      auto r = abuser.call(MsgType::get, deep);
+      CHECK(error_code(r) == Errc::protocol_error);
+      CHECK(r.body.find("nests deeper") != std::string::npos);
+    }
+    CHECK(good.call(MsgType::stats, "{}").header.type == MsgType::ok);
+  }
+  // Parsing one such body took 1.2 s and hundreds of MB; refusing it keeps only the frame.
+  const long after = peak_rss_kib(d.pid());
+  INFO("kilnd peak RSS " << before << " KiB -> " << after << " KiB");
+  CHECK(after - before < 64 * 1024);
+}
+
+TEST_CASE("a peer that pauses reading replies mid-pipeline keeps its connection for request_timeout") {
+  TempDir dir;
+  // The frame timeout is for senders that stall mid-frame. A complete frame whose reply
+  // waits on a peer that is not reading falls under request_timeout instead.
+  KilndProcess d(dir.path(), "[limits]\nframe_timeout_s = 1\nrequest_timeout_s = 8\nidle_timeout_s = 30\n");
+  RawClient c(d.socket());
+  c.hello();
+  // Each GET of a malformed digest gets an error reply written at once; 3000 of them fill
+  // the socket buffers both ways, so kilnd waits on our reading.
+  constexpr int kRequests = 3000;
+  std::string pipeline;
+  for (int i = 0; i < kRequests; ++i) {
+    auto f = proto::encode_frame({proto::kVersion, MsgType::get, 0, static_cast<std::uint32_t>(100 + i), 0},
+                                 std::string_view(R"({"key_digest":"not-a-digest"})"));
+    pipeline.append(reinterpret_cast<const char*>(f.data()), f.size());
+  }
+  std::thread sender([&] { c.send_bytes(pipeline.data(), pipeline.size()); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(2500));  // well past frame_timeout
+  int answered = 0;
+  for (int i = 0; i < kRequests; ++i) {
+    auto r = c.recv(std::chrono::seconds(5));
+    if (!r) break;
+    answered += r->header.type == MsgType::error ? 1 : 0;
+  }
+  sender.join();
+  CHECK_FALSE(c.closed());
+  CHECK(answered == kRequests);
+  CHECK(d.log().find("frame incomplete") == std::string::npos);
 }

@@ -96,3 +96,24 @@ TEST_CASE("roles are cumulative and every request type needs the documented one"
   CHECK(required_role(MsgType::hello) == Role::none);
   CHECK(role_names_upto(Role::write) == std::vector<std::string>{"read", "write"});
 }
+
+TEST_CASE("a body nested past the limit is refused before parsing, however long") {
+  // Four MiB of '[' is what one frame can carry; refusing it must not parse it.
+  std::string deep(4u << 20, '[');
+  auto r = decode<GetRequest>(deep);
+  REQUIRE_FALSE(r);
+  CHECK(r.error().code == Errc::protocol_error);
+  CHECK(r.error().message.find("nests deeper than 64") != std::string::npos);
+
+  // 64 levels pass the depth check (and then fail only as a GET body would).
+  std::string ok_depth = R"({"key_digest":"x","pad":)" + std::string(63, '[') + std::string(63, ']') + "}";
+  auto fine = decode<GetRequest>(ok_depth);
+  REQUIRE_FALSE(fine);
+  CHECK(fine.error().message.find("nests deeper") == std::string::npos);
+
+  // Brackets inside strings, escaped quotes included, are text, not nesting.
+  std::string in_string = R"({"key_digest":")" + std::string(100, '[') + R"(\"" + std::string(100, '{') + R"("})";
+  auto text = decode<GetRequest>(in_string);
+  REQUIRE_FALSE(text);
+  CHECK(text.error().message.find("nests deeper") == std::string::npos);
+}

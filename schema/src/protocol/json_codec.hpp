@@ -161,8 +161,38 @@ class In {
 };
 
 // Parses a body; empty text is "{}". protocol_error when it is not JSON.
+// Deepest nesting a message body may have. kiln's messages nest a few levels (a key's
+// input signature inside a key inside a list); anything deeper is refused before parsing.
+inline constexpr int kMaxJsonDepth = 64;
+
+// Finds the nesting depth of `text` in one pass, without building anything, and stops at
+// the first level past `max_depth`: a body of four million '[' costs microseconds to
+// refuse, not the parser's seconds and hundreds of MB. Brackets inside strings (escapes
+// honoured) do not count. Returns true when the depth stays within max_depth.
+inline bool json_depth_within(std::string_view text, int max_depth) {
+  int depth = 0;
+  bool in_string = false, escaped = false;
+  for (char c : text) {
+    if (in_string) {
+      if (escaped) escaped = false;
+      else if (c == '\\') escaped = true;
+      else if (c == '"') in_string = false;
+      continue;
+    }
+    if (c == '"') in_string = true;
+    else if (c == '[' || c == '{') {
+      if (++depth > max_depth) return false;
+    } else if (c == ']' || c == '}') --depth;
+  }
+  return true;
+}
+
 inline Result<json> parse_body(std::string_view text, std::string_view what) {
   if (text.empty()) return json::object();
+  if (!json_depth_within(text, kMaxJsonDepth)) {
+    return make_error(Errc::protocol_error, std::string(what) + ": body nests deeper than " +
+                                                std::to_string(kMaxJsonDepth) + " levels");
+  }
   json j = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded())
     return make_error(Errc::protocol_error, std::string(what) + ": body is not valid JSON");
