@@ -83,8 +83,9 @@ Result<Index> Index::open(const std::filesystem::path& path, bool read_only, con
   auto db = sql::Db::open(path, read_only ? sql::Db::Mode::read_only : sql::Db::Mode::read_write, vfs);
   if (!db) return std::move(db).error();
   auto version = read_version(*db, path);
-  if (!version && read_only && version.error().code == Errc::read_only) {
-    // A WAL database in a folder we cannot write: SQLite cannot create its -shm file.
+  if (!version && read_only && (version.error().code == Errc::read_only || version.error().code == Errc::io_error)) {
+    // A WAL database in a folder we cannot write: SQLite cannot create its -shm file
+    // (SQLITE_READONLY without permission; SQLITE_CANTOPEN on a read-only mount).
     // Open it immutable: what a clean close left is all there is to read. (After a crash,
     // commits still in the -wal file are not seen until a writer opens the store.)
     db = sql::Db::open(path, sql::Db::Mode::immutable, vfs);

@@ -3,6 +3,7 @@
 #include <sqlite3.h>
 
 #include <cctype>
+#include <cerrno>
 #include <cstdio>
 #include <utility>
 
@@ -24,6 +25,13 @@ Error error_from_sqlite(int rc, sqlite3* db, std::string_view what) {
     case SQLITE_RANGE: code = Errc::internal; break;
     default: break;
   }
+  // SQLite reports a read-only or full file system as a generic I/O or open failure; the
+  // errno it saw says which, and the operator needs to know.
+  if (db != nullptr && code == Errc::io_error) {
+    const int sys = sqlite3_system_errno(db);
+    if (sys == EROFS) code = Errc::read_only;
+    if (sys == ENOSPC || sys == EDQUOT) code = Errc::no_space;
+  }
   // Name the index file: a store's error must say which disk is full or failing.
   const char* file = db != nullptr ? sqlite3_db_filename(db, "main") : nullptr;
   std::string msg = "index";
@@ -36,7 +44,9 @@ Error error_from_sqlite(int rc, sqlite3* db, std::string_view what) {
   msg += ": ";
   msg += db != nullptr ? sqlite3_errmsg(db) : sqlite3_errstr(rc);
   msg += " (SQLite code " + std::to_string(rc) + ")";
-  if (code == Errc::no_space) {
+  if (code == Errc::read_only) {
+    msg += "; the file system holding the store is read-only: writes are refused, stored artifacts stay readable";
+  } else if (code == Errc::no_space) {
     msg += "; free space on the disk holding the store: writes fail until then, stored artifacts stay readable";
   } else if (code == Errc::io_error && (rc & 0xff) == SQLITE_IOERR) {
     msg += "; the disk failed an I/O operation (see the kernel log); the store keeps what was committed";

@@ -164,6 +164,7 @@ Result<std::unique_ptr<Store>> StoreImpl::open(const StoreOptions& options) {
       // every blob anyway (a row whose blob is missing reads as corrupt, never as bytes).
       if (!recovered && recovered.error().code != Errc::no_space) return std::move(recovered).error();
       store->recovery_ = report;
+      (void)store->ensure_reserve_locked();  // best effort: a full disk still opens and serves
     }
   }
   return std::unique_ptr<Store>(std::move(store));
@@ -172,7 +173,8 @@ Result<std::unique_ptr<Store>> StoreImpl::open(const StoreOptions& options) {
 StoreImpl::StoreImpl(StoreOptions options, FileSystem& fs, int lock_fd, bool read_only, Index index)
     : options_(std::move(options)), fs_(fs), lock_{lock_fd}, read_only_(read_only),
       blobs_dir_(options_.root / "blobs"), tmp_dir_(options_.root / "tmp"),
-      quarantine_dir_(options_.root / "quarantine"), index_(std::move(index)),
+      quarantine_dir_(options_.root / "quarantine"), reserve_path_(options_.root / "reserve"),
+      index_(std::move(index)),
       last_flush_(std::chrono::steady_clock::now()) {}
 
 StoreImpl::~StoreImpl() {
@@ -197,6 +199,10 @@ Status StoreImpl::writable() const {
 
 Result<std::unique_ptr<PutStream>> StoreImpl::begin_put() {
   KILN_TRY(writable());
+  {
+    std::lock_guard<std::mutex> guard(mu_);
+    KILN_TRY(ensure_reserve_locked());
+  }
   if (options_.hard_limit_bytes != 0) {
     std::lock_guard<std::mutex> guard(mu_);
     KILN_TRY(make_room_locked(1, std::nullopt));

@@ -79,7 +79,13 @@ class StoreImpl final : public Store {
   Status make_room_locked(std::uint64_t incoming, const std::optional<Digest>& keep);
   Result<std::uint64_t> evict_locked(std::uint64_t target_bytes, const std::optional<Digest>& keep);
   // Removes one artifact; returns the stored bytes it freed, nullopt if it did not exist.
+  // On a full disk it gives up the reserve file and retries once (store_reserve.cpp).
   Result<std::optional<std::uint64_t>> remove_locked(const Digest& key_digest, bool count_eviction);
+  Result<std::optional<std::uint64_t>> remove_once_locked(const Digest& key_digest, bool count_eviction);
+  // The reserve file (store_reserve.cpp): made (again) before each put; no_space when the
+  // disk has no room for it. release: true if it was there and is gone now.
+  Status ensure_reserve_locked();
+  bool release_reserve_locked();
   Status drop_missing_blob_locked(const Digest& blob, VerifyReport& report);
   // Writes pending hits, last-access times and counters in one transaction. On failure
   // they stay pending (and flush_failing_ is set); callers other than shutdown ignore it.
@@ -97,7 +103,7 @@ class StoreImpl final : public Store {
   FileSystem& fs_;
   LockFd lock_;
   const bool read_only_;
-  const std::filesystem::path blobs_dir_, tmp_dir_, quarantine_dir_;
+  const std::filesystem::path blobs_dir_, tmp_dir_, quarantine_dir_, reserve_path_;
   VerifyReport recovery_;
 
   std::mutex mu_;

@@ -27,6 +27,14 @@ std::optional<Digest> blob_name_digest(const std::string& dir, const std::string
 }  // namespace
 
 Result<std::optional<std::uint64_t>> StoreImpl::remove_locked(const Digest& key_digest, bool count_eviction) {
+  auto freed = remove_once_locked(key_digest, count_eviction);
+  if (!freed && freed.error().code == Errc::no_space && release_reserve_locked()) {
+    freed = remove_once_locked(key_digest, count_eviction);
+  }
+  return freed;
+}
+
+Result<std::optional<std::uint64_t>> StoreImpl::remove_once_locked(const Digest& key_digest, bool count_eviction) {
   auto txn = sql::Transaction::begin(index_.db());
   if (!txn) return std::move(txn).error();
   auto blob = index_.erase(key_digest);
@@ -218,8 +226,12 @@ Result<VerifyReport> StoreImpl::verify() {
   {
     std::lock_guard<std::mutex> guard(mu_);
     if (!read_only_) {
-      KILN_TRY(flush_touches_locked());
-      KILN_TRY(recover_locked(/*remove_temporaries=*/false, report));
+      (void)flush_touches_locked();  // hits stay pending on a full disk; not verify's concern
+      Status repaired = recover_locked(/*remove_temporaries=*/false, report);
+      if (!repaired && repaired.error().code == Errc::no_space && release_reserve_locked()) {
+        repaired = recover_locked(/*remove_temporaries=*/false, report);
+      }
+      KILN_TRY(repaired);
     }
     auto all = index_.all_blobs();
     if (!all) return std::move(all).error();

@@ -19,6 +19,7 @@
 #include "kiln/protocol/messages.hpp"
 #include "support/kilnd_process.hpp"
 #include "support/raw_client.hpp"
+#include "tmpfs_mount.hpp"
 #include "temp_dir.hpp"
 
 using namespace kiln;
@@ -270,4 +271,30 @@ TEST_CASE("kilnd refuses to start on a store whose index is lost, and deletes no
   INFO(err);
   CHECK(err.find("is missing but") != std::string::npos);
   CHECK(count_blobs() == 1);
+}
+
+TEST_CASE("kilnd on a store whose file system is read-only serves reads and refuses writes as read_only") {
+  TempDir dir;
+  TmpfsMount fs(32u << 20, dir / "store");
+  const Key key = test_key("read-only mount");
+  {
+    KilndProcess d(dir.path(), "");
+    RawClient c(d.socket());
+    c.hello();
+    REQUIRE(c.put(key, std::string(30000, 'k')).header.type == MsgType::ok);
+    d.signal(SIGTERM);
+    REQUIRE(d.wait(std::chrono::seconds(20)) == 0);
+  }
+  fs.remount_read_only();
+  KilndProcess d(dir.path(), "");
+  INFO(d.log());
+  RawClient c(d.socket());
+  c.hello();
+  proto::GetRequest get;
+  get.ref.key = key;
+  get.delivery = proto::Delivery::fd;
+  auto hit = c.call(MsgType::get, proto::encode(get));
+  CHECK(hit.header.type == MsgType::ok);
+  CHECK(error_code(c.put(key, std::string(10, 'x'))) == Errc::read_only);
+  CHECK(d.log().find("read-only") != std::string::npos);
 }

@@ -18,6 +18,12 @@ Result<DaemonBuilds> start_daemon_builds(const std::optional<std::filesystem::pa
     spdlog::info("builds: disabled in the configuration ([builds] enabled = false)");
     return out;
   }
+  if (store.read_only()) {
+    // Nothing built could be stored: serve what is there (misses answer unsupported).
+    spdlog::warn("builds: disabled because the store at {} is read-only; stored artifacts are served",
+                 store_root.string());
+    return out;
+  }
   // Waiters wait until their build ends; the build is bounded by build_timeout. A waiter
   // limit of build_timeout from the request would run out before the worker's own timeout
   // (the build starts later) and cancel a hung build instead of failing it, so a broken

@@ -68,6 +68,11 @@ struct StoreOptions {
   // register a fault-injecting one (tests/storage/support/fault_vfs.hpp). A name SQLite
   // does not know makes open() fail with invalid_argument.
   std::string sqlite_vfs;
+  // Bytes kept in <root>/reserve so that deleting works on a full disk: SQLite needs free
+  // pages even to commit a delete. A delete, eviction or repair that meets a full disk
+  // gives the reserve up and retries; a put first restores it and is refused with
+  // no_space until the disk has room for it again. 0 = no reserve.
+  std::uint64_t reserve_bytes = 4u << 20;
 };
 
 struct ArtifactInfo {

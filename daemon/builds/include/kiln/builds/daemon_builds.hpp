@@ -19,7 +19,8 @@ struct DaemonBuilds {
 
 // Reads [builds] from `config_file` (if any), probes the GPUs and the worker's toolchain
 // (this waits for the worker, up to probe_timeout_s), and starts the scheduler. A node
-// without GPU or torch still gets a scheduler: it refuses builds with the reason.
+// without GPU or torch still gets a scheduler: it refuses builds with the reason. A
+// read-only store gets none (nothing built could be stored); kilnd serves reads.
 // Destroy `service` before `scheduler`, and both before `store`.
 // Errors: invalid_argument (bad [builds] options), io_error (config unreadable, work folder).
 Result<DaemonBuilds> start_daemon_builds(const std::optional<std::filesystem::path>& config_file,
