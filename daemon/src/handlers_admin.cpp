@@ -52,7 +52,19 @@ asio::awaitable<Outcome> handle_verify(Connection& c, const Request& r) {
   auto rep = co_await offload(s.pool, [&s] { return s.store.verify(); });
   if (!rep) co_return fail(rep.error());
   for (const auto& d : rep->corrupt) s.hot.erase(d);
-  proto::VerifyReply reply{rep->checked, rep->corrupt, rep->orphans_removed, rep->missing_removed};
+  // The first VERIFY also reports what the store's start-up recovery repaired: those
+  // findings are gone from disk by now, and an operator checking after a restart must
+  // see them (kilnd logged them too).
+  if (!s.recovery_reported.exchange(true)) {
+    const auto& at_start = s.store.recovery_report();
+    rep->corrupt.insert(rep->corrupt.begin(), at_start.corrupt.begin(), at_start.corrupt.end());
+    rep->missing.insert(rep->missing.begin(), at_start.missing.begin(), at_start.missing.end());
+    rep->missing_removed += at_start.missing_removed;
+    rep->orphans_removed += at_start.orphans_removed;
+    rep->foreign_moved += at_start.foreign_moved;
+  }
+  proto::VerifyReply reply{rep->checked,  rep->corrupt, rep->orphans_removed,
+                           rep->missing_removed, rep->missing, rep->foreign_moved};
   co_return co_await reply_ok(c, r, proto::encode(reply),
                               std::to_string(rep->checked) + " checked, " + std::to_string(rep->corrupt.size()) + " corrupt");
 }

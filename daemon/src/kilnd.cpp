@@ -69,6 +69,17 @@ void setup_logging(const std::string& level) {
   spdlog::flush_on(spdlog::level::info);
 }
 
+// What the store's start-up recovery repaired, one line per artifact: the operator reads
+// this (and the first `kilnctl verify`) to know exactly what was dropped or quarantined.
+void log_recovery(const std::filesystem::path& root, const storage::VerifyReport& r) {
+  if (!r.found_anything()) return;
+  spdlog::warn("store {}: start-up recovery quarantined {} artifact(s) (blob file damaged), dropped {} (blob file "
+               "missing), removed {} orphan blob file(s), moved {} foreign file(s) to quarantine/",
+               root.string(), r.corrupt.size(), r.missing_removed, r.orphans_removed, r.foreign_moved);
+  for (const auto& d : r.corrupt) spdlog::warn("store: quarantined {} (blob file damaged; now a miss)", d.hex());
+  for (const auto& d : r.missing) spdlog::warn("store: dropped {} (blob file missing; now a miss)", d.hex());
+}
+
 }  // namespace
 
 int kilnd_main(int argc, char** argv) {
@@ -157,6 +168,7 @@ int kilnd_main(int argc, char** argv) {
     return 1;
   }
   std::unique_ptr<storage::Store> the_store = std::move(*opened);
+  log_recovery(config.store, the_store->recovery_report());
 
   // [builds edit] The build scheduler (daemon/builds/, kiln::build): probes the GPUs and the
   // worker's toolchain, then serves build operations. "This node" is what it found.

@@ -45,6 +45,7 @@ class ServerState {
   const std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
   std::atomic<bool> draining{false};
   std::atomic<std::uint32_t> open_connections{0};
+  std::atomic<bool> recovery_reported{false};  // by a VERIFY reply (handlers_admin.cpp)
   std::string metrics_url;         // set once at start; "" when off
   std::function<Status()> reload;  // set by Server: re-read the config file
   std::function<void()> on_last_connection_closed;  // set by Server: ends a drain early

@@ -140,6 +140,7 @@ Status StoreImpl::drop_missing_blob_locked(const Digest& blob, VerifyReport& rep
   KILN_TRY(index_.erase_blob(blob));
   KILN_TRY(txn->commit());
   report.missing_removed += keys->size();
+  report.missing.insert(report.missing.end(), keys->begin(), keys->end());
   return {};
 }
 

@@ -298,3 +298,44 @@ TEST_CASE("kilnd on a store whose file system is read-only serves reads and refu
   CHECK(error_code(c.put(key, std::string(10, 'x'))) == Errc::read_only);
   CHECK(d.log().find("read-only") != std::string::npos);
 }
+
+TEST_CASE("what start-up recovery repaired is in kilnd's log and in the first VERIFY, artifact by artifact") {
+  TempDir dir;
+  const Key damaged = test_key("recovery-damaged"), gone = test_key("recovery-gone"), kept = test_key("recovery-kept");
+  const std::string damaged_bytes(40000, 'd'), gone_bytes(40000, 'g'), kept_bytes(40000, 'k');
+  {
+    KilndProcess d(dir.path(), "");
+    RawClient c(d.socket());
+    c.hello();
+    REQUIRE(c.put(damaged, damaged_bytes).header.type == MsgType::ok);
+    REQUIRE(c.put(gone, gone_bytes).header.type == MsgType::ok);
+    REQUIRE(c.put(kept, kept_bytes).header.type == MsgType::ok);
+    d.signal(SIGTERM);
+    REQUIRE(d.wait(std::chrono::seconds(20)) == 0);
+  }
+  auto blob_file = [&](const std::string& bytes) {
+    const auto hex = sha256(bytes).hex();
+    return dir / "store" / "blobs" / hex.substr(0, 2) / (hex + ".blob");
+  };
+  std::filesystem::resize_file(blob_file(damaged_bytes), 100);  // truncated
+  std::filesystem::remove(blob_file(gone_bytes));                 // lost
+
+  KilndProcess d(dir.path(), "");
+  const std::string log = d.log();
+  INFO(log);
+  CHECK(log.find("quarantined " + damaged.digest()->hex()) != std::string::npos);
+  CHECK(log.find("dropped " + gone.digest()->hex()) != std::string::npos);
+  CHECK(log.find(kept.digest()->hex()) == std::string::npos);
+
+  RawClient c(d.socket());
+  c.hello();
+  auto first = proto::decode<proto::VerifyReply>(c.call(MsgType::verify, "{}").body);
+  REQUIRE(first);
+  CHECK(first->checked == 1);
+  CHECK(first->corrupt == std::vector<Digest>{*damaged.digest()});
+  CHECK(first->missing == std::vector<Digest>{*gone.digest()});
+  auto second = proto::decode<proto::VerifyReply>(c.call(MsgType::verify, "{}").body);
+  REQUIRE(second);
+  CHECK(second->corrupt.empty());
+  CHECK(second->missing.empty());
+}

@@ -15,23 +15,33 @@ void add_verify(CommandSet& set) {
     auto r = call_typed<protocol::VerifyReply>(*client, protocol::MsgType::verify, protocol::VerifyRequest{});
     if (!r) return ctx.fail(r.error());
     if (ctx.json) {
-      nlohmann::json corrupt = nlohmann::json::array();
+      nlohmann::json corrupt = nlohmann::json::array(), missing = nlohmann::json::array();
       for (const auto& d : r->corrupt) corrupt.push_back(d.hex());
-      ctx.out << nlohmann::json{{"checked", r->checked}, {"corrupt", corrupt}, {"orphans_removed", r->orphans_removed},
-                                {"missing_removed", r->missing_removed}}.dump()
+      for (const auto& d : r->missing) missing.push_back(d.hex());
+      ctx.out << nlohmann::json{{"checked", r->checked},
+                                {"corrupt", corrupt},
+                                {"orphans_removed", r->orphans_removed},
+                                {"missing_removed", r->missing_removed},
+                                {"missing", missing},
+                                {"foreign_moved", r->foreign_moved}}
+                     .dump()
               << "\n";
     } else {
       ctx.out << "checked " << r->checked << " artifact(s): " << r->corrupt.size() << " corrupt, "
               << r->orphans_removed << " orphan blob(s) removed, " << r->missing_removed
-              << " entr(ies) with a missing blob removed\n";
+              << " entr(ies) with a missing blob removed, " << r->foreign_moved
+              << " foreign file(s) moved to quarantine/\n";
       for (const auto& d : r->corrupt) ctx.out << "corrupt  " << d.hex() << "  (quarantined, no longer served)\n";
+      for (const auto& d : r->missing) ctx.out << "dropped  " << d.hex() << "  (its blob file was missing)\n";
     }
-    return r->corrupt.empty() ? 0 : kExitFailuresFound;
+    return r->corrupt.empty() && r->missing.empty() ? 0 : kExitFailuresFound;
   });
   sub->footer(std::string(
                   "Needs the admin role. A corrupt artifact is moved to the store's quarantine folder\n"
                   "and unindexed: the next request for its key is a miss (and is rebuilt where builds\n"
-                  "are enabled). Exit code 6 when anything was corrupt.\n\n") +
+                  "are enabled). An artifact whose blob file is gone is dropped from the index. The\n"
+                  "first verify after kilnd starts also lists what kilnd's start-up recovery found.\n"
+                  "Exit code 6 when anything was corrupt or dropped.\n\n") +
               sub->get_footer());
 }
 

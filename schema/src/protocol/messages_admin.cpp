@@ -77,17 +77,19 @@ Result<VerifyRequest> decode<VerifyRequest>(std::string_view text) {
   KILN_DECODE_END(VerifyRequest{});
 }
 std::string encode(const VerifyReply& m) {
-  json corrupt = json::array();
+  json corrupt = json::array(), missing = json::array();
   for (const auto& d : m.corrupt) corrupt.push_back(d.hex());
+  for (const auto& d : m.missing) missing.push_back(d.hex());
   return dump(json{{"checked", m.checked}, {"corrupt", std::move(corrupt)},
-                   {"orphans_removed", m.orphans_removed}, {"missing_removed", m.missing_removed}});
+                   {"orphans_removed", m.orphans_removed}, {"missing_removed", m.missing_removed},
+                   {"missing", std::move(missing)}, {"foreign_moved", m.foreign_moved}});
 }
 template <>
 Result<VerifyReply> decode<VerifyReply>(std::string_view text) {
   KILN_DECODE_BEGIN("verify reply");
   VerifyReply m;
   in.req("checked", m.checked).opt("corrupt", m.corrupt).opt("orphans_removed", m.orphans_removed);
-  in.opt("missing_removed", m.missing_removed);
+  in.opt("missing_removed", m.missing_removed).opt("missing", m.missing).opt("foreign_moved", m.foreign_moved);
   KILN_DECODE_END(m);
 }
 

@@ -204,6 +204,8 @@ struct VerifyReply {
   std::vector<Digest> corrupt;
   std::uint64_t orphans_removed = 0;
   std::uint64_t missing_removed = 0;
+  std::vector<Digest> missing;     // key digests dropped because their blob file was missing
+  std::uint64_t foreign_moved = 0;  // files in blobs/ that were not kiln blobs, moved to quarantine/
 };
 
 struct GcRequest {};
