@@ -282,22 +282,4 @@ Status validate(const Config& c) {
   return {};
 }
 
-Result<std::uint64_t> parse_size(std::string_view text) {
-  std::string s(text);
-  char* end = nullptr;
-  errno = 0;
-  double v = std::strtod(s.c_str(), &end);
-  if (s.empty() || end == s.c_str() || errno || v < 0)
-    return make_error(Errc::invalid_argument, "expected a size like 4096, \"512MiB\" or \"2GiB\", got \"" + s + "\"");
-  std::string unit(end);
-  while (!unit.empty() && unit.front() == ' ') unit.erase(0, 1);
-  static const std::pair<const char*, double> units[] = {
-      {"", 1},        {"B", 1},          {"K", 1024.0},     {"KiB", 1024.0},    {"KB", 1e3},
-      {"M", 1 << 20}, {"MiB", 1 << 20},  {"MB", 1e6},       {"G", 1 << 30},     {"GiB", 1 << 30},
-      {"GB", 1e9},    {"T", 1024.0 * (1 << 30)}, {"TiB", 1024.0 * (1 << 30)}, {"TB", 1e12}};
-  for (auto& [name, mult] : units)
-    if (unit == name) return static_cast<std::uint64_t>(v * mult);
-  return make_error(Errc::invalid_argument, "unknown size unit \"" + unit + "\" (use B, KiB, MiB, GiB, TiB, KB, MB, GB, TB)");
-}
-
 }  // namespace kiln::daemon

@@ -135,6 +135,15 @@ int kilnd_main(int argc, char** argv) {
     std::fprintf(stderr, "kilnd: %s\n", st.error().to_string().c_str());
     return 2;
   }
+  // [builds] has the scheduler's reader; run it here too, so that --check-config refuses
+  // exactly what kilnd refuses, and a bad section stops kilnd before it creates anything.
+  if (config.config_file) {
+    auto builds_config = build::default_builds_config(config.store);
+    if (auto st = build::apply_builds_toml_file(builds_config, *config.config_file); !st) {
+      std::fprintf(stderr, "kilnd: %s\n", st.error().to_string().c_str());
+      return 2;
+    }
+  }
   if (check) {
     std::printf("socket = %s\nstore = %s\nconfig = %s\n", config.socket.c_str(), config.store.c_str(),
                 config.config_file ? config.config_file->c_str() : "(none)");

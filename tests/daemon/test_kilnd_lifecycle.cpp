@@ -339,3 +339,20 @@ TEST_CASE("what start-up recovery repaired is in kilnd's log and in the first VE
   CHECK(second->corrupt.empty());
   CHECK(second->missing.empty());
 }
+
+TEST_CASE("--check-config refuses a bad [builds] as kilnd does, and a bad config creates no store folder") {
+  TempDir dir;
+  auto config = dir / "bad-builds.toml";
+  std::ofstream(config) << "[builds]\nbuild_timeout_s = \"forever\"\n";
+  auto sock_dir = short_temp_dir();
+  const std::string common = " --config " + config.string() + " --socket " + (sock_dir / "s.sock").string() +
+                             " --store " + (dir / "store").string();
+  int check = std::system((kilnd_binary() + common + " --check-config 2>" + (dir / "check.err").string()).c_str());
+  int run = std::system((kilnd_binary() + common + " 2>" + (dir / "run.err").string()).c_str());
+  std::filesystem::remove_all(sock_dir);
+  CHECK(WEXITSTATUS(check) == 2);
+  CHECK(WEXITSTATUS(run) == 2);
+  CHECK(slurp(dir / "check.err").find("build_timeout_s") != std::string::npos);
+  CHECK(slurp(dir / "run.err").find("build_timeout_s") != std::string::npos);
+  CHECK_FALSE(std::filesystem::exists(dir / "store"));
+}

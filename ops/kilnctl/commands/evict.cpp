@@ -5,6 +5,7 @@
 #include <ostream>
 
 #include "kiln/client/json.hpp"
+#include "kiln/size.hpp"
 #include "kilnctl/commands/commands.hpp"
 #include "kilnctl/commands/ops_util.hpp"
 #include "kilnctl/output.hpp"
@@ -34,7 +35,7 @@ void add_evict(CommandSet& set) {
     }
     protocol::EvictRequest req;
     if (!args->to.empty()) {
-      auto bytes = parse_size_bytes(args->to);
+      auto bytes = kiln::parse_size(args->to);
       if (!bytes) return ctx.fail(bytes.error());
       req.target_bytes = *bytes;
       if (args->dry_run) return ctx.usage("--dry-run works with --filter and --older-than, not --to");

@@ -34,24 +34,6 @@ Result<std::uint64_t> parse_age_seconds(std::string_view text) {
   return static_cast<std::uint64_t>(std::llround(n * mul));
 }
 
-Result<std::uint64_t> parse_size_bytes(std::string_view text) {
-  double n = 0;
-  std::string unit;
-  const std::string help = "'" + std::string(text) + "' is not a size: use e.g. 500M, 10GiB, 1T or a byte count";
-  if (!split_number(text, n, unit)) return make_error(Errc::invalid_argument, help);
-  for (auto& c : unit) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-  if (unit.ends_with("IB")) unit.resize(unit.size() - 2);
-  else if (unit.size() == 2 && unit[1] == 'B') unit.resize(1);
-  double mul = 0;
-  if (unit.empty() || unit == "B") mul = 1;
-  if (unit == "K") mul = 1024.0;
-  if (unit == "M") mul = 1024.0 * 1024;
-  if (unit == "G") mul = 1024.0 * 1024 * 1024;
-  if (unit == "T") mul = 1024.0 * 1024 * 1024 * 1024;
-  if (mul == 0) return make_error(Errc::invalid_argument, help);
-  return static_cast<std::uint64_t>(std::llround(n * mul));
-}
-
 Result<std::map<std::string, std::string>> parse_filters(const std::vector<std::string>& args) {
   std::map<std::string, std::string> out;
   for (const auto& f : args) {

@@ -32,8 +32,7 @@ Result<Reply> call_typed(client::Client& client, protocol::MsgType type, const R
 
 // "90s", "30m", "12h", "7d", "2w" (a bare number is seconds). invalid_argument otherwise.
 Result<std::uint64_t> parse_age_seconds(std::string_view text);
-// "1048576", "512K", "10M", "10MB", "10MiB", "2G", "1.5GiB", "1T" — binary units (K = 1024).
-Result<std::uint64_t> parse_size_bytes(std::string_view text);
+// Sizes: kiln::parse_size (kiln/size.hpp), the rule kilnd.toml follows too.
 
 // "FIELD=VALUE" arguments into a filter map; invalid_argument naming the bad one.
 Result<std::map<std::string, std::string>> parse_filters(const std::vector<std::string>& args);

@@ -23,22 +23,6 @@ TEST_CASE("AgesTakeTheUnitsOperatorsType") {
   }
 }
 
-TEST_CASE("SizesAreBinaryWhateverTheSpelling") {
-  CHECK(*parse_size_bytes("0") == 0);
-  CHECK(*parse_size_bytes("1048576") == 1048576);
-  CHECK(*parse_size_bytes("512K") == 512 * 1024);
-  CHECK(*parse_size_bytes("10M") == 10ull << 20);
-  CHECK(*parse_size_bytes("10MB") == 10ull << 20);
-  CHECK(*parse_size_bytes("10MiB") == 10ull << 20);
-  CHECK(*parse_size_bytes("10mib") == 10ull << 20);
-  CHECK(*parse_size_bytes("1.5GiB") == 3ull << 29);
-  CHECK(*parse_size_bytes("2T") == 2ull << 40);
-  for (const char* bad : {"", "lots", "-5G", "10Q", "GiB"}) {
-    CAPTURE(bad);
-    CHECK(!parse_size_bytes(bad));
-  }
-}
-
 TEST_CASE("FiltersAreFieldEqualsValue") {
   auto f = parse_filters({"region=FluxSingleStreamBlock", "dtype=bfloat16", "compile_options={\"a\":1}"});
   REQUIRE(f);

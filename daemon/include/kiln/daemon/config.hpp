@@ -16,6 +16,7 @@
 
 #include "kiln/key.hpp"
 #include "kiln/result.hpp"
+#include "kiln/size.hpp"
 
 namespace kiln::daemon {
 
@@ -80,7 +81,7 @@ Status apply_toml_text(Config& config, std::string_view toml, std::string_view o
 // metrics address is loopback, ...).
 Status validate(const Config& config);
 
-// "2GiB", "512MiB", "100MB", "4096" -> bytes. invalid_argument otherwise.
-Result<std::uint64_t> parse_size(std::string_view text);
+// Sizes are read by kiln::parse_size (kiln/size.hpp), the rule kilnctl follows too.
+using kiln::parse_size;
 
 }  // namespace kiln::daemon
