@@ -4,6 +4,7 @@
 
 #include <sys/stat.h>
 
+#include <cstdlib>
 #include <algorithm>
 #include <mutex>
 
@@ -66,7 +67,17 @@ Client::~Client() = default;
 
 Result<Client> Client::connect(const ConnectOptions& options) {
   auto impl = std::make_unique<Impl>(resolve_socket_path(options.socket), options);
-  KILN_TRY(impl->session.ensure_connected());
+  if (Status st = impl->session.ensure_connected(); !st) {
+    Error e = std::move(st).error();
+    const char* env = std::getenv("KILN_SOCKET");
+    const bool searched = options.socket.empty() && (env == nullptr || *env == '\0');
+    if (searched && e.code == Errc::unavailable) {
+      std::string tried;
+      for (const auto& c : default_socket_candidates()) tried += (tried.empty() ? "" : ", ") + c.string();
+      e.message += " (looked for kilnd's socket at " + tried + ")";
+    }
+    return e;
+  }
   return Client(std::move(impl));
 }
 

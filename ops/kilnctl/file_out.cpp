@@ -3,6 +3,7 @@
 
 #include <fcntl.h>
 #include <sys/sendfile.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -39,16 +40,34 @@ Status copy_fd(int from, int to, std::uint64_t size) {
 }
 
 // Writes the artifact to `path` through a temporary file renamed into place, so a
-// failed or interrupted get never leaves a partial file under the final name.
+// failed or interrupted get never leaves a partial file under the final name. Only a
+// regular file (or a new name) is replaced that way: a device, FIFO, socket or terminal
+// is written into (replacing /dev/null with a regular file breaks a machine), and a
+// symbolic link keeps pointing where it did, at a file that now holds the bytes.
 Status write_fd_to_file(int from, std::uint64_t size, const std::filesystem::path& path) {
-  auto tmp = path;
+  struct stat st_path{};
+  if (::stat(path.c_str(), &st_path) == 0 && !S_ISREG(st_path.st_mode)) {
+    if (S_ISDIR(st_path.st_mode)) return make_error(Errc::invalid_argument, path.string() + " is a folder");
+    int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC | O_NOCTTY);
+    if (fd < 0) return error_from_errno(errno, "opening " + path.string());
+    Status st = copy_fd(from, fd, size);
+    if (::close(fd) != 0 && st) st = error_from_errno(errno, "closing " + path.string());
+    return st;
+  }
+  std::error_code ec;
+  std::filesystem::path target = path;
+  if (std::filesystem::is_symlink(path, ec)) {
+    target = std::filesystem::weakly_canonical(path, ec);
+    if (ec) return make_error(Errc::io_error, "resolving the link " + path.string() + ": " + ec.message());
+  }
+  auto tmp = target;
   tmp += ".kiln-tmp-" + std::to_string(::getpid());
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return error_from_errno(errno, "creating " + tmp.string());
   Status st = copy_fd(from, fd, size);
   if (st && ::fsync(fd) != 0) st = error_from_errno(errno, "fsync of " + tmp.string());
   if (::close(fd) != 0 && st) st = error_from_errno(errno, "closing " + tmp.string());
-  if (st && ::rename(tmp.c_str(), path.c_str()) != 0) st = error_from_errno(errno, "renaming into " + path.string());
+  if (st && ::rename(tmp.c_str(), target.c_str()) != 0) st = error_from_errno(errno, "renaming into " + target.string());
   if (!st) ::unlink(tmp.c_str());
   return st;
 }

@@ -16,7 +16,9 @@ Status copy_fd(int from, int to, std::uint64_t size);
 
 // Writes `size` bytes of `from` to `path` through a temporary file in the same folder,
 // fsynced and renamed into place, so a failed or interrupted write never leaves a partial
-// file under the final name (nor the temporary one).
+// file under the final name (nor the temporary one). Only regular files are replaced: a
+// device, FIFO, socket or terminal at `path` is written into directly, and a symbolic
+// link is followed (the file it names is replaced; the link stays).
 Status write_fd_to_file(int from, std::uint64_t size, const std::filesystem::path& path);
 
 }  // namespace kiln::ctl

@@ -53,7 +53,7 @@ void add_get(CommandSet& set) {
     return 0;
   });
   add_key_flags(*sub, args->key, DigestFlag::allowed);
-  sub->add_option("-o,--output", args->output, "Write to FILE (atomically: a temporary file renamed); default stdout")
+  sub->add_option("-o,--output", args->output, "Write to FILE (a regular file atomically: a temporary file renamed; a device or FIFO written into); default stdout")
       ->option_text("FILE");
   sub->add_flag("--stream", args->stream, "Receive the bytes through the socket instead of as a descriptor");
   sub->add_flag("--build", args->build,

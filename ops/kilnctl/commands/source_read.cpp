@@ -96,7 +96,7 @@ std::vector<SubcommandAction> add_source_read_commands(CLI::App& source, Context
   get->add_option("HASH", get_args->model_hash, "The model hash: 64 lowercase hex digits (see `kilnctl source ls`)")
       ->required();
   get->add_option("-o,--output", get_args->output,
-                  "Write to FILE (atomically: a temporary file renamed); default stdout (not a terminal)")
+                  "Write to FILE (a regular file atomically: a temporary file renamed; a device or FIFO written into); default stdout (not a terminal)")
       ->option_text("FILE");
   get->add_flag("--stream", get_args->stream, "Receive the bytes through the socket instead of as a descriptor");
   get->footer(

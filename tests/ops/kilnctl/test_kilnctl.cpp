@@ -3,12 +3,16 @@
 #include <doctest/doctest.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <thread>
 
 #include "kiln/client/client.hpp"
 #include "support/kilnd_process.hpp"
@@ -271,4 +275,61 @@ TEST_CASE("ExitCodesForAbsentDaemonRefusalAndBadInput") {
   CHECK(kilnctl(cmd({"get", "--digest", "abc"}, {}, d)).code == 1);
   // get refuses to write binary to --json's stdout.
   CHECK(kilnctl(cmd({"get", "--json"}, key_flags("Alpha"), d)).code == 1);
+}
+
+TEST_CASE("GetIntoADeviceFifoOrLinkWritesThroughItAndNeverReplacesIt") {
+  TempDir dir;
+  KilndProcess d(dir.path());
+  REQUIRE_MESSAGE(d.start(), d.log());
+  const std::string data = random_text(300'000, 21);
+  {
+    std::ofstream f(dir / "in.bin", std::ios::binary);
+    f << data;
+  }
+  REQUIRE(kilnctl(cmd({"put", (dir / "in.bin").string()}, key_flags("Devices"), d)).code == 0);
+
+  // A twin of /dev/null in the test's folder (char device 1:3): `-o /dev/null` as root
+  // used to rename a regular file over it.
+  const auto null_dev = dir / "null";
+  REQUIRE_MESSAGE(::mknod(null_dev.c_str(), S_IFCHR | 0666, ::makedev(1, 3)) == 0,
+                  "mknod needs root, as CI has: " << std::strerror(errno));
+  auto to_null = kilnctl(cmd({"get", "-o", null_dev.string()}, key_flags("Devices"), d));
+  CHECK_MESSAGE(to_null.code == 0, to_null.err);
+  struct stat st {};
+  REQUIRE(::stat(null_dev.c_str(), &st) == 0);
+  CHECK(S_ISCHR(st.st_mode));
+  CHECK(st.st_rdev == ::makedev(1, 3));
+
+  // A FIFO: the reader gets the bytes; the FIFO stays a FIFO.
+  const auto fifo = dir / "fifo";
+  REQUIRE(::mkfifo(fifo.c_str(), 0644) == 0);
+  std::string through_fifo;
+  std::thread reader([&] {
+    std::ifstream in(fifo, std::ios::binary);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    through_fifo = ss.str();
+  });
+  REQUIRE(::link(fifo.c_str(), (dir / "fifo.same").c_str()) == 0);
+  auto to_fifo = kilnctl(cmd({"get", "-o", fifo.string()}, key_flags("Devices"), d));
+  // Had kilnctl replaced the FIFO instead of writing into it, the reader would wait
+  // forever: a writer of our own on the same FIFO (a second name) ends its wait.
+  int unblock = ::open((dir / "fifo.same").c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+  if (unblock >= 0) ::close(unblock);
+  reader.join();
+  CHECK_MESSAGE(to_fifo.code == 0, to_fifo.err);
+  CHECK(through_fifo == data);
+  REQUIRE(::stat(fifo.c_str(), &st) == 0);
+  CHECK(S_ISFIFO(st.st_mode));
+
+  // A symbolic link: still a link afterwards, and the file it names holds the bytes.
+  {
+    std::ofstream f(dir / "real.bin", std::ios::binary);
+    f << "old";
+  }
+  std::filesystem::create_symlink(dir / "real.bin", dir / "link.bin");
+  auto to_link = kilnctl(cmd({"get", "-o", (dir / "link.bin").string()}, key_flags("Devices"), d));
+  CHECK_MESSAGE(to_link.code == 0, to_link.err);
+  CHECK(std::filesystem::is_symlink(dir / "link.bin"));
+  CHECK(file_bytes(dir / "real.bin") == data);
 }

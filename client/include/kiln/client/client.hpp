@@ -61,7 +61,8 @@ enum class Transfer {
 };
 
 struct ConnectOptions {
-  // Empty: $KILN_SOCKET if set, otherwise default_socket_path().
+  // Empty: $KILN_SOCKET if set, otherwise resolve_socket_path()'s search (the user's kilnd,
+  // then the system's); when none answers, the error names every path tried.
   std::filesystem::path socket;
   Transfer transfer = Transfer::automatic;
   // Connecting and the hello exchange together. A daemon that accepts but does not answer
@@ -76,7 +77,11 @@ struct ConnectOptions {
 // service) /run/kiln/kiln.sock; for another user $XDG_RUNTIME_DIR/kiln/kiln.sock, or
 // /tmp/kiln-<uid>/kiln/kiln.sock when $XDG_RUNTIME_DIR is not set.
 std::filesystem::path default_socket_path();
-// `explicit_path` if not empty, else $KILN_SOCKET if set and not empty, else the default.
+// Where a client looks when given no socket, in order: default_socket_path(), then (for a
+// user other than root) the system kilnd's /run/kiln/kiln.sock.
+std::vector<std::filesystem::path> default_socket_candidates();
+// `explicit_path` if not empty, else $KILN_SOCKET if set and not empty, else the first of
+// default_socket_candidates() that exists as a socket, else the first of them.
 std::filesystem::path resolve_socket_path(const std::filesystem::path& explicit_path = {});
 
 // What to look up: a key (node fields may be empty) or a complete key's digest.
