@@ -1,6 +1,7 @@
 // kilnd's main(): command line, configuration, logging, store, server.
 #include "kiln/daemon/kilnd.hpp"
 
+#include <grp.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -15,6 +16,7 @@
 #include "kiln/daemon/config.hpp"
 #include "kiln/daemon/server.hpp"
 #include "kiln/storage/store.hpp"
+#include "access.hpp"
 
 namespace kiln::daemon {
 
@@ -143,6 +145,16 @@ int kilnd_main(int argc, char** argv) {
       std::fprintf(stderr, "kilnd: %s\n", st.error().to_string().c_str());
       return 2;
     }
+  }
+  // Names in [access] are resolved here too, so --check-config catches an unknown user or
+  // group (kilnd resolves them again when it starts serving, and at every reload).
+  if (auto policy = AccessPolicy::make(config.access); !policy) {
+    std::fprintf(stderr, "kilnd: %s\n", policy.error().to_string().c_str());
+    return 2;
+  }
+  if (!config.access.socket_group.empty() && ::getgrnam(config.access.socket_group.c_str()) == nullptr) {
+    std::fprintf(stderr, "kilnd: access.socket_group: unknown group \"%s\"\n", config.access.socket_group.c_str());
+    return 2;
   }
   if (check) {
     std::printf("socket = %s\nstore = %s\nconfig = %s\n", config.socket.c_str(), config.store.c_str(),

@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -355,4 +356,57 @@ TEST_CASE("--check-config refuses a bad [builds] as kilnd does, and a bad config
   CHECK(slurp(dir / "check.err").find("build_timeout_s") != std::string::npos);
   CHECK(slurp(dir / "run.err").find("build_timeout_s") != std::string::npos);
   CHECK_FALSE(std::filesystem::exists(dir / "store"));
+}
+
+TEST_CASE("the sample kilnd.toml shows true defaults: with every option uncommented kilnd still starts") {
+  TempDir dir;
+  std::ifstream sample(std::string(KILN_SOURCE_DIR) + "/ops/kilnd.toml");
+  REQUIRE(sample);
+  // Uncomment every "#name = value" line and every table header; keep paths and the
+  // metrics port inside the test (the values themselves are what is under test).
+  std::string toml, line;
+  int uncommented = 0;
+  while (std::getline(sample, line)) {
+    const bool option = line.size() > 1 && line[0] == '#' && (std::islower(static_cast<unsigned char>(line[1])) ||
+                                                               line.rfind("#[[", 0) == 0) &&
+                        (line.find(" = ") != std::string::npos || line.rfind("#[[", 0) == 0);
+    if (option) {
+      line.erase(0, 1);
+      ++uncommented;
+    }
+    for (auto [from, to] : {std::pair<std::string, std::string>{"/var/lib/kiln", (dir / "varlib").string()},
+                            {"/run/kiln/kiln.sock", (dir / "unused.sock").string()},
+                            {"127.0.0.1:9464", "127.0.0.1:0"}}) {
+      if (auto at = line.find(from); at != std::string::npos) line.replace(at, from.size(), to);
+    }
+    toml += line + "\n";
+  }
+  CHECK(uncommented > 40);
+  std::ofstream(dir / "all.toml") << toml;
+  auto sock_dir = short_temp_dir();
+  int rc = std::system((kilnd_binary() + " --config " + (dir / "all.toml").string() + " --socket " +
+                        (sock_dir / "s.sock").string() + " --store " + (dir / "store").string() +
+                        " --check-config >/dev/null 2>" + (dir / "check.err").string())
+                           .c_str());
+  std::filesystem::remove_all(sock_dir);
+  INFO(slurp(dir / "check.err"));
+  CHECK(WEXITSTATUS(rc) == 0);
+  // And for real: it reaches READY=1 (KilndProcess throws with the log otherwise).
+  KilndProcess d(dir.path(), toml);
+  RawClient c(d.socket());
+  c.hello();
+}
+
+TEST_CASE("--check-config refuses an unknown group in [access], as kilnd's start does") {
+  TempDir dir;
+  for (const char* section : {"[access]\nwrite_groups = [\"no-such-group-kiln\"]\n",
+                              "[access]\nsocket_group = \"no-such-group-kiln\"\n"}) {
+    CAPTURE(section);
+    std::ofstream(dir / "groups.toml") << section;
+    int rc = std::system((kilnd_binary() + " --config " + (dir / "groups.toml").string() + " --store " +
+                          (dir / "store").string() + " --check-config >/dev/null 2>" + (dir / "err").string())
+                             .c_str());
+    CHECK(WEXITSTATUS(rc) == 2);
+    CHECK(slurp(dir / "err").find("no-such-group-kiln") != std::string::npos);
+  }
 }
