@@ -333,3 +333,19 @@ TEST_CASE("GetIntoADeviceFifoOrLinkWritesThroughItAndNeverReplacesIt") {
   CHECK(std::filesystem::is_symlink(dir / "link.bin"));
   CHECK(file_bytes(dir / "real.bin") == data);
 }
+
+TEST_CASE("AMistypedCommandIsNamedWithASuggestionAndVersionIsPrinted") {
+  auto typo = kilnctl({"statsu"});
+  CHECK(typo.code == 1);
+  CHECK(typo.err.find("unknown command 'statsu'") != std::string::npos);
+  CHECK(typo.err.find("did you mean 'stats'?") != std::string::npos);
+  CHECK(kilnctl({"evcit"}).err.find("did you mean 'evict'?") != std::string::npos);
+  CHECK(typo.err.find("A subcommand is required") == std::string::npos);
+  auto far = kilnctl({"--socket", "/nonexistent.sock", "frobnicate"});
+  CHECK(far.code == 1);
+  CHECK(far.err.find("unknown command 'frobnicate'") != std::string::npos);
+  CHECK(far.err.find("did you mean") == std::string::npos);
+  auto version = kilnctl({"--version"});
+  CHECK(version.code == 0);
+  CHECK(version.out.rfind("kilnctl 0.1.0 (protocol 1)", 0) == 0);
+}
