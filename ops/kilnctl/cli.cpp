@@ -62,7 +62,7 @@ int run(int argc, const char* const* argv, const Io& io) {
     app.require_subcommand(1);
     app.footer(exit_code_help());
     app.add_flag("--json", context.json, "Print one JSON document on stdout");
-    app.add_option("--socket", context.socket, "kilnd's socket (default: $KILN_SOCKET, else kilnd's default)");
+    app.add_option("--socket", context.socket, "kilnd's socket (default: $KILN_SOCKET, else the user's kilnd, else the system's)");
     app.set_version_flag("--version", "kilnctl " KILN_VERSION " (protocol " + std::to_string(protocol::kVersion) + ")");
     CommandSet set(app, context);
     for (const auto& entry : command_table()) entry.add(set);

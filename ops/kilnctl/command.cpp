@@ -29,7 +29,7 @@ int Context::fail(const Error& error) const {
 CLI::App* CommandSet::add(const std::string& name, const std::string& description, Action action) {
   CLI::App* sub = root_.add_subcommand(name, description);
   sub->add_flag("--json", context_.json, "Print one JSON document on stdout");
-  sub->add_option("--socket", context_.socket, "kilnd's socket (default: $KILN_SOCKET, else kilnd's default)");
+  sub->add_option("--socket", context_.socket, "kilnd's socket (default: $KILN_SOCKET, else the user's kilnd, else the system's)");
   sub->footer(exit_code_help());
   commands_.emplace_back(sub, std::move(action));
   return sub;

@@ -27,8 +27,9 @@ const char* exit_code_help() noexcept {
          "  6  ran, but reports failures: a prewarm build failed, verify found corrupt artifacts,\n"
          "     import could not store some artifacts\n"
          "\n"
-         "The socket is --socket, else $KILN_SOCKET, else kilnd's default: /run/kiln/kiln.sock for\n"
-         "root, $XDG_RUNTIME_DIR/kiln/kiln.sock (or /tmp/kiln-<uid>/kiln/kiln.sock) for a user.\n"
+         "The socket is --socket, else $KILN_SOCKET, else the first that exists of: the user's own\n"
+         "($XDG_RUNTIME_DIR/kiln/kiln.sock, or /tmp/kiln-<uid>/kiln/kiln.sock) and the system\n"
+         "kilnd's /run/kiln/kiln.sock (root: only the latter).\n"
          "--json prints one JSON document on stdout (errors too:\n"
          "{\"error\":{\"code\":..,\"name\":..,\"message\":..}}).";
 }

@@ -35,6 +35,14 @@ void add_export(CommandSet& set) {
     query.filters = *filters;
     if (args->pinned) query.pinned = true;
     query.limit = 1000;
+    // kiln writes a plain tar or a folder. A name that promises compression would get a
+    // folder under that name, which every tool then misreads: refuse it instead.
+    for (const char* ext : {".tgz", ".tar.gz", ".gz", ".tar.zst", ".zst", ".tar.xz", ".xz", ".tar.bz2", ".bz2", ".zip"}) {
+      if (args->path.ends_with(ext)) {
+        return ctx.usage("'" + args->path + "' names a compressed archive, but export writes a plain tar (PATH ending in "
+                         ".tar) or a folder; compress afterwards, e.g. kilnctl export out.tar && gzip out.tar");
+      }
+    }
     auto format = args->tar || args->path.ends_with(".tar") ? oci::LayoutFormat::tar : oci::LayoutFormat::directory;
     ExportSources sources;
     sources.from_daemon = !args->no_sources;

@@ -187,7 +187,7 @@ void add_source(CommandSet& set) {
   add->add_option("--name", args->name, "Name recorded with the source (default: the file's name)");
   // --json and --socket may also come after `add`.
   add->add_flag("--json", ctx.json, "Print one JSON document on stdout");
-  add->add_option("--socket", ctx.socket, "kilnd's socket (default: $KILN_SOCKET, else kilnd's default)");
+  add->add_option("--socket", ctx.socket, "kilnd's socket (default: $KILN_SOCKET, else the user's kilnd, else the system's)");
   subs->push_back({add, run_add});
   for (auto& s : add_source_read_commands(*source, ctx)) subs->push_back(std::move(s));
 }

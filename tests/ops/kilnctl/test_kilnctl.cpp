@@ -349,3 +349,14 @@ TEST_CASE("AMistypedCommandIsNamedWithASuggestionAndVersionIsPrinted") {
   CHECK(version.code == 0);
   CHECK(version.out.rfind("kilnctl 0.1.0 (protocol 1)", 0) == 0);
 }
+
+TEST_CASE("ExportToACompressedArchiveNameIsRefusedRatherThanWritingAFolderByThatName") {
+  TempDir dir;
+  for (const char* name : {"out.tgz", "out.tar.gz", "out.tar.zst", "out.zip"}) {
+    CAPTURE(name);
+    auto r = kilnctl({"export", (dir / name).string(), "--socket", (dir / "none.sock").string()});
+    CHECK(r.code == 1);
+    CHECK(r.err.find("compressed archive") != std::string::npos);
+    CHECK_FALSE(std::filesystem::exists(dir / name));
+  }
+}
