@@ -11,7 +11,6 @@
 #include <filesystem>
 
 #include "kiln/client/client.hpp"
-#include "temp_dir.hpp"
 
 using namespace kiln;
 namespace fs = std::filesystem;
@@ -52,11 +51,17 @@ int listen_at(const fs::path& path) {
 
 TEST_CASE("AUserWithoutAKilndOfItsOwnFindsTheSystemSocket") {
   REQUIRE_MESSAGE(::geteuid() == 0, "this test switches to uid 65534 and needs root, as CI has");
-  kiln::test::TempDir dir;
-  fs::permissions(dir.path(), fs::perms::all);
-  const fs::path runtime = dir / "runtime";
-  fs::create_directories(runtime);
+  // The runtime folder lives under /tmp, not the test's data folder: uid 65534 must be
+  // able to reach it, and a checkout's ancestors (CI's /check/...) may not be searchable
+  // by other users, which made every lookup as nobody fail there.
+  char runtime_template[] = "/tmp/kiln-socket-path-XXXXXX";
+  REQUIRE(::mkdtemp(runtime_template) != nullptr);
+  const fs::path runtime = runtime_template;
   fs::permissions(runtime, fs::perms::all);
+  struct RemoveRuntime {
+    fs::path path;
+    ~RemoveRuntime() { std::error_code ec; fs::remove_all(path, ec); }
+  } remove_runtime{runtime};
   const fs::path user_socket = runtime / "kiln" / "kiln.sock";
 
   const bool system_existed = fs::exists(kSystemSocket);
