@@ -1,6 +1,8 @@
 // Probing the node at scheduler start. See node_probe.hpp.
 #include "node_probe.hpp"
 
+#include <filesystem>
+
 #include <spdlog/spdlog.h>
 
 #include "kiln/builds/worker_protocol.hpp"
@@ -39,8 +41,18 @@ ProbedNode probe_node(const SchedulerOptions& options, const NodeFields& host) {
   WorkerLimits limits;
   limits.timeout = options.probe_timeout;
   limits.max_log = 64 * 1024;
-  WorkerExit exit = run_worker(options.worker, encode_toolchain_request(), limits);
-  auto tc = parse_toolchain_result(exit);
+  // A worker given as an interpreter and a path (the default: python3 <folder>) that is not
+  // there says so plainly, instead of whatever the interpreter prints about it.
+  const auto& argv = options.worker.argv;
+  std::error_code ec;
+  Result<ToolchainReport> tc = make_error(Errc::not_found, "");
+  if (argv.size() == 2 && std::filesystem::path(argv[1]).is_absolute() && !std::filesystem::exists(argv[1], ec)) {
+    tc = make_error(Errc::not_found, "the build worker is not installed at " + argv[1] +
+                                         " (install kiln's workers there, or set [builds] worker in kilnd.toml)");
+  } else {
+    WorkerExit exit = run_worker(options.worker, encode_toolchain_request(), limits);
+    tc = parse_toolchain_result(exit);
+  }
   if (tc) {
     p.node = tc->fields;
   } else {

@@ -102,13 +102,20 @@ Status apply_table(BuildsConfig& c, const toml::table& b, std::string_view origi
 
 }  // namespace
 
+std::filesystem::path default_worker_dir() {
+  // Beside kilnd, found from its own path: an installed kilnd never reaches into the tree
+  // it was built from, and a relocated install (another prefix) still finds its workers.
+  // The build tree links the same relative place to ops/workers (daemon/builds/CMakeLists.txt).
+  std::error_code ec;
+  const auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  const std::filesystem::path relative = KILN_WORKER_RELATIVE_DIR;
+  if (ec) return std::filesystem::path(KILN_WORKER_INSTALL_DIR);
+  return (exe.parent_path() / relative).lexically_normal();
+}
+
 BuildsConfig default_builds_config(const std::filesystem::path& store_root) {
   BuildsConfig c;
-  std::error_code ec;
-  std::filesystem::path installed = KILN_WORKER_INSTALL_DIR;
-  std::filesystem::path worker = std::filesystem::exists(installed / "__main__.py", ec) ? installed
-                                                                                       : std::filesystem::path(KILN_WORKER_SOURCE_DIR);
-  c.scheduler.worker.argv = {"python3", worker.string()};
+  c.scheduler.worker.argv = {"python3", default_worker_dir().string()};
   c.scheduler.work_dir = store_root / "builds";
   return c;
 }

@@ -18,8 +18,11 @@
 //   [[builds.slots]]            # explicit slots replace the probed GPUs
 //   name = "cpu0"; gpu_arch = "cpu"; gpu_name = "x86_64"; visible_device = ""
 //
-// The default worker is `python3 <datadir>/kiln/workers/kiln_worker` when installed there,
-// else this source tree's ops/workers/kiln_worker.
+// The default worker is `python3 <kilnd's folder>/../share/kiln/workers/kiln_worker`: the
+// installed workers beside an installed kilnd (/usr/sbin/kilnd -> /usr/share/kiln/...), and
+// in a build tree a link to the source's ops/workers placed at the same relative path. An
+// installed kilnd never falls back to a source tree; a missing worker is reported by
+// kilnd's start-up log and `kilnctl status` (builds unavailable, with the path).
 #pragma once
 
 #include <filesystem>
@@ -35,6 +38,9 @@ struct BuildsConfig {
   bool enabled = true;
   SchedulerOptions scheduler;
 };
+
+// Where the default worker lives for this process (see above); not checked for existence.
+std::filesystem::path default_worker_dir();
 
 // Defaults for a store at `store_root` (work_dir = <store_root>/builds).
 BuildsConfig default_builds_config(const std::filesystem::path& store_root);
