@@ -116,6 +116,7 @@ Result<std::optional<Artifact>> Client::Impl::get(const Lookup& what, const Clie
     req.on_miss = proto::OnMiss::build;
     req.wait_ms = static_cast<std::uint32_t>(get_options.wait.count());
   }
+  req.quiet = get_options.quiet;
   // The session connects (and learns the daemon's abilities) before the request is encoded.
   if (auto st = session.ensure_connected(); !st) return std::move(st).error();
   req.delivery = delivery();

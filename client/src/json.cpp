@@ -59,6 +59,8 @@ std::string to_json(const DaemonStatus& s) {
     j["gpus"].push_back({{"index", g.index}, {"name", g.name}, {"arch", g.arch}, {"memory_bytes", g.memory_bytes},
                          {"uuid", g.uuid}});
   if (!s.gpu_note.empty()) j["gpu_note"] = s.gpu_note;
+  j["can_build"] = s.builds_unavailable.empty();
+  if (!s.builds_unavailable.empty()) j["builds_unavailable"] = s.builds_unavailable;
   j["build_slots"] = nlohmann::json::array();
   for (const auto& b : s.build_slots)
     j["build_slots"].push_back({{"name", b.name}, {"gpu_arch", b.gpu_arch}, {"gpu_name", b.gpu_name},

@@ -19,6 +19,9 @@ Result<std::size_t> BufferSource::read(std::span<std::byte> into) {
 
 Result<FileSource> FileSource::open(const std::filesystem::path& file) {
   UniqueFd fd(::open(file.c_str(), O_RDONLY | O_CLOEXEC));
+  // A file the caller named that is not there is bad input, not a missing artifact
+  // (not_found means "nothing stored under that key" everywhere else).
+  if (!fd.valid() && errno == ENOENT) return make_error(Errc::invalid_argument, "no such file: " + file.string());
   if (!fd.valid()) return error_from_errno(errno, "opening " + file.string() + " to put it");
   struct stat st{};
   if (::fstat(fd.get(), &st) != 0) return error_from_errno(errno, "stat of " + file.string());

@@ -98,11 +98,12 @@ Result<std::shared_ptr<ArtifactCopy>> make_sealed_copy(const std::string& name, 
   return copy;
 }
 
-Result<std::shared_ptr<const ArtifactCopy>> make_copy_or_null(storage::Store& store, const Digest& key_digest) {
+Result<std::shared_ptr<const ArtifactCopy>> make_copy_or_null(storage::Store& store, const Digest& key_digest,
+                                                             storage::Access access) {
   std::optional<storage::ArtifactInfo> found;
   auto copy = make_sealed_copy("kiln-" + key_digest.hex().substr(0, 16), "artifact " + key_digest.hex(),
                                [&](const storage::ByteSink& sink) -> Result<std::optional<std::uint64_t>> {
-                                 auto info = store.read(key_digest, sink);
+                                 auto info = store.read(key_digest, sink, access);
                                  if (!info) return std::move(info).error();
                                  if (!*info) return std::optional<std::uint64_t>();
                                  found = std::move(**info);

@@ -59,6 +59,7 @@ Result<std::shared_ptr<ArtifactCopy>> make_sealed_copy(const std::string& name, 
 
 // Reads `key_digest` from the store (verifying its digest) into a new sealed memfd.
 // nullopt when the store has no such artifact. Blocks on disk: call off the event loop.
-Result<std::shared_ptr<const ArtifactCopy>> make_copy_or_null(storage::Store& store, const Digest& key_digest);
+Result<std::shared_ptr<const ArtifactCopy>> make_copy_or_null(storage::Store& store, const Digest& key_digest,
+                                                             storage::Access access = storage::Access::counted);
 
 }  // namespace kiln::daemon

@@ -84,8 +84,8 @@ proto::Delivery effective_delivery(Connection& c, proto::Delivery asked, std::ui
 asio::awaitable<Outcome> serve_hit(Connection& c, const Request& r, const proto::GetRequest& req, const HotHit& hit,
                                    bool hot) {
   auto& s = c.state();
-  s.metrics.record_get(true, hot);
-  if (hot) s.note_hot_hit(hit.meta->key_digest);
+  if (!req.quiet) s.metrics.record_get(true, hot);
+  if (hot && !req.quiet) s.note_hot_hit(hit.meta->key_digest);
   const Digest key_digest = hit.meta->key_digest;
   const std::uint64_t size = hit.copy->size;
   const proto::Delivery delivery = effective_delivery(c, req.delivery, size);
@@ -127,6 +127,22 @@ asio::awaitable<Outcome> handle_get(Connection& c, const Request& r) {
   const Digest d = *digest;
 
   if (auto hit = s.hot.find(d)) co_return co_await serve_hit(c, r, *req, *hit, true);
+
+  if (req->quiet) {
+    // Not a use (an export): read without counting, and keep the hot set for real traffic.
+    auto once = co_await offload(s.pool, [&s, d] { return make_copy_or_null(s.store, d, storage::Access::quiet); });
+    if (!once) co_return fail(once.error());
+    if (*once) {
+      HotHit hit;
+      hit.copy = *once;
+      hit.meta = std::make_shared<const proto::ArtifactMeta>((*once)->meta);
+      co_return co_await serve_hit(c, r, *req, hit, false);
+    }
+    proto::GetReply reply;
+    reply.key_digest = d;
+    co_await c.send_ok(r.id, proto::encode(reply));
+    co_return Outcome{{}, "miss (quiet)", true};
+  }
 
   auto fetch = [&s, d] { return s.hot.get_or_make(d, [&s, d] { return make_copy_or_null(s.store, d); }); };
   auto got = co_await offload(s.pool, fetch);
@@ -208,7 +224,10 @@ asio::awaitable<Outcome> handle_list(Connection& c, const Request& r) {
   q.limit = limit + 1;  // one more tells whether a next page exists
   q.offset = req->offset;
   auto& s = c.state();
-  auto job = [&s, q] { return s.store.list(q); };
+  auto job = [&s, q] {
+    s.flush_hot_hits();  // HITS agrees with STAT's
+    return s.store.list(q);
+  };
   auto items = co_await offload(s.pool, job);
   if (!items) co_return fail(items.error());
   proto::ListReply reply;
@@ -276,11 +295,14 @@ asio::awaitable<Outcome> handle_status(Connection& c, const Request& r) {
   if (!s.metrics_url.empty()) reply.metrics = s.metrics_url;
   reply.draining = s.draining.load();
   // GPUs are learned by the build scheduler's probe at start; without builds none is probed.
-  proto::GpuReport gpus = s.builds ? s.builds->gpu_report()
-                                   : proto::GpuReport{{}, "builds are disabled on this node: GPUs are not probed", {}};
+  proto::GpuReport gpus;
+  if (s.builds) gpus = s.builds->gpu_report();
+  else gpus.note = "builds are disabled on this node: GPUs are not probed";
   reply.gpus = std::move(gpus.gpus);
   reply.gpu_note = std::move(gpus.note);
   reply.build_slots = std::move(gpus.slots);
+  reply.builds_note = s.builds ? std::move(gpus.builds_note) : s.builds_off_reason;
+  if (!s.builds && reply.builds_note.empty()) reply.builds_note = "builds are disabled on this node";
   co_return co_await reply_ok(c, r, proto::encode(reply), "");
 }
 

@@ -34,15 +34,25 @@ asio::awaitable<Outcome> handle_evict(Connection& c, const Request& r) {
     std::int64_t cutoff = static_cast<std::int64_t>(std::time(nullptr)) - static_cast<std::int64_t>(req->older_than_s);
     q.accessed_before = q.accessed_before ? std::min(q.accessed_before, cutoff) : cutoff;
   }
-  auto job = [&s, target, q]() -> Result<std::uint64_t> {
+  const auto dry = req->dry_run ? storage::DryRun::yes : storage::DryRun::no;
+  auto job = [&s, target, q, dry]() -> Result<storage::EvictReport> {
     s.flush_hot_hits();  // least-recently-used must count hits served from hot copies
-    if (target) return s.store.evict_to(*target);
-    return s.store.evict(q);
+    if (target) return s.store.evict_to(*target, dry);
+    return s.store.evict(q, dry);
   };
-  auto n = co_await offload(s.pool, job);
-  if (!n) co_return fail(n.error());
-  if (*n) s.hot.clear();  // which entries went is not reported; drop every copy
-  co_return co_await reply_ok(c, r, proto::encode(proto::EvictReply{*n}), std::to_string(*n) + " evicted");
+  auto rep = co_await offload(s.pool, job);
+  if (!rep) co_return fail(rep.error());
+  proto::EvictReply reply;
+  reply.evicted = rep->removed.size();
+  reply.freed_bytes = rep->freed_bytes;
+  reply.pinned_kept = rep->pinned_kept;
+  reply.dry_run = req->dry_run;
+  for (const auto& a : rep->removed) {
+    if (!req->dry_run) s.hot.erase(a.key_digest);
+    reply.removed.push_back(to_meta(a));
+  }
+  const std::string note = std::to_string(reply.evicted) + (req->dry_run ? " would be evicted" : " evicted");
+  co_return co_await reply_ok(c, r, proto::encode(reply), note);
 }
 
 asio::awaitable<Outcome> handle_verify(Connection& c, const Request& r) {
@@ -79,7 +89,7 @@ asio::awaitable<Outcome> handle_gc(Connection& c, const Request& r) {
     if (quota) {
       auto n = s.store.evict_to(quota);
       if (!n) return std::move(n).error();
-      reply.evicted = *n;
+      reply.evicted = n->removed.size();
     }
     auto st = s.store.stats();
     if (!st) return std::move(st).error();

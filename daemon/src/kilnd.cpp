@@ -9,6 +9,7 @@
 #include <iostream>
 
 #include <CLI/CLI.hpp>
+#include <spdlog/pattern_formatter.h>
 #include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
 
@@ -61,12 +62,39 @@ Logs: one line per request on stderr (journald under systemd).
 Exit status: 0 clean stop, 1 could not start, 2 usage error.
 )";
 
+// "<N>" before a line on stderr is the journal's priority (sd-daemon(3)), so
+// `journalctl -p warning` finds kilnd's warnings and errors.
+class JournalPriority final : public spdlog::custom_flag_formatter {
+ public:
+  void format(const spdlog::details::log_msg& msg, const std::tm&, spdlog::memory_buf_t& dest) override {
+    char p = '6';
+    switch (msg.level) {
+      case spdlog::level::trace:
+      case spdlog::level::debug: p = '7'; break;
+      case spdlog::level::info: p = '6'; break;
+      case spdlog::level::warn: p = '4'; break;
+      case spdlog::level::err: p = '3'; break;
+      case spdlog::level::critical: p = '2'; break;
+      default: break;
+    }
+    const char text[3] = {'<', p, '>'};
+    dest.append(text, text + 3);
+  }
+  std::unique_ptr<custom_flag_formatter> clone() const override { return std::make_unique<JournalPriority>(); }
+};
+
 void setup_logging(const std::string& level) {
   auto logger = spdlog::stderr_logger_mt("kilnd");
   spdlog::set_default_logger(logger);
-  // Under systemd the journal stamps each line; elsewhere kilnd does.
-  if (std::getenv("JOURNAL_STREAM")) spdlog::set_pattern("%l %v");
-  else spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%f%z %l %v");
+  // Under systemd the journal stamps each line and reads its priority; elsewhere kilnd
+  // stamps them.
+  if (std::getenv("JOURNAL_STREAM")) {
+    auto formatter = std::make_unique<spdlog::pattern_formatter>();
+    formatter->add_flag<JournalPriority>('*').set_pattern("%*%l %v");
+    spdlog::set_formatter(std::move(formatter));
+  } else {
+    spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%f%z %l %v");
+  }
   spdlog::set_level(spdlog::level::from_str(level));
   spdlog::flush_on(spdlog::level::info);
 }
@@ -139,8 +167,8 @@ int kilnd_main(int argc, char** argv) {
   }
   // [builds] has the scheduler's reader; run it here too, so that --check-config refuses
   // exactly what kilnd refuses, and a bad section stops kilnd before it creates anything.
+  auto builds_config = build::default_builds_config(config.store);
   if (config.config_file) {
-    auto builds_config = build::default_builds_config(config.store);
     if (auto st = build::apply_builds_toml_file(builds_config, *config.config_file); !st) {
       std::fprintf(stderr, "kilnd: %s\n", st.error().to_string().c_str());
       return 2;
@@ -159,6 +187,15 @@ int kilnd_main(int argc, char** argv) {
   if (check) {
     std::printf("socket = %s\nstore = %s\nconfig = %s\n", config.socket.c_str(), config.store.c_str(),
                 config.config_file ? config.config_file->c_str() : "(none)");
+    // The worker is where builds come from: say which one, and whether it is there (a
+    // missing one is not an error: the node then serves without building).
+    std::string worker;
+    for (const auto& a : builds_config.scheduler.worker.argv) worker += (worker.empty() ? "" : " ") + a;
+    const auto& worker_argv = builds_config.scheduler.worker.argv;
+    std::error_code ec;
+    const bool found = worker_argv.size() < 2 || std::filesystem::exists(worker_argv.back(), ec);
+    std::printf("builds = %s\nworker = %s%s\n", builds_config.enabled ? "enabled" : "disabled", worker.c_str(),
+                found ? "" : "  (not found: this node will not build)");
     return 0;
   }
   setup_logging(config.log_level);
@@ -200,6 +237,7 @@ int kilnd_main(int argc, char** argv) {
     return 1;
   }
   config.node = builds->node;
+  config.builds_off_reason = builds->off_reason;
 
   auto server = Server::create(config, *the_store, builds->service.get(), *listen_fd);
   if (!server) {

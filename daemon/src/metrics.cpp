@@ -1,16 +1,18 @@
 // Prometheus text rendering of kilnd's metrics.
 #include "metrics.hpp"
 
-#include <cstdio>
+#include <charconv>
 #include <sstream>
 
 namespace kiln::daemon {
 
 namespace {
+// The shortest text that reads back to `v` ("5e-05", not "5.0000000000000002e-05"): bucket
+// bounds are label values a person types into queries.
 std::string num(double v) {
   char buf[64];
-  std::snprintf(buf, sizeof buf, "%.17g", v);
-  return buf;
+  auto r = std::to_chars(buf, buf + sizeof buf, v);
+  return std::string(buf, r.ptr);
 }
 }  // namespace
 

@@ -220,6 +220,24 @@ asio::awaitable<std::string> Server::Impl::render_metrics() {
   g.push_back({"kiln_hot_set_bytes", "Bytes held as uncompressed hot copies.", double(state.hot.bytes())});
   g.push_back({"kiln_hot_set_entries", "Artifacts held as uncompressed hot copies.", double(state.hot.entries())});
   g.push_back({"kiln_uptime_seconds", "Seconds since kilnd started.", double(state.uptime_s())});
+  if (state.builds) {
+    const auto b = state.builds->gpu_report();
+    std::uint64_t queued = 0, running = 0;
+    for (const auto& s : b.slots) {
+      queued += s.queued;
+      running += s.running;
+    }
+    g.push_back({"kiln_builds_queued", "Builds waiting for a build slot.", double(queued)});
+    g.push_back({"kiln_builds_running", "Builds running now.", double(running)});
+    g.push_back({"kiln_builds_started_total", "Builds started since kilnd started.", double(b.builds_started), true});
+    g.push_back({"kiln_builds_succeeded_total", "Builds that stored their artifact.", double(b.builds_succeeded), true});
+    g.push_back({"kiln_builds_failed_total", "Builds that failed (worker error, check against eager, timeout).",
+                 double(b.builds_failed), true});
+    g.push_back({"kiln_builds_cancelled_total", "Builds stopped because nobody waited for them any more.",
+                 double(b.builds_cancelled), true});
+    g.push_back({"kiln_builds_available", "1 when this node can build a miss, else 0 (kilnctl status says why).",
+                 b.builds_note.empty() ? 1.0 : 0.0});
+  }
   co_return state.metrics.render(g);
 }
 
@@ -236,6 +254,7 @@ Result<std::unique_ptr<Server>> Server::create(const Config& config, storage::St
   if (!access) return std::move(access).error();
   auto impl = std::make_unique<Impl>(config, std::move(*access), store, builds);
   impl->state.node = detect_node_fields(config.node);
+  impl->state.builds_off_reason = config.builds_off_reason;
   impl->socket_path = config.socket;
   UniqueFd fd;
   if (listen_fd >= 0) {

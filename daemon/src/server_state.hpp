@@ -50,6 +50,7 @@ class ServerState {
   std::function<Status()> reload;  // set by Server: re-read the config file
   std::function<void()> on_last_connection_closed;  // set by Server: ends a drain early
   NodeFields node;                 // "this node": set before the first connection, then read-only
+  std::string builds_off_reason;   // why `builds` is null; set with `node`
 
   std::shared_ptr<const Config> config() const {
     std::lock_guard lock(mu_);

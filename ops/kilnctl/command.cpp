@@ -4,6 +4,7 @@
 #include <ostream>
 
 #include "kilnctl/exit_codes.hpp"
+#include "kilnctl/key_flags.hpp"
 
 namespace kiln::ctl {
 
@@ -14,12 +15,20 @@ Result<client::Client> Context::connect(client::Transfer transfer) const {
   return client::Client::connect(options);
 }
 
+Result<Digest> Context::resolve_prefix(std::string_view prefix) const {
+  auto client = connect();
+  if (!client) return std::move(client).error();
+  return resolve_digest_prefix(*client, prefix);
+}
+
 int Context::fail(const Error& error) const {
   err << "kilnctl: " << errc_name(error.code) << ": " << error.message << "\n";
   if (json) {
     nlohmann::json j;
-    j["error"] = {{"code", static_cast<int>(error.code)},
-                  {"name", std::string(errc_name(error.code))},
+    // The exit code, not kiln's internal error number: the number a script reads as
+    // "what happened" must be the one the shell sees.
+    j["error"] = {{"name", std::string(errc_name(error.code))},
+                  {"exit_code", exit_code_for(error.code)},
                   {"message", error.message}};
     out << j.dump() << "\n";
   }

@@ -24,6 +24,8 @@ struct Context {
   std::string socket;  // --socket ("" = KILN_SOCKET or the default)
 
   Result<client::Client> connect(client::Transfer transfer = client::Transfer::descriptor) const;
+  // Resolves a --digest prefix against the daemon (its own connection; see key_flags.hpp).
+  Result<Digest> resolve_prefix(std::string_view prefix) const;
   // Reports `error` ("kilnctl: <name>: <message>" on err; with --json also a JSON error
   // document on out) and returns its exit code.
   int fail(const Error& error) const;

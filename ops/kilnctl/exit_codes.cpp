@@ -31,7 +31,7 @@ const char* exit_code_help() noexcept {
          "($XDG_RUNTIME_DIR/kiln/kiln.sock, or /tmp/kiln-<uid>/kiln/kiln.sock) and the system\n"
          "kilnd's /run/kiln/kiln.sock (root: only the latter).\n"
          "--json prints one JSON document on stdout (errors too:\n"
-         "{\"error\":{\"code\":..,\"name\":..,\"message\":..}}).";
+         "{\"error\":{\"name\":..,\"exit_code\":..,\"message\":..}}).";
 }
 
 }  // namespace kiln::ctl

@@ -49,7 +49,9 @@ void add_key_flags(CLI::App& app, KeyFlags& flags, DigestFlag digest) {
       ->option_text("FILE")
       ->group("Key");
   if (digest == DigestFlag::allowed)
-    app.add_option("--digest", flags.digest, "A stored artifact's key digest (64 hex) instead of a key")
+    app.add_option("--digest", flags.digest,
+                   "A stored artifact's key digest instead of a key: all 64 hex digits, or a unique prefix "
+                   "of at least 4 (as `ls` shows)")
         ->option_text("HEX")
         ->group("Key");
   for (std::string_view field : client::settable_key_fields()) {
@@ -104,10 +106,43 @@ Result<Key> key_from_flags(const KeyFlags& flags, std::istream& stdin_stream) {
   return key;
 }
 
-Result<client::Lookup> lookup_from_flags(const KeyFlags& flags, std::istream& stdin_stream) {
+Result<Digest> resolve_digest_prefix(client::Client& client, std::string_view prefix) {
+  std::vector<Digest> matches;
+  client::ListQuery q;
+  q.limit = 10000;
+  for (;;) {
+    auto page = client.list(q);
+    if (!page) return std::move(page).error();
+    for (const auto& e : page->entries)
+      if (e.key_digest.hex().compare(0, prefix.size(), prefix) == 0) matches.push_back(e.key_digest);
+    if (!page->next_offset) break;
+    q.offset = *page->next_offset;
+  }
+  if (matches.empty())
+    return make_error(Errc::not_found, "no stored artifact's key digest starts with " + std::string(prefix));
+  if (matches.size() > 1) {
+    std::string list;
+    for (std::size_t i = 0; i < matches.size() && i < 5; ++i) list += (i ? ", " : "") + matches[i].hex().substr(0, 16);
+    if (matches.size() > 5) list += ", ...";
+    return make_error(Errc::invalid_argument, "--digest " + std::string(prefix) + " is ambiguous: " +
+                                                  std::to_string(matches.size()) + " stored artifacts start with it (" +
+                                                  list + "); give more digits");
+  }
+  return matches.front();
+}
+
+Result<client::Lookup> lookup_from_flags(const KeyFlags& flags, std::istream& stdin_stream,
+                                         const PrefixResolver& resolve) {
   if (!flags.digest.empty()) {
     if (flags.any_key_given())
       return make_error(Errc::invalid_argument, "give either --digest or a key (--key / field flags), not both");
+    const bool hex = flags.digest.find_first_not_of("0123456789abcdef") == std::string::npos;
+    if (hex && flags.digest.size() >= 4 && flags.digest.size() < 64) {
+      if (!resolve) return make_error(Errc::invalid_argument, "--digest: a prefix needs the daemon's list of artifacts");
+      auto d = resolve(flags.digest);
+      if (!d) return std::move(d).error();
+      return client::Lookup(*d);
+    }
     auto d = Digest::from_hex(flags.digest);
     if (!d) return make_error(Errc::invalid_argument, "--digest: " + d.error().message);
     return client::Lookup(*d);

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <functional>
 #include <iosfwd>
 #include <map>
 #include <optional>
@@ -35,8 +36,18 @@ void add_key_flags(CLI::App& app, KeyFlags& flags, DigestFlag digest);
 // missing flags ("missing key fields: --model-hash, --region (or give --key FILE)") or
 // the bad value. `stdin_stream` is read for --key -.
 Result<Key> key_from_flags(const KeyFlags& flags, std::istream& stdin_stream);
-// A key or --digest (exactly one of them).
-Result<client::Lookup> lookup_from_flags(const KeyFlags& flags, std::istream& stdin_stream);
+// Finds the one stored key digest starting with a prefix (what `ls` shows is 12 of the 64
+// hex digits). not_found when none matches; invalid_argument naming the candidates when
+// several do.
+using PrefixResolver = std::function<Result<Digest>(std::string_view prefix)>;
+
+// A key or --digest (exactly one of them). A --digest of 4 to 63 hex digits is a prefix,
+// resolved through `resolve` (invalid_argument when none is given).
+Result<client::Lookup> lookup_from_flags(const KeyFlags& flags, std::istream& stdin_stream,
+                                         const PrefixResolver& resolve = {});
+
+// The resolver kilnctl's commands use: lists the daemon's artifacts through `client`.
+Result<Digest> resolve_digest_prefix(client::Client& client, std::string_view prefix);
 
 // The node fields of kiln's key (may be filled by the daemon).
 bool is_node_field(const std::string& name);

@@ -74,6 +74,8 @@ std::vector<std::pair<std::string, std::string>> gpu_status_lines(const client::
   for (const auto& b : s.build_slots)
     out.emplace_back("slot " + b.name, b.gpu_name + ", " + b.gpu_arch + ": " + std::to_string(b.running) +
                                            " running, " + std::to_string(b.queued) + " queued");
+  out.emplace_back("can build", s.builds_unavailable.empty() ? "yes (a miss is built on this node)"
+                                                             : "no: " + s.builds_unavailable);
   return out;
 }
 

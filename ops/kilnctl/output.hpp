@@ -22,7 +22,8 @@ std::string read_stream(std::istream& in);
 void print_info(std::ostream& out, const client::ArtifactInfo& info);
 // `kilnctl status`'s GPU and build slot lines as (name, value): ("gpu 0", "NVIDIA H200,
 // sm_90, 139.8 GiB") per GPU, or ("gpus", "none found: <probe note>"); then ("slot gpu0",
-// "NVIDIA H200, sm_90: 1 running, 2 queued") per build slot.
+// "NVIDIA H200, sm_90: 1 running, 2 queued") per build slot; last ("can build", "yes ..." or
+// "no: <why>").
 std::vector<std::pair<std::string, std::string>> gpu_status_lines(const client::DaemonStatus& status);
 
 }  // namespace kiln::ctl

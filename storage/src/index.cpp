@@ -154,14 +154,18 @@ Result<std::vector<ArtifactInfo>> Index::list(const ListQuery& q) {
   std::vector<std::string> clauses;
   for (const auto& [field, value] : q.filters) {
     if (std::find(names.begin(), names.end(), field) == names.end()) {
-      return make_error(Errc::invalid_argument, "list filter: '" + field + "' is not a key field");
+      std::string known;
+      for (const auto& n : names) known += (known.empty() ? "" : ", ") + n;
+      return make_error(Errc::invalid_argument,
+                        "list filter: '" + field + "' is not a key field (the fields are: " + known + ")");
     }
     clauses.push_back("a." + field + " = ?");
   }
   if (q.pinned) clauses.push_back(*q.pinned ? "a.pinned = 1" : "a.pinned = 0");
   if (q.accessed_before != 0) clauses.push_back("a.last_access < ?");
   for (std::size_t i = 0; i < clauses.size(); ++i) sql += (i == 0 ? " WHERE " : " AND ") + clauses[i];
-  sql += " ORDER BY a.created_at, a.key_digest";
+  // Newest access first, as `kilnctl ls` promises (access_seq orders accesses within a second).
+  sql += " ORDER BY a.access_seq DESC, a.key_digest";
   if (q.limit != 0 || q.offset != 0) {
     sql += " LIMIT " + (q.limit != 0 ? std::to_string(q.limit) : std::string("-1")) + " OFFSET " + std::to_string(q.offset);
   }
@@ -173,11 +177,20 @@ Result<std::vector<ArtifactInfo>> Index::list(const ListQuery& q) {
   return collect(*st);
 }
 
-Result<std::vector<ArtifactInfo>> Index::lru(std::size_t limit) {
-  auto st = db_.prepare(std::string(kSelectArtifact) + " WHERE a.pinned = 0 ORDER BY a.access_seq LIMIT ?");
+Result<std::vector<BlobRow>> Index::lru_blobs() {
+  auto st = db_.prepare(
+      "SELECT b.digest, b.size, b.stored_size, b.created_at FROM artifacts a JOIN blobs b ON b.digest = a.blob_digest "
+      "GROUP BY b.digest HAVING MAX(a.pinned) = 0 ORDER BY MAX(a.access_seq), b.digest");
   if (!st) return std::move(st).error();
-  st->bind(1, static_cast<std::int64_t>(limit));
-  return collect(*st);
+  std::vector<BlobRow> out;
+  for (;;) {
+    auto row = st->step();
+    if (!row) return std::move(row).error();
+    if (!*row) return out;
+    auto d = digest_col(*st, 0, "blobs.digest");
+    if (!d) return std::move(d).error();
+    out.push_back(BlobRow{*d, static_cast<std::uint64_t>(st->i64(1)), static_cast<std::uint64_t>(st->i64(2)), st->i64(3)});
+  }
 }
 
 Result<std::vector<Digest>> Index::artifacts_of_blob(const Digest& blob) {

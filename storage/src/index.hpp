@@ -46,8 +46,10 @@ class Index {
   Result<bool> set_pinned(const Digest& key_digest, bool pinned);
   Status touch(const Digest& key_digest, std::int64_t now, std::int64_t access_seq, std::uint64_t hits);
   Result<std::vector<ArtifactInfo>> list(const ListQuery& query);
-  // Unpinned artifacts, least recently used first.
-  Result<std::vector<ArtifactInfo>> lru(std::size_t limit);
+  // Blobs that no pinned artifact uses, least recently used first (a blob is as recent as
+  // the newest access of the artifacts sharing it): removing every artifact of one frees
+  // its stored_size.
+  Result<std::vector<BlobRow>> lru_blobs();
   Result<std::vector<Digest>> artifacts_of_blob(const Digest& blob);
   Result<std::int64_t> max_access_seq();
 

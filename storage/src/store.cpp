@@ -45,12 +45,16 @@ Result<ArtifactInfo> Store::put_file(const Key& key, const std::filesystem::path
   return commit(std::move(*stream), key, meta);
 }
 
-Result<std::optional<ArtifactInfo>> Store::read_into(const Digest& key_digest, std::vector<std::byte>& out) {
+Result<std::optional<ArtifactInfo>> Store::read_into(const Digest& key_digest, std::vector<std::byte>& out,
+                                                     Access access) {
   out.clear();
-  return read(key_digest, [&out](std::span<const std::byte> piece) -> Status {
-    out.insert(out.end(), piece.begin(), piece.end());
-    return {};
-  });
+  return read(
+      key_digest,
+      [&out](std::span<const std::byte> piece) -> Status {
+        out.insert(out.end(), piece.begin(), piece.end());
+        return {};
+      },
+      access);
 }
 
 Result<std::optional<std::vector<std::byte>>> Store::get_bytes(const Digest& key_digest) {

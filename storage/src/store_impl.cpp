@@ -288,14 +288,15 @@ Result<ArtifactInfo> StoreImpl::commit(std::unique_ptr<PutStream> stream, const 
   if (freed) remove_blob_file(*freed);
   if (options_.quota_bytes != 0) {
     // Soft quota: best effort; the put itself has succeeded.
-    (void)evict_locked(options_.quota_bytes, info.key_digest);
+    (void)evict_locked(options_.quota_bytes, info.key_digest, DryRun::no);
   }
   return info;
 }
 
 Result<std::optional<ArtifactInfo>> StoreImpl::finish_read(const Digest& key_digest, const ArtifactInfo& info,
-                                                           Status st) {
+                                                           Status st, Access access) {
   std::lock_guard<std::mutex> guard(mu_);
+  if (st && access == Access::quiet) return std::optional<ArtifactInfo>(info);
   if (st) {
     record_hits_locked(key_digest, 1);
     ArtifactInfo out = info;
@@ -308,7 +309,7 @@ Result<std::optional<ArtifactInfo>> StoreImpl::finish_read(const Digest& key_dig
     // The file went away: either a concurrent remove (then this is a miss) or damage.
     auto row = index_.get(key_digest);
     if (row && !*row) {
-      pending_misses_ += 1;
+      if (access == Access::counted) pending_misses_ += 1;
       return std::optional<ArtifactInfo>();
     }
     e = make_error(Errc::corrupt, "blob file of artifact " + key_digest.hex() + " is missing");
@@ -326,31 +327,32 @@ Result<std::optional<ArtifactInfo>> StoreImpl::finish_read(const Digest& key_dig
   return e;
 }
 
-Result<std::optional<ArtifactInfo>> StoreImpl::read(const Digest& key_digest, const ByteSink& sink) {
+Result<std::optional<ArtifactInfo>> StoreImpl::read(const Digest& key_digest, const ByteSink& sink, Access access) {
   std::optional<ArtifactInfo> info;
   {
     std::lock_guard<std::mutex> guard(mu_);
     auto row = index_.get(key_digest);
     if (!row) return std::move(row).error();
     if (!*row) {
-      pending_misses_ += 1;
+      if (access == Access::counted) pending_misses_ += 1;
       return std::optional<ArtifactInfo>();
     }
     info = std::move(*row);
     if (auto it = pending_touches_.find(key_digest); it != pending_touches_.end()) info->hits += it->second.hits;
   }
   Status st = read_blob(fs_, blob_path(info->blob_digest), info->blob_digest, sink, {}, options_.read_check);
-  return finish_read(key_digest, *info, std::move(st));
+  return finish_read(key_digest, *info, std::move(st), access);
 }
 
-Result<std::optional<ArtifactInfo>> StoreImpl::read_into(const Digest& key_digest, std::vector<std::byte>& out) {
+Result<std::optional<ArtifactInfo>> StoreImpl::read_into(const Digest& key_digest, std::vector<std::byte>& out,
+                                                         Access access) {
   std::optional<ArtifactInfo> info;
   {
     std::lock_guard<std::mutex> guard(mu_);
     auto row = index_.get(key_digest);
     if (!row) return std::move(row).error();
     if (!*row) {
-      pending_misses_ += 1;
+      if (access == Access::counted) pending_misses_ += 1;
       return std::optional<ArtifactInfo>();
     }
     info = std::move(*row);
@@ -360,7 +362,7 @@ Result<std::optional<ArtifactInfo>> StoreImpl::read_into(const Digest& key_diges
   ByteSink none = [](std::span<const std::byte>) -> Status { return {}; };
   std::span<std::byte> direct = info->size == 0 ? std::span<std::byte>() : std::span<std::byte>(out);
   Status st = read_blob(fs_, blob_path(info->blob_digest), info->blob_digest, none, direct, options_.read_check);
-  return finish_read(key_digest, *info, std::move(st));
+  return finish_read(key_digest, *info, std::move(st), access);
 }
 
 // Metadata calls flush pending hits first so that they see them; when the index cannot

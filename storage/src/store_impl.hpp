@@ -21,8 +21,9 @@ class StoreImpl final : public Store {
 
   Result<std::unique_ptr<PutStream>> begin_put() override;
   Result<ArtifactInfo> commit(std::unique_ptr<PutStream> stream, const Key& key, const PutMeta& meta) override;
-  Result<std::optional<ArtifactInfo>> read(const Digest& key_digest, const ByteSink& sink) override;
-  Result<std::optional<ArtifactInfo>> read_into(const Digest& key_digest, std::vector<std::byte>& out) override;
+  Result<std::optional<ArtifactInfo>> read(const Digest& key_digest, const ByteSink& sink, Access access) override;
+  Result<std::optional<ArtifactInfo>> read_into(const Digest& key_digest, std::vector<std::byte>& out,
+                                                Access access) override;
   Result<std::optional<ArtifactInfo>> stat(const Digest& key_digest) override;
   Result<std::vector<ArtifactInfo>> list(const ListQuery& query) override;
   Result<bool> remove(const Digest& key_digest) override;
@@ -30,8 +31,8 @@ class StoreImpl final : public Store {
   Result<StoreStats> stats() override;
   void record_miss() override;
   void record_hits(const Digest& key_digest, std::uint64_t n) override;
-  Result<std::uint64_t> evict_to(std::uint64_t target_bytes) override;
-  Result<std::uint64_t> evict(const ListQuery& query) override;
+  Result<EvictReport> evict_to(std::uint64_t target_bytes, DryRun dry_run) override;
+  Result<EvictReport> evict(const ListQuery& query, DryRun dry_run) override;
   Result<VerifyReport> verify() override;
   Result<SourceInfo> put_source(const std::string& model_hash, std::unique_ptr<PutStream> stream,
                                 const std::string& name) override;
@@ -77,7 +78,7 @@ class StoreImpl final : public Store {
   // Returns the key digests of the artifacts dropped.
   Result<std::vector<Digest>> quarantine_locked(const Digest& blob, const std::string& why);
   Status make_room_locked(std::uint64_t incoming, const std::optional<Digest>& keep);
-  Result<std::uint64_t> evict_locked(std::uint64_t target_bytes, const std::optional<Digest>& keep);
+  Result<EvictReport> evict_locked(std::uint64_t target_bytes, const std::optional<Digest>& keep, DryRun dry_run);
   // Removes one artifact; returns the stored bytes it freed, nullopt if it did not exist.
   // On a full disk it gives up the reserve file and retries once (store_reserve.cpp).
   Result<std::optional<std::uint64_t>> remove_locked(const Digest& key_digest, bool count_eviction);
@@ -96,7 +97,8 @@ class StoreImpl final : public Store {
   void record_hits_locked(const Digest& key_digest, std::uint64_t n);
   Status recover_locked(bool remove_temporaries, VerifyReport& report);
   Status collect_orphan_files_locked(VerifyReport& report);
-  Result<std::optional<ArtifactInfo>> finish_read(const Digest& key_digest, const ArtifactInfo& info, Status st);
+  Result<std::optional<ArtifactInfo>> finish_read(const Digest& key_digest, const ArtifactInfo& info, Status st,
+                                                  Access access);
   std::int64_t now() const;
 
   StoreOptions options_;

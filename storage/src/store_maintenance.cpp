@@ -1,4 +1,5 @@
 // StoreImpl: eviction, recovery on open, and full verification.
+#include <algorithm>
 #include <ctime>
 
 #include "blob_reader.hpp"
@@ -52,32 +53,46 @@ Result<std::optional<std::uint64_t>> StoreImpl::remove_once_locked(const Digest&
   return std::optional<std::uint64_t>(*row ? (*row)->stored_size : 0);
 }
 
-Result<std::uint64_t> StoreImpl::evict_locked(std::uint64_t target_bytes, const std::optional<Digest>& keep) {
+Result<EvictReport> StoreImpl::evict_locked(std::uint64_t target_bytes, const std::optional<Digest>& keep,
+                                             DryRun dry_run) {
   // Best effort: LRU order may then miss the latest hits; each removal's own transaction
   // reports an index that cannot take writes.
   (void)flush_touches_locked();
   auto stored = index_.stored_bytes();
   if (!stored) return std::move(stored).error();
   std::uint64_t used = *stored;
-  std::uint64_t evicted = 0;
-  while (used > target_bytes) {
-    auto candidates = index_.lru(64);
-    if (!candidates) return std::move(candidates).error();
-    bool progressed = false;
-    for (const auto& c : *candidates) {
-      if (used <= target_bytes) break;
-      if (keep && c.key_digest == *keep) continue;
-      auto freed = remove_locked(c.key_digest, /*count_eviction=*/true);
-      if (!freed) return std::move(freed).error();
-      if (*freed) {
-        used -= std::min(used, **freed);
-        ++evicted;
-        progressed = true;
+  EvictReport report;
+  ListQuery pinned;
+  pinned.pinned = true;
+  auto kept = index_.list(pinned);
+  if (!kept) return std::move(kept).error();
+  report.pinned_kept = kept->size();
+  if (used <= target_bytes) return report;
+  // Whole blobs, least recently used first: evicting one artifact of a shared blob frees
+  // nothing, and evicting artifacts one by one until bytes move emptied stores whose
+  // artifacts shared their bytes.
+  auto blobs = index_.lru_blobs();
+  if (!blobs) return std::move(blobs).error();
+  for (const auto& blob : *blobs) {
+    if (used <= target_bytes) break;
+    auto sharers = index_.artifacts_of_blob(blob.digest);
+    if (!sharers) return std::move(sharers).error();
+    if (keep && std::find(sharers->begin(), sharers->end(), *keep) != sharers->end()) continue;
+    for (const auto& k : *sharers) {
+      auto info = index_.get(k);
+      if (!info) return std::move(info).error();
+      if (*info) {
+        apply_pending_locked(**info);
+        report.removed.push_back(std::move(**info));
       }
+      if (dry_run == DryRun::yes) continue;
+      auto freed = remove_locked(k, /*count_eviction=*/true);
+      if (!freed) return std::move(freed).error();
     }
-    if (!progressed) break;  // only pinned entries (or `keep`) left
+    used -= std::min(used, blob.stored_size);
+    report.freed_bytes += blob.stored_size;
   }
-  return evicted;
+  return report;
 }
 
 Status StoreImpl::make_room_locked(std::uint64_t incoming, const std::optional<Digest>& keep) {
@@ -87,7 +102,7 @@ Status StoreImpl::make_room_locked(std::uint64_t incoming, const std::optional<D
   if (!stored) return std::move(stored).error();
   if (*stored + incoming <= hard) return {};
   if (incoming <= hard) {
-    auto evicted = evict_locked(hard - incoming, keep);
+    auto evicted = evict_locked(hard - incoming, keep, DryRun::no);
     if (!evicted) return std::move(evicted).error();
     stored = index_.stored_bytes();
     if (!stored) return std::move(stored).error();
@@ -105,26 +120,36 @@ Status StoreImpl::make_room_locked(std::uint64_t incoming, const std::optional<D
                         " more; unpin or remove entries, or raise hard_limit_bytes. Reads still work.");
 }
 
-Result<std::uint64_t> StoreImpl::evict_to(std::uint64_t target_bytes) {
-  KILN_TRY(writable());
+Result<EvictReport> StoreImpl::evict_to(std::uint64_t target_bytes, DryRun dry_run) {
+  if (dry_run == DryRun::no) KILN_TRY(writable());
   std::lock_guard<std::mutex> guard(mu_);
-  return evict_locked(target_bytes, std::nullopt);
+  return evict_locked(target_bytes, std::nullopt, dry_run);
 }
 
-Result<std::uint64_t> StoreImpl::evict(const ListQuery& query) {
-  KILN_TRY(writable());
+Result<EvictReport> StoreImpl::evict(const ListQuery& query, DryRun dry_run) {
+  if (dry_run == DryRun::no) KILN_TRY(writable());
   std::lock_guard<std::mutex> guard(mu_);
   (void)flush_touches_locked();  // as in evict_locked
   auto matches = index_.list(query);
   if (!matches) return std::move(matches).error();
-  std::uint64_t evicted = 0;
-  for (const auto& m : *matches) {
-    if (m.pinned) continue;
+  EvictReport report;
+  for (auto& m : *matches) {
+    if (m.pinned) {
+      ++report.pinned_kept;
+      continue;
+    }
+    apply_pending_locked(m);
+    if (dry_run == DryRun::yes) {
+      report.removed.push_back(std::move(m));
+      continue;
+    }
     auto freed = remove_locked(m.key_digest, /*count_eviction=*/true);
     if (!freed) return std::move(freed).error();
-    if (*freed) ++evicted;
+    if (!*freed) continue;
+    report.freed_bytes += **freed;
+    report.removed.push_back(std::move(m));
   }
-  return evicted;
+  return report;
 }
 
 Status StoreImpl::drop_missing_blob_locked(const Digest& blob, VerifyReport& report) {

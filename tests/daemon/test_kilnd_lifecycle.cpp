@@ -2,6 +2,8 @@
 // in-flight limits, socket activation, the metrics endpoint, bad configuration.
 #include <doctest/doctest.h>
 
+#include <sstream>
+
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -191,9 +193,36 @@ TEST_CASE("socket activation: kilnd serves the socket systemd passes") {
   std::filesystem::remove_all(sock_dir);
 }
 
+TEST_CASE("under systemd every log line carries its journal priority") {
+  TempDir dir;
+  ::setenv("JOURNAL_STREAM", "8:12345", 1);  // what systemd sets for a unit's stderr
+  KilndProcess d(dir.path(), "[limits]\nmax_connections = 1\n");
+  ::unsetenv("JOURNAL_STREAM");
+  // A refused connection is a warning: `journalctl -p warning` must find it.
+  RawClient first(d.socket());
+  first.hello();
+  RawClient second(d.socket());
+  REQUIRE(d.wait_for_log("warning", std::chrono::seconds(10)));
+  std::istringstream lines(d.log());
+  std::string line;
+  int info = 0, warn = 0;
+  while (std::getline(lines, line)) {
+    if (line.empty()) continue;
+    CHECK_MESSAGE(line.size() > 3, line);
+    CHECK_MESSAGE((line[0] == '<' && line[2] == '>' && line[1] >= '0' && line[1] <= '7'), line);
+    if (line.rfind("<6>info ", 0) == 0) ++info;
+    if (line.rfind("<4>warning ", 0) == 0) ++warn;
+  }
+  CHECK(info > 0);
+  CHECK(warn > 0);
+}
+
 TEST_CASE("the metrics endpoint serves Prometheus text on loopback") {
   TempDir dir;
-  KilndProcess d(dir.path(), "metrics_listen = \"127.0.0.1:0\"\n");
+  // A build slot whose worker is missing: build metrics are there and say it cannot build.
+  KilndProcess d(dir.path(), "metrics_listen = \"127.0.0.1:0\"\n[builds]\nprobe_gpus = false\n"
+                             "worker = [\"python3\", \"/nonexistent/kiln_worker\"]\n[[builds.slots]]\n"
+                             "name = \"cpu0\"\ngpu_arch = \"cpu\"\ngpu_name = \"x86_64\"\n");
   RawClient c(d.socket());
   c.hello();
   auto status = proto::decode<proto::StatusReply>(c.call(MsgType::status, "{}").body);
@@ -212,8 +241,16 @@ TEST_CASE("the metrics endpoint serves Prometheus text on loopback") {
   CHECK(page.find("kiln_get_hits_total 1") != std::string::npos);
   CHECK(page.find("kiln_get_misses_total 1") != std::string::npos);
   CHECK(page.find("kiln_request_duration_seconds_bucket{op=\"put\"") != std::string::npos);
+  // Bucket bounds as a person would write them in a query.
+  CHECK(page.find("kiln_request_duration_seconds_bucket{op=\"put\",le=\"5e-05\"}") != std::string::npos);
+  for (auto at = page.find("le=\""); at != std::string::npos; at = page.find("le=\"", at + 1))
+    CHECK_MESSAGE(page.find('"', at + 4) - (at + 4) <= 8, page.substr(at, 30));  // "0.00025", "+Inf"; never 17 digits
   CHECK(page.find("kiln_store_entries 1") != std::string::npos);
   CHECK(page.find("kiln_bytes_served_total 5") != std::string::npos);
+  CHECK(page.find("kiln_builds_queued 0") != std::string::npos);
+  CHECK(page.find("kiln_builds_started_total 0") != std::string::npos);
+  CHECK(page.find("kiln_builds_failed_total 0") != std::string::npos);
+  CHECK(page.find("kiln_builds_available 0") != std::string::npos);
 }
 
 TEST_CASE("a bad configuration is refused at start with the option named") {

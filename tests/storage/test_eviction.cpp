@@ -81,7 +81,9 @@ TEST_CASE("pinned entries are never evicted, and a new entry is not evicted by i
   CHECK(present(*store, 1));
   auto evicted = store->evict_to(0);
   REQUIRE(evicted);
-  CHECK(*evicted == 1);  // only entry 3 was unpinned
+  REQUIRE(evicted->removed.size() == 1);  // only entry 3 was unpinned
+  CHECK(evicted->removed[0].key.region == "Block3");
+  CHECK(evicted->pinned_kept == 2);
   CHECK(present(*store, 0));
   CHECK(present(*store, 1));
 }
@@ -125,9 +127,16 @@ TEST_CASE("evict by query removes only matching unpinned entries") {
   }
   ListQuery q;
   q.filters = {{"gpu_arch", "sm_89"}};
+  auto dry = store->evict(q, DryRun::yes);
+  REQUIRE(dry);
+  CHECK(dry->removed.size() == 1);
+  CHECK(store->stats()->entries == 4);  // a dry run removes nothing
   auto n = store->evict(q);
   REQUIRE(n);
-  CHECK(*n == 1);
+  REQUIRE(n->removed.size() == 1);
+  CHECK(n->removed[0].key_digest == *make_key(1, "sm_89").digest());
+  CHECK(n->pinned_kept == 1);
+  CHECK(n->freed_bytes > 0);
   CHECK(store->stats()->entries == 3);
   CHECK(store->stat(*make_key(0, "sm_89").digest())->has_value());
   CHECK_FALSE(store->stat(*make_key(1, "sm_89").digest())->has_value());
@@ -142,4 +151,51 @@ TEST_CASE("a quota above the hard limit is refused at open") {
   auto s = Store::open(o);
   REQUIRE_FALSE(s);
   CHECK(s.error().code == Errc::invalid_argument);
+}
+
+// Artifacts that share one blob (the same bytes under several keys) free nothing until the
+// last of them goes. Eviction to a size works on whole blobs, least recently used first, so
+// it never removes entries that free nothing, and never empties the store to free a few bytes.
+TEST_CASE("evict_to removes whole least-recently-used blobs and nothing that frees no bytes") {
+  kiln::test::TempDir dir;
+  auto store = open_store(dir.path(), 0, 0);
+  const auto shared = incompressible(100'000, 7);
+  for (int i = 0; i < 4; ++i) REQUIRE(store->put_bytes(make_key(i), shared));  // one blob, 4 keys
+  REQUIRE(store->put_bytes(make_key(10), incompressible(100'000, 10)));
+  REQUIRE(store->put_bytes(make_key(11), incompressible(100'000, 11)));
+  // The shared blob is the most recently used; key 10 the least.
+  REQUIRE(*store->get_bytes(*make_key(11).digest()));
+  REQUIRE(*store->get_bytes(*make_key(2).digest()));
+  const auto before = store->stats()->stored_bytes;
+  REQUIRE(before > 250'000);
+
+  auto dry = store->evict_to(before - 50'000, DryRun::yes);
+  REQUIRE(dry);
+  REQUIRE(dry->removed.size() == 1);
+  CHECK(dry->removed[0].key.region == "Block10");
+  CHECK(store->stats()->stored_bytes == before);
+
+  auto rep = store->evict_to(before - 50'000);
+  REQUIRE(rep);
+  REQUIRE(rep->removed.size() == 1);
+  CHECK(rep->removed[0].key.region == "Block10");
+  CHECK(store->stats()->entries == 5);
+  CHECK(store->stats()->stored_bytes <= before - 50'000);
+
+  // Down to one blob's worth: key 11 goes (older than the shared blob's newest use); the
+  // four sharers stay together.
+  auto more = store->evict_to(store->stats()->stored_bytes - 1);
+  REQUIRE(more);
+  REQUIRE(more->removed.size() == 1);
+  CHECK(more->removed[0].key.region == "Block11");
+  CHECK(store->stats()->entries == 4);
+
+  // A pinned sharer keeps the whole blob: nothing is removed that would free nothing.
+  REQUIRE(*store->set_pinned(*make_key(0).digest(), true));
+  auto none = store->evict_to(0);
+  REQUIRE(none);
+  CHECK(none->removed.empty());
+  CHECK(none->pinned_kept == 1);
+  CHECK(store->stats()->entries == 4);
+  for (int i = 0; i < 4; ++i) CHECK(**store->get_bytes(*make_key(i).digest()) == shared);
 }

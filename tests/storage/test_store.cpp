@@ -196,6 +196,21 @@ TEST_CASE("list filters on key fields, pin state, and pages") {
   CHECK(bad.error().message.find("colour") != std::string::npos);
 }
 
+TEST_CASE("list shows the newest access first, a read counting as an access") {
+  kiln::test::TempDir dir;
+  auto store = open_store(dir.path());
+  for (int i = 0; i < 3; ++i) REQUIRE(store->put_bytes(make_key(i), make_bytes(100, i)));
+  auto order = [&] {
+    std::vector<std::string> regions;
+    for (const auto& a : *store->list({})) regions.push_back(a.key.region);
+    return regions;
+  };
+  CHECK(order() == std::vector<std::string>{"Block2", "Block1", "Block0"});
+  REQUIRE(*store->get_bytes(*make_key(0).digest()));
+  CHECK(order() == std::vector<std::string>{"Block0", "Block2", "Block1"});
+  CHECK(store->list({})->front().hits == 1);  // a pending hit shows at once
+}
+
 TEST_CASE("an incomplete key is refused and nothing is left behind") {
   kiln::test::TempDir dir;
   auto store = open_store(dir.path());

@@ -16,12 +16,14 @@ Result<DaemonBuilds> start_daemon_builds(const std::optional<std::filesystem::pa
   out.node = host;
   if (!config.enabled) {
     spdlog::info("builds: disabled in the configuration ([builds] enabled = false)");
+    out.off_reason = "builds are disabled in kilnd's configuration ([builds] enabled = false)";
     return out;
   }
   if (store.read_only()) {
     // Nothing built could be stored: serve what is there (misses answer unsupported).
     spdlog::warn("builds: disabled because the store at {} is read-only; stored artifacts are served",
                  store_root.string());
+    out.off_reason = "the store at " + store_root.string() + " is read-only: nothing built could be stored";
     return out;
   }
   // Waiters wait until their build ends; the build is bounded by build_timeout. A waiter

@@ -177,6 +177,15 @@ class SchedulerService final : public daemon::BuildService {
     if (r.gpus.empty()) r.note = node.gpu_note.empty() ? "GPUs were not probed ([builds] probe_gpus = false)" : node.gpu_note;
     for (const auto& s : node.slots)
       r.slots.push_back({s.config.name, s.config.gpu_arch, s.config.gpu_name, s.running, s.queued});
+    r.builds_started = node.builds_started;
+    r.builds_succeeded = node.builds_ok;
+    r.builds_failed = node.builds_failed;
+    r.builds_cancelled = node.builds_cancelled;
+    // The same reasons a build request is refused for (scheduler.cpp, buildable_slots).
+    if (node.slots.empty())
+      r.builds_note = "no build slot: " + (r.note.empty() ? std::string("none is configured") : r.note);
+    else if (!node.toolchain_error.empty())
+      r.builds_note = "the build worker did not report a toolchain: " + node.toolchain_error;
     return r;
   }
 

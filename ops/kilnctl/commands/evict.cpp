@@ -38,7 +38,6 @@ void add_evict(CommandSet& set) {
       auto bytes = kiln::parse_size(args->to);
       if (!bytes) return ctx.fail(bytes.error());
       req.target_bytes = *bytes;
-      if (args->dry_run) return ctx.usage("--dry-run works with --filter and --older-than, not --to");
     }
     auto filters = parse_filters(args->filters);
     if (!filters) return ctx.fail(filters.error());
@@ -52,48 +51,38 @@ void add_evict(CommandSet& set) {
     auto client = ctx.connect();
     if (!client) return ctx.fail(client.error());
 
-    if (args->dry_run) {
-      // What would go: the same criteria as a listing of unpinned entries.
-      client::ListQuery q;
-      q.filters = req.filters;
-      q.pinned = false;
-      if (req.older_than_s > 0) q.accessed_before = static_cast<std::int64_t>(std::time(nullptr)) - static_cast<std::int64_t>(req.older_than_s);
-      client::ListPage all;
-      for (;;) {
-        auto page = client->list(q);
-        if (!page) return ctx.fail(page.error());
-        for (auto& e : page->entries) all.entries.push_back(std::move(e));
-        if (!page->next_offset) break;
-        q.offset = *page->next_offset;
-      }
-      if (ctx.json) {
-        ctx.out << client::to_json(all) << "\n";
-      } else {
-        std::uint64_t bytes = 0;
-        for (const auto& e : all.entries) {
-          bytes += e.stored_size;
-          ctx.out << "would evict  " << e.key_digest.hex() << "  " << e.key.region << " " << to_string(e.key.kind) << " "
-                  << e.key.dtype << "  " << format_bytes(e.stored_size) << "\n";
-        }
-        ctx.out << all.entries.size() << " artifact(s), " << format_bytes(bytes) << " (dry run: nothing removed)\n";
-      }
-      return 0;
-    }
-
+    req.dry_run = args->dry_run;
     auto r = call_typed<protocol::EvictReply>(*client, protocol::MsgType::evict, req);
     if (!r) return ctx.fail(r.error());
     if (ctx.json) {
-      ctx.out << nlohmann::json{{"evicted", r->evicted}}.dump() << "\n";
-    } else {
-      ctx.out << "evicted " << r->evicted << " artifact(s)\n";
+      nlohmann::json removed = nlohmann::json::array();
+      for (const auto& m : r->removed)
+        removed.push_back({{"key_digest", m.key_digest.hex()}, {"key", nlohmann::json::parse(m.key.to_json())},
+                           {"size", m.size}, {"stored_size", m.stored_size}, {"last_access", m.last_access},
+                           {"hits", m.hits}});
+      ctx.out << nlohmann::json{{"evicted", r->evicted},     {"dry_run", r->dry_run},
+                                {"freed_bytes", r->freed_bytes}, {"pinned_kept", r->pinned_kept},
+                                {"removed", std::move(removed)}}
+                     .dump()
+              << "\n";
+      return 0;
     }
+    // Every artifact by name, so an operator sees what went (or would go) before it is missed.
+    for (const auto& m : r->removed)
+      ctx.out << (r->dry_run ? "would evict  " : "evicted  ") << m.key_digest.hex().substr(0, 12) << "  "
+              << m.key.region << " " << to_string(m.key.kind) << " " << m.key.dtype << "  "
+              << format_bytes(m.stored_size) << "\n";
+    ctx.out << r->evicted << " artifact(s), " << format_bytes(r->freed_bytes)
+            << (r->dry_run ? " would be freed (dry run: nothing removed)" : " freed");
+    if (r->pinned_kept) ctx.out << "; " << r->pinned_kept << " pinned artifact(s) kept (unpin to evict them)";
+    ctx.out << "\n";
     return 0;
   });
   sub->add_option("--filter", args->filters, "FIELD=VALUE on any key field (repeat to narrow), e.g. gpu_arch=sm_80")
       ->option_text("FIELD=VALUE")->expected(1)->allow_extra_args(false)->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   sub->add_option("--older-than", args->older_than, "Last used longer ago than AGE: 90s, 30m, 12h, 7d, 2w")->option_text("AGE");
   sub->add_option("--to", args->to, "Evict least-recently-used until the store holds at most SIZE: 500M, 10GiB")->option_text("SIZE");
-  sub->add_flag("--dry-run", args->dry_run, "List what --filter/--older-than would evict; remove nothing");
+  sub->add_flag("--dry-run", args->dry_run, "List what would be evicted and the space it would free; remove nothing");
   sub->footer(std::string(
                   "Needs the admin role. Pinned artifacts are never evicted (unpin them first).\n"
                   "--filter and --older-than combine (both must match). Examples:\n"

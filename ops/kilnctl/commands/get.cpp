@@ -33,7 +33,7 @@ void add_get(CommandSet& set) {
     if (to_stdout && ctx.json) return ctx.usage("--json prints metadata on stdout: give the artifact a file with -o");
     if (to_stdout && ::isatty(ctx.data_fd))
       return ctx.usage("refusing to write a binary artifact to a terminal: use -o FILE or redirect stdout");
-    auto what = lookup_from_flags(args->key, std::cin);
+    auto what = lookup_from_flags(args->key, std::cin, [&ctx](std::string_view p) { return ctx.resolve_prefix(p); });
     if (!what) return ctx.fail(what.error());
     auto client = ctx.connect(args->stream ? client::Transfer::stream : client::Transfer::descriptor);
     if (!client) return ctx.fail(client.error());

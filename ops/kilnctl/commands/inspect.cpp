@@ -34,7 +34,7 @@ void add_inspect(CommandSet& set) {
   auto log_lines = std::make_shared<std::size_t>(20);
   CLI::App* sub = set.add("inspect", "Show every key field, sizes, hits, pin, build time and build log of a stored artifact",
                           [&ctx, flags, log_lines] {
-    auto what = lookup_from_flags(*flags, std::cin);
+    auto what = lookup_from_flags(*flags, std::cin, [&ctx](std::string_view p) { return ctx.resolve_prefix(p); });
     if (!what) return ctx.fail(what.error());
     auto client = ctx.connect();
     if (!client) return ctx.fail(client.error());

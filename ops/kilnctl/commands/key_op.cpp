@@ -13,7 +13,7 @@ void add_key_op_command(CommandSet& set, const std::string& name, const std::str
   Context& ctx = set.context();
   auto flags = std::make_shared<KeyFlags>();
   CLI::App* sub = set.add(name, description, [&ctx, flags, done, op] {
-    auto what = lookup_from_flags(*flags, std::cin);
+    auto what = lookup_from_flags(*flags, std::cin, [&ctx](std::string_view p) { return ctx.resolve_prefix(p); });
     if (!what) return ctx.fail(what.error());
     auto client = ctx.connect();
     if (!client) return ctx.fail(client.error());

@@ -16,7 +16,7 @@ void add_logs(CommandSet& set) {
   auto flags = std::make_shared<KeyFlags>();
   CLI::App* sub = set.add("logs", "Print the newest build log of a key (the build worker's stderr); exit code 2 when none",
                           [&ctx, flags] {
-    auto what = lookup_from_flags(*flags, std::cin);
+    auto what = lookup_from_flags(*flags, std::cin, [&ctx](std::string_view p) { return ctx.resolve_prefix(p); });
     if (!what) return ctx.fail(what.error());
     auto client = ctx.connect();
     if (!client) return ctx.fail(client.error());

@@ -3,11 +3,13 @@
 #include <sys/ioctl.h>
 #include <unistd.h>
 
+#include <iomanip>
 #include <iostream>
 #include <memory>
 #include <utility>
 #include <nlohmann/json.hpp>
 
+#include "kiln/client/key_text.hpp"
 #include "kiln/progress/render.hpp"
 #include "kilnctl/commands/commands.hpp"
 #include "kilnctl/commands/ops_util.hpp"
@@ -49,13 +51,36 @@ nlohmann::json summary_json(const std::string& manifest, const PrewarmOutcome& o
           {"items", items}};
 }
 
+// One line per key, as an operator reads a plan: what is built, from which source, for
+// which inputs (--json gives every field).
+void print_plan(std::ostream& out, const prewarm::Manifest& m) {
+  out << std::left << std::setw(16) << "SOURCE" << std::setw(30) << "REGION" << std::setw(11) << "KIND" << std::setw(10)
+      << "DTYPE" << std::setw(34) << "OPTIONS" << "INPUTS\n";
+  bool placeholders = false;
+  for (const auto& k : m.keys) {
+    const auto& src = m.sources[k.source];
+    placeholders = placeholders || src.placeholder;
+    std::string inputs;
+    for (const auto& in : k.key.inputs) inputs += (inputs.empty() ? "" : " ") + client::format_tensor_spec(in);
+    std::string options = k.key.compile_options;
+    if (options.size() > 32) options = options.substr(0, 29) + "...";
+    out << std::setw(16) << (src.name + (src.placeholder ? "*" : "")) << std::setw(30) << k.key.region << std::setw(11)
+        << to_string(k.key.kind) << std::setw(10) << k.key.dtype << std::setw(34) << options << inputs << "\n";
+  }
+  out << m.keys.size() << " key(s)"
+      << (m.duplicates ? " (" + std::to_string(m.duplicates) + " duplicates dropped)" : std::string()) << "\n";
+  if (placeholders)
+    out << "* the source's model_hash is the sample's placeholder: prewarm refuses it until the export's hash is "
+           "put there (see schema/prewarm-manifest.md)\n";
+}
+
 }  // namespace
 
 void add_prewarm(CommandSet& set) {
   Context& ctx = set.context();
   auto args = std::make_shared<PrewarmArgs>();
   CLI::App* sub = set.add("prewarm", "Build every key a prewarm manifest lists, across the node's GPUs, and report each outcome", [&ctx, args] {
-    auto manifest = prewarm::load_manifest(args->manifest);
+    auto manifest = prewarm::load_manifest(args->manifest, args->dry_run ? prewarm::Use::plan : prewarm::Use::run);
     // A manifest that cannot be read or used is bad input (exit 1), whatever the cause.
     if (!manifest) return ctx.usage(manifest.error().message);
     if (args->dry_run) {
@@ -64,8 +89,7 @@ void add_prewarm(CommandSet& set) {
         for (const auto& k : manifest->keys) keys.push_back({{"label", k.label}, {"key", nlohmann::json::parse(k.key.to_json())}});
         ctx.out << nlohmann::json{{"keys", keys}, {"duplicates", manifest->duplicates}}.dump() << "\n";
       } else {
-        for (const auto& k : manifest->keys) ctx.out << k.label << "  " << k.key.to_json() << "\n";
-        ctx.out << manifest->keys.size() << " key(s)" << (manifest->duplicates ? " (" + std::to_string(manifest->duplicates) + " duplicates dropped)" : "") << "\n";
+        print_plan(ctx.out, *manifest);
       }
       return 0;
     }

@@ -14,7 +14,7 @@ void add_stat(CommandSet& set) {
   auto flags = std::make_shared<KeyFlags>();
   CLI::App* sub = set.add("stat", "Show a stored artifact's key, sizes, times, hits and pin; exit code 2 when not stored",
                           [&ctx, flags] {
-    auto what = lookup_from_flags(*flags, std::cin);
+    auto what = lookup_from_flags(*flags, std::cin, [&ctx](std::string_view p) { return ctx.resolve_prefix(p); });
     if (!what) return ctx.fail(what.error());
     auto client = ctx.connect();
     if (!client) return ctx.fail(client.error());

@@ -68,7 +68,7 @@ namespace {
 // A file's SHA-256 and size, read once before it is streamed into the layout.
 Result<std::pair<Digest, std::uint64_t>> hash_file(const std::filesystem::path& file) {
   std::ifstream in(file, std::ios::binary);
-  if (!in) return make_error(Errc::not_found, "cannot read source " + file.string());
+  if (!in) return make_error(Errc::invalid_argument, "cannot read source " + file.string());
   Sha256 h;
   std::uint64_t size = 0;
   std::vector<char> buf(1 << 20);
@@ -82,7 +82,7 @@ Result<std::pair<Digest, std::uint64_t>> hash_file(const std::filesystem::path& 
 
 Status stream_file(const std::filesystem::path& file, const oci::ByteSink& sink) {
   std::ifstream in(file, std::ios::binary);
-  if (!in) return make_error(Errc::not_found, "cannot read source " + file.string());
+  if (!in) return make_error(Errc::invalid_argument, "cannot read source " + file.string());
   std::vector<char> buf(1 << 20);
   while (in.read(buf.data(), static_cast<std::streamsize>(buf.size())) || in.gcount() > 0) {
     KILN_TRY(sink(std::as_bytes(std::span(buf.data(), static_cast<std::size_t>(in.gcount())))));
@@ -136,8 +136,12 @@ Result<ExportReport> export_artifacts(client::Client& client, const client::List
   if (!writer) return std::move(writer).error();
   ExportReport report;
   std::set<std::string> model_hashes;  // of the artifacts exported
+  // An export is not a use: it must not count hits or refresh last access (hit-rate alerts,
+  // `evict --older-than`).
+  client::Client::GetOptions quiet;
+  quiet.quiet = true;
   for (const auto& entry : listed) {
-    auto got = client.get(entry.key_digest);
+    auto got = client.get(entry.key_digest, quiet);
     if (!got) return std::move(got).error();
     if (!*got) {
       report.vanished.push_back(entry.key_digest.hex());

@@ -73,8 +73,9 @@ Status expand(const detail::ParsedManifest& parsed, const detail::Ctx& ctx, Mani
 
 }  // namespace
 
-Result<Manifest> parse_manifest(std::string_view text, std::string_view file_name, const std::filesystem::path& base_dir) {
-  detail::Ctx ctx{std::string(file_name)};
+Result<Manifest> parse_manifest(std::string_view text, std::string_view file_name, const std::filesystem::path& base_dir,
+                                Use use) {
+  detail::Ctx ctx{std::string(file_name), use};
   toml::table root;
   try {
     root = toml::parse(text, file_name);
@@ -92,7 +93,7 @@ Result<Manifest> parse_manifest(std::string_view text, std::string_view file_nam
   return out;
 }
 
-Result<Manifest> load_manifest(const std::filesystem::path& file) {
+Result<Manifest> load_manifest(const std::filesystem::path& file, Use use) {
   std::ifstream in(file, std::ios::binary);
   if (!in) {
     std::error_code ec;
@@ -103,8 +104,8 @@ Result<Manifest> load_manifest(const std::filesystem::path& file) {
   std::stringstream ss;
   ss << in.rdbuf();
   std::filesystem::path base = std::filesystem::absolute(file).parent_path();
-  auto m = parse_manifest(ss.str(), file.string(), base);
-  if (!m) return m;
+  auto m = parse_manifest(ss.str(), file.string(), base, use);
+  if (!m || use == Use::plan) return m;
   for (std::size_t i = 0; i < m->sources.size(); ++i) {
     const auto& s = m->sources[i];
     if (s.path.empty()) continue;

@@ -275,8 +275,10 @@ Result<ParsedManifest> Ctx::parse(const toml::table& root, const std::filesystem
       if (!hash) return std::move(hash).error();
       if (!is_hex64(*hash)) return err(t->get("model_hash"), f + ".model_hash", "must be 64 lowercase hex");
       if (*hash == std::string(64, '0')) {
-        return err(t->get("model_hash"), f + ".model_hash",
-                   "is the sample's placeholder: put the export's model hash here (see schema/prewarm-manifest.md)");
+        if (use != Use::plan)
+          return err(t->get("model_hash"), f + ".model_hash",
+                     "is the sample's placeholder: put the export's model hash here (see schema/prewarm-manifest.md)");
+        src.placeholder = true;
       }
       src.model_hash = *hash;
       out.sources.push_back(std::move(src));

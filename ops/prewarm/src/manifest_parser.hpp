@@ -44,6 +44,7 @@ struct ParsedManifest {
 // Error context: the file name for messages.
 struct Ctx {
   std::string file;
+  Use use = Use::run;
 
   Error err(const toml::node* node, const std::string& field, const std::string& msg) const;
   Status only_known(const toml::table& t, const std::string& field, std::initializer_list<std::string_view> known) const;

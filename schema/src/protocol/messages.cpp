@@ -130,6 +130,7 @@ std::string encode(const GetRequest& m) {
   j["delivery"] = delivery_name(m.delivery);
   if (m.on_miss == OnMiss::build) j["on_miss"] = "build";
   if (m.wait_ms) j["wait_ms"] = m.wait_ms;
+  if (m.quiet) j["quiet"] = true;
   return dump(j);
 }
 template <>
@@ -139,7 +140,7 @@ Result<GetRequest> decode<GetRequest>(std::string_view text) {
   read_ref(in, m.ref);
   read_delivery(in, "delivery", m.delivery);
   std::string on_miss;
-  in.opt("on_miss", on_miss).opt("wait_ms", m.wait_ms);
+  in.opt("on_miss", on_miss).opt("wait_ms", m.wait_ms).opt("quiet", m.quiet);
   if (on_miss == "build") m.on_miss = OnMiss::build;
   else if (!on_miss.empty() && on_miss != "none") in.fail("on_miss: expected \"none\" or \"build\"");
   KILN_DECODE_END(m);
@@ -300,6 +301,7 @@ std::string encode(const StatusReply& m) {
          {"draining", m.draining}};
   if (m.metrics) j["metrics"] = *m.metrics;
   put_gpus(j, m.gpus, m.gpu_note, m.build_slots);
+  if (!m.builds_note.empty()) j["builds_unavailable"] = m.builds_note;
   return dump(j);
 }
 template <>
@@ -310,6 +312,7 @@ Result<StatusReply> decode<StatusReply>(std::string_view text) {
   in.opt("socket", m.socket).opt("store", m.store).opt("node", m.node).opt("roles", m.roles);
   in.opt("capabilities", m.capabilities).opt("metrics", m.metrics).opt("draining", m.draining);
   in.opt("gpus", m.gpus).opt("gpu_note", m.gpu_note).opt("build_slots", m.build_slots);
+  in.opt("builds_unavailable", m.builds_note);
   KILN_DECODE_END(m);
 }
 

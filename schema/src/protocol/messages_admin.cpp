@@ -47,6 +47,7 @@ std::string encode(const EvictRequest& m) {
   if (!m.filters.empty()) j["filters"] = m.filters;
   if (m.accessed_before) j["accessed_before"] = m.accessed_before;
   if (m.older_than_s) j["older_than_s"] = m.older_than_s;
+  if (m.dry_run) j["dry_run"] = true;
   return dump(j);
 }
 template <>
@@ -54,19 +55,25 @@ Result<EvictRequest> decode<EvictRequest>(std::string_view text) {
   KILN_DECODE_BEGIN("evict");
   EvictRequest m;
   in.opt("target_bytes", m.target_bytes).opt("filters", m.filters).opt("accessed_before", m.accessed_before);
-  in.opt("older_than_s", m.older_than_s);
+  in.opt("older_than_s", m.older_than_s).opt("dry_run", m.dry_run);
   if (!in.error() && !m.target_bytes && m.filters.empty() && !m.accessed_before && !m.older_than_s)
     in.fail("give target_bytes, or at least one of filters, accessed_before, older_than_s");
   if (!in.error() && m.target_bytes && (!m.filters.empty() || m.accessed_before || m.older_than_s))
     in.fail("target_bytes cannot be combined with filters or ages");
   KILN_DECODE_END(m);
 }
-std::string encode(const EvictReply& m) { return dump(json{{"evicted", m.evicted}}); }
+std::string encode(const EvictReply& m) {
+  json removed = json::array();
+  for (const auto& a : m.removed) removed.push_back(to_json(a));
+  return dump(json{{"evicted", m.evicted}, {"removed", std::move(removed)}, {"freed_bytes", m.freed_bytes},
+                   {"pinned_kept", m.pinned_kept}, {"dry_run", m.dry_run}});
+}
 template <>
 Result<EvictReply> decode<EvictReply>(std::string_view text) {
   KILN_DECODE_BEGIN("evict reply");
   EvictReply m;
-  in.req("evicted", m.evicted);
+  in.req("evicted", m.evicted).opt("removed", m.removed).opt("freed_bytes", m.freed_bytes);
+  in.opt("pinned_kept", m.pinned_kept).opt("dry_run", m.dry_run);
   KILN_DECODE_END(m);
 }
 

@@ -79,6 +79,10 @@ TEST_CASE("ExportThenImportIntoAFreshStoreIsByteIdenticalWithTheSameKeys") {
   REQUIRE_MESSAGE(b.start(), b.log());
   REQUIRE_MESSAGE(c.start(), c.log());
   auto stored = fill(a);
+  Run stats_before = kilnctl({"stats", "--json"}, a.socket());
+  REQUIRE(stats_before.code == 0);
+  Run ls_before = kilnctl({"ls", "--json"}, a.socket());
+  REQUIRE(ls_before.code == 0);
 
   Run ex = kilnctl({"export", "--json", (dir / "layout").string()}, a.socket());
   REQUIRE_MESSAGE(ex.code == 0, ex.err);
@@ -88,6 +92,17 @@ TEST_CASE("ExportThenImportIntoAFreshStoreIsByteIdenticalWithTheSameKeys") {
   Run ex_tar = kilnctl({"export", (dir / "layout.tar").string()}, a.socket());
   REQUIRE_MESSAGE(ex_tar.code == 0, ex_tar.err);
   CHECK(ex_tar.out.find("exported 7 artifact(s)") != std::string::npos);
+  // Exporting is not using: no hit or miss counted, no artifact's hits or last access moved.
+  json sb = json::parse(stats_before.out), sa = json::parse(kilnctl({"stats", "--json"}, a.socket()).out);
+  CHECK(sa["store"]["hits"] == sb["store"]["hits"]);
+  CHECK(sa["store"]["misses"] == sb["store"]["misses"]);
+  json lb = json::parse(ls_before.out)["items"], la = json::parse(kilnctl({"ls", "--json"}, a.socket()).out)["items"];
+  REQUIRE(la.size() == lb.size());
+  for (std::size_t i = 0; i < la.size(); ++i) {
+    CHECK(la[i]["key_digest"] == lb[i]["key_digest"]);  // the same LRU order
+    CHECK(la[i]["hits"] == lb[i]["hits"]);
+    CHECK(la[i]["last_access"] == lb[i]["last_access"]);
+  }
   // A standard tar program reads it, and it holds the OCI layout's files.
   std::string cmd = "tar -tf " + (dir / "layout.tar").string() + " | grep -c '^blobs/sha256/' > " + (dir / "n").string();
   REQUIRE(std::system(cmd.c_str()) == 0);

@@ -206,7 +206,14 @@ TEST_CASE("LsPinUnpinRmStatsStatusAndKey") {
   CHECK(paged.out.find("--offset 2") != std::string::npos);
   auto all = kilnctl(cmd({"ls", "--json", "--limit", "2", "--all"}, {}, d));
   CHECK(nlohmann::json::parse(all.out)["items"].size() == 3);
-  CHECK(kilnctl(cmd({"ls", "--filter", "colour=blue"}, {}, d)).code == 1);
+  auto unknown = kilnctl(cmd({"ls", "--filter", "colour=blue"}, {}, d));
+  CHECK(unknown.code == 1);
+  CHECK(unknown.err.find("the fields are: kind, model_hash, region, gpu_arch") != std::string::npos);
+  // Every column header of the table is a field name the filter takes.
+  CHECK(table.out.find("GPU_ARCH") != std::string::npos);
+  auto by_arch = kilnctl(cmd({"ls", "--json", "--filter", "gpu_arch=sm_90"}, {}, d));
+  REQUIRE(by_arch.code == 0);
+  CHECK(nlohmann::json::parse(by_arch.out)["items"].size() == 3);
 
   REQUIRE(kilnctl(cmd({"pin"}, key_flags("Alpha"), d)).code == 0);
   auto pinned = kilnctl(cmd({"ls", "--json", "--pinned"}, {}, d));
@@ -240,6 +247,32 @@ TEST_CASE("LsPinUnpinRmStatsStatusAndKey") {
   CHECK(by_env.code == 0);
   CHECK(by_env.out.find("kilnd") != std::string::npos);
 
+  // What `ls` shows (12 hex digits) finds the artifact: a unique prefix is enough.
+  const std::string alpha = nlohmann::json::parse(kilnctl(cmd({"stat", "--json"}, key_flags("Alpha"), d)).out)["key_digest"];
+  for (std::size_t digits : {std::size_t{12}, std::size_t{4}}) {
+    auto by_prefix = kilnctl(cmd({"stat", "--json", "--digest", alpha.substr(0, digits)}, {}, d));
+    REQUIRE_MESSAGE(by_prefix.code == 0, by_prefix.err);
+    CHECK(nlohmann::json::parse(by_prefix.out)["key_digest"] == alpha);
+  }
+  CHECK(kilnctl(cmd({"inspect", "--digest", alpha.substr(0, 12)}, {}, d)).code == 0);
+  // A prefix no stored digest has: not found (2), saying so.
+  std::string other = alpha.substr(0, 12);
+  other[11] = other[11] == '0' ? '1' : '0';
+  const std::string gamma = nlohmann::json::parse(kilnctl(cmd({"stat", "--json"}, key_flags("Gamma"), d)).out)["key_digest"];
+  if (gamma.compare(0, 12, other) != 0) {
+    auto none = kilnctl(cmd({"stat", "--digest", other}, {}, d));
+    CHECK(none.code == 2);
+    CHECK(none.err.find("starts with " + other) != std::string::npos);
+  }
+  // A prefix too short to be unique names the candidates and asks for more digits.
+  std::size_t common = 0;
+  while (common < 64 && alpha[common] == gamma[common]) ++common;
+  if (common >= 4) {
+    auto ambiguous = kilnctl(cmd({"stat", "--digest", alpha.substr(0, common)}, {}, d));
+    CHECK(ambiguous.code == 1);
+    CHECK(ambiguous.err.find("ambiguous") != std::string::npos);
+  }
+
   // `key --node` fills node fields from the daemon and gives the digest the daemon uses.
   auto key = kilnctl(cmd({"key", "--node"}, key_flags("Alpha"), d));
   REQUIRE_MESSAGE(key.code == 0, key.err);
@@ -271,7 +304,15 @@ TEST_CASE("ExitCodesForAbsentDaemonRefusalAndBadInput") {
   auto missing = kilnctl(cmd({"get"}, {"--region", "x"}, d));
   CHECK(missing.code == 1);
   CHECK(missing.err.find("--model-hash") != std::string::npos);
-  CHECK(kilnctl(cmd({"put", (dir / "no-such-file").string()}, key_flags("A"), d)).code != 0);
+  // A local file that is not there is bad input (1), never "no artifact" (2).
+  auto no_file = kilnctl(cmd({"put", "--json", (dir / "no-such-file").string()}, key_flags("A"), d));
+  CHECK(no_file.code == 1);
+  CHECK(no_file.err.find("no such file: ") != std::string::npos);
+  // --json errors name the exit code the shell sees, not an internal number.
+  auto doc = nlohmann::json::parse(no_file.out);
+  CHECK(doc["error"]["exit_code"] == 1);
+  CHECK(doc["error"]["name"] == "invalid_argument");
+  CHECK_FALSE(doc["error"].contains("code"));
   CHECK(kilnctl(cmd({"get", "--digest", "abc"}, {}, d)).code == 1);
   // get refuses to write binary to --json's stdout.
   CHECK(kilnctl(cmd({"get", "--json"}, key_flags("Alpha"), d)).code == 1);

@@ -12,7 +12,7 @@ TEST_CASE("StatusPrintsOneLinePerGpuWithNameArchAndMemory") {
   s.gpus = {{0, "NVIDIA H200", "sm_90", 150'120'000'000ull, "GPU-a"}, {1, "NVIDIA H200", "sm_90", 1ull << 30, "GPU-b"}};
   s.build_slots = {{"gpu0", "sm_90", "NVIDIA H200", 1, 2}, {"gpu1", "sm_90", "NVIDIA H200", 0, 0}};
   auto lines = gpu_status_lines(s);
-  REQUIRE(lines.size() == 4);
+  REQUIRE(lines.size() == 5);
   CHECK(lines[0].first == "gpu 0");
   CHECK(lines[0].second == "NVIDIA H200, sm_90, 139.8 GiB");
   CHECK(lines[1].first == "gpu 1");
@@ -20,15 +20,19 @@ TEST_CASE("StatusPrintsOneLinePerGpuWithNameArchAndMemory") {
   CHECK(lines[2].first == "slot gpu0");
   CHECK(lines[2].second == "NVIDIA H200, sm_90: 1 running, 2 queued");
   CHECK(lines[3].second == "NVIDIA H200, sm_90: 0 running, 0 queued");
+  CHECK(lines[4].first == "can build");
+  CHECK(lines[4].second == "yes (a miss is built on this node)");
 }
 
 TEST_CASE("StatusWithoutGpusSaysNoneFoundAndWhy") {
   client::DaemonStatus s;
   s.gpu_note = "libcuda.so.1 not loadable (no NVIDIA driver?): libcuda.so.1: cannot open shared object file";
   auto lines = gpu_status_lines(s);
-  REQUIRE(lines.size() == 1);
+  REQUIRE(lines.size() == 2);
   CHECK(lines[0].first == "gpus");
   CHECK(lines[0].second == "none found: " + s.gpu_note);
+  s.builds_unavailable = "no build slot: none is configured";
+  CHECK(gpu_status_lines(s)[1].second == "no: no build slot: none is configured");
   client::DaemonStatus older;  // a kilnd that does not report GPUs at all
   CHECK(gpu_status_lines(older)[0].second == "none found: (no reason given)");
 }

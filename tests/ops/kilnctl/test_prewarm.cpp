@@ -151,6 +151,25 @@ TEST_CASE("PrewarmErrorsAreClearAndExitNonZero") {
   Run dry = kilnctl({"prewarm", "--dry-run", f.manifest.string()});
   CHECK(dry.code == 0);
   CHECK(dry.out.find("14 key(s)") != std::string::npos);
+  CHECK(dry.out.find("SOURCE") == 0);            // a table, one line per key
+  CHECK(dry.out.find("{\"kind\"") == std::string::npos);  // not JSON lines
+}
+
+// The shipped sample, as an operator first tries it: --dry-run reads it although its model
+// hashes are placeholders and its sources do not exist yet, and says so; prewarm refuses.
+TEST_CASE("DryRunReadsTheShippedSampleAndMarksItsPlaceholders") {
+  const std::string sample = std::string(KILN_SOURCE_DIR) + "/ops/manifests/flux.toml";
+  Run dry = kilnctl({"prewarm", "--dry-run", sample});
+  REQUIRE_MESSAGE(dry.code == 0, dry.err);
+  CHECK(dry.out.find("FluxDoubleStreamBlock") != std::string::npos);
+  CHECK(dry.out.find("flux-double*") != std::string::npos);
+  CHECK(dry.out.find("placeholder") != std::string::npos);
+  Run json_dry = kilnctl({"prewarm", "--dry-run", "--json", sample});
+  REQUIRE(json_dry.code == 0);
+  CHECK(nlohmann::json::parse(json_dry.out)["keys"].size() > 0);
+  Run run = kilnctl({"prewarm", sample}, "/nonexistent/kiln.sock");
+  CHECK(run.code == 1);
+  CHECK(run.err.find("placeholder") != std::string::npos);
 }
 
 TEST_CASE("SourcesTravelWithAnExportAndBuildOnTheOtherNode") {

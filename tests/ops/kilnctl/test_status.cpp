@@ -29,6 +29,9 @@ TEST_CASE("StatusShowsBuildSlotsAndSaysWhyNoGpuWasFound") {
   CHECK(slots[0].find("slot gpu0") == 0);
   CHECK(slots[0].find(node.gpu_name + ", " + node.gpu_arch + ": 0 running, 0 queued") != std::string::npos);
   CHECK(slots[1].find("slot gpu1") == 0);
+  auto builds = lines_starting(human.out, "can build");
+  REQUIRE(builds.size() == 1);
+  CHECK(builds[0].find("yes (a miss is built on this node)") != std::string::npos);
 
   Run js = kilnctl({"status", "--json"}, d.socket());
   REQUIRE_MESSAGE(js.code == 0, js.err);
@@ -40,6 +43,8 @@ TEST_CASE("StatusShowsBuildSlotsAndSaysWhyNoGpuWasFound") {
   CHECK(s["build_slots"][1]["name"] == "gpu1");
   CHECK(s["build_slots"][1]["gpu_arch"] == node.gpu_arch);
   CHECK(s["build_slots"][1]["queued"] == 0);
+  CHECK(s["can_build"] == true);
+  CHECK_FALSE(s.contains("builds_unavailable"));
 }
 
 TEST_CASE("StatusWithBuildsDisabledSaysGpusAreNotProbed") {
@@ -52,4 +57,30 @@ TEST_CASE("StatusWithBuildsDisabledSaysGpusAreNotProbed") {
   REQUIRE(gpus.size() == 1);
   CHECK(gpus[0].find("none found: builds are disabled on this node") != std::string::npos);
   CHECK(lines_starting(human.out, "slot ").empty());
+  auto builds = lines_starting(human.out, "can build");
+  REQUIRE(builds.size() == 1);
+  CHECK(builds[0].find("no: builds are disabled in kilnd's configuration ([builds] enabled = false)") !=
+        std::string::npos);
+}
+
+// An operator's node without a worker (a half-done install) or without torch: status says
+// the node cannot build and why, not only kilnd's log.
+TEST_CASE("StatusSaysWhyANodeCannotBuild") {
+  test::TempDir dir;
+  const std::string missing = (dir / "no-such-worker").string();
+  test::KilndProcess d(dir.path(), "[builds]\nprobe_gpus = false\nworker = [\"python3\", \"" + missing +
+                                       "\"]\n[[builds.slots]]\nname = \"cpu0\"\ngpu_arch = \"cpu\"\n"
+                                       "gpu_name = \"x86_64\"\n");
+  REQUIRE_MESSAGE(d.start(), d.log());
+  Run human = kilnctl({"status"}, d.socket());
+  REQUIRE_MESSAGE(human.code == 0, human.err);
+  auto builds = lines_starting(human.out, "can build");
+  REQUIRE(builds.size() == 1);
+  CHECK(builds[0].find("no: the build worker did not report a toolchain: the build worker is not "
+                       "installed at " + missing) != std::string::npos);
+  Run js = kilnctl({"status", "--json"}, d.socket());
+  REQUIRE_MESSAGE(js.code == 0, js.err);
+  json s = json::parse(js.out);
+  CHECK(s["can_build"] == false);
+  CHECK(s["builds_unavailable"].get<std::string>().find(missing) != std::string::npos);
 }

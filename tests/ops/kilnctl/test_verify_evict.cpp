@@ -125,9 +125,23 @@ TEST_CASE("EvictRespectsPinsFiltersAgeAndSize") {
   // By filter: the three unpinned float16 entries go; the pinned one stays.
   Run by_filter = kilnctl({"evict", "--filter", "dtype=float16"}, d.socket());
   CHECK(by_filter.code == 0);
-  CHECK(by_filter.out == "evicted 3 artifact(s)\n");
+  // Each one is named, and the pinned match is mentioned as kept.
+  CHECK(lines_starting(by_filter.out, "evicted  ").size() == 3);
+  CHECK(by_filter.out.find(keys[1].hex().substr(0, 12)) != std::string::npos);
+  CHECK(by_filter.out.find("3 artifact(s), ") != std::string::npos);
+  CHECK(by_filter.out.find("1 pinned artifact(s) kept") != std::string::npos);
   CHECK(stored(0));
   for (std::size_t i : {1, 2, 3}) CHECK(!stored(i));
+
+  // --to has a dry run too: what would go, by name, and nothing removed.
+  Run to_dry = kilnctl({"evict", "--to", "0", "--dry-run", "--json"}, d.socket());
+  REQUIRE_MESSAGE(to_dry.code == 0, to_dry.err);
+  auto would = json::parse(to_dry.out);
+  CHECK(would["dry_run"] == true);
+  CHECK(would["evicted"] == 3);
+  REQUIRE(would["removed"].size() == 3);
+  CHECK(would["pinned_kept"] == 2);
+  for (std::size_t i = 0; i < 8; ++i) CHECK(stored(i) == (i == 0 || i > 3));
 
   // Down to zero bytes: everything unpinned goes, pins stay.
   Run to_zero = kilnctl({"evict", "--to", "0", "--json"}, d.socket());

@@ -159,6 +159,7 @@ struct DaemonStatus {
   std::vector<GpuInfo> gpus;          // empty: none found, or builds disabled
   std::string gpu_note;               // why `gpus` is empty (the probe's words)
   std::vector<BuildSlotInfo> build_slots;  // empty without builds
+  std::string builds_unavailable;     // why this node builds nothing (a miss stays a miss); "" when it can
 };
 
 // What the daemon said in hello on the current connection.
@@ -195,6 +196,9 @@ class Client {
     // the build goes on and a later get finds it).
     bool build_on_miss = false;
     std::chrono::milliseconds wait{0};  // 0 = until kilnd's build timeout
+    // Not a use of the artifact (an export or backup): kilnd counts no hit or miss and
+    // leaves its last access and LRU place unchanged.
+    bool quiet = false;
   };
   Result<std::optional<Artifact>> get(const Lookup& what, const GetOptions& options);
   // Metadata only; no hit or miss counted.

@@ -20,7 +20,8 @@ std::string to_json(const Stats& stats);
 // {"server":..,"version":..,"pid":..,"uptime_s":..,"socket":..,"store":..,"node":{..},
 //  "roles":[..],"capabilities":[..],"metrics":..,"draining":..,
 //  "gpus":[{"index","name","arch","memory_bytes","uuid"}..],"gpu_note":.. (when no GPU),
-//  "build_slots":[{"name","gpu_arch","gpu_name","running","queued"}..]}
+//  "build_slots":[{"name","gpu_arch","gpu_name","running","queued"}..],
+//  "can_build":bool,"builds_unavailable":.. (why not, when not)}
 std::string to_json(const DaemonStatus& status);
 // {"model_hash":..,"blob_digest":..,"size":..,"stored_size":..,"created_at":..,"name":..}
 std::string to_json(const SourceInfo& source);

@@ -73,7 +73,9 @@ class BuildService {
   // build slot's queue depth now. Cheap, never blocks on a build or runs a probe. The
   // default reports nothing, with a note saying so.
   virtual protocol::GpuReport gpu_report() const {
-    return {{}, "this build service does not report GPUs", {}};
+    protocol::GpuReport r;
+    r.note = "this build service does not report GPUs";
+    return r;
   }
 };
 

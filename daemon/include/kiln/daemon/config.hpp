@@ -64,6 +64,7 @@ struct Config {
   LimitsConfig limits;
   StoreConfig store_options;
   NodeFields node;                     // "this node"; empty fields are detected or left unknown
+  std::string builds_off_reason;       // set by kilnd at start when it has no build service
 };
 
 // Built-in defaults for the current user (see above), before any file or flag.

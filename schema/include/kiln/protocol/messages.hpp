@@ -91,6 +91,7 @@ struct GetRequest {
   Delivery delivery = Delivery::fd;
   OnMiss on_miss = OnMiss::none;
   std::uint32_t wait_ms = 0;
+  bool quiet = false;  // not a use: no hit or miss counted, last access unchanged (export)
 };
 struct GetReply {
   bool found = false;
@@ -166,6 +167,9 @@ struct GpuReport {
   std::vector<GpuEntry> gpus;
   std::string note;                // why `gpus` is empty; "" when GPUs were found
   std::vector<BuildSlotEntry> slots;
+  std::string builds_note;         // why this node cannot build; "" when it can
+  // Builds since kilnd started (metrics only; not on the wire).
+  std::uint64_t builds_started = 0, builds_succeeded = 0, builds_failed = 0, builds_cancelled = 0;
 };
 
 struct StatusRequest {};
@@ -184,6 +188,7 @@ struct StatusReply {
   std::vector<GpuEntry> gpus;              // empty: none found (gpu_note says why)
   std::string gpu_note;
   std::vector<BuildSlotEntry> build_slots;
+  std::string builds_note;                 // why this node builds nothing; "" when it can build
 };
 
 // ---- admin ---------------------------------------------------------------------------
@@ -193,9 +198,14 @@ struct EvictRequest {
   Filters filters;
   std::int64_t accessed_before = 0;
   std::uint64_t older_than_s = 0;
+  bool dry_run = false;        // report what would go; remove nothing
 };
 struct EvictReply {
-  std::uint64_t evicted = 0;
+  std::uint64_t evicted = 0;   // removed (or, on a dry run, that would be removed)
+  std::vector<ArtifactMeta> removed;
+  std::uint64_t freed_bytes = 0;
+  std::uint64_t pinned_kept = 0;
+  bool dry_run = false;
 };
 
 struct VerifyRequest {};

@@ -93,6 +93,20 @@ struct PutMeta {
   bool pin = false;
 };
 
+enum class DryRun { no, yes };
+
+// Whether a read is a use of the artifact. Access::quiet (an export, a copy to the fleet,
+// an operator's inspection) counts no hit or miss and leaves last access and the LRU order
+// as they were, so hit rates and `evict --older-than` reflect what clients use.
+enum class Access { counted, quiet };
+
+// What an eviction removed, or would remove on a dry run.
+struct EvictReport {
+  std::vector<ArtifactInfo> removed;  // least recently used first
+  std::uint64_t freed_bytes = 0;      // stored (compressed) bytes released
+  std::uint64_t pinned_kept = 0;      // pinned artifacts that matched (evict) or that hold space (evict_to)
+};
+
 struct StoreStats {
   std::uint64_t entries = 0;
   std::uint64_t stored_bytes = 0;        // on disk, compressed, headers included
@@ -192,16 +206,19 @@ class Store {
   // <root>/quarantine, unindexed) and Errc::corrupt returned — the caller must discard
   // whatever the sink received. A hit updates last_access and hits (batched, see top).
   // Safe against a concurrent remove(): the read either completes or is a miss.
-  virtual Result<std::optional<ArtifactInfo>> read(const Digest& key_digest, const ByteSink& sink) = 0;
+  virtual Result<std::optional<ArtifactInfo>> read(const Digest& key_digest, const ByteSink& sink,
+                                                   Access access = Access::counted) = 0;
   // Convenience over read(): whole artifact in memory.
   Result<std::optional<std::vector<std::byte>>> get_bytes(const Digest& key_digest);
   // read() into `out` (resized to the artifact's size), decompressing straight into it:
   // one copy less than a sink. Same hits, misses, verification and quarantine as read().
   // On error `out` holds garbage and must be discarded.
-  virtual Result<std::optional<ArtifactInfo>> read_into(const Digest& key_digest, std::vector<std::byte>& out);
+  virtual Result<std::optional<ArtifactInfo>> read_into(const Digest& key_digest, std::vector<std::byte>& out,
+                                                        Access access = Access::counted);
 
   // Metadata only; no hit or miss counted.
   virtual Result<std::optional<ArtifactInfo>> stat(const Digest& key_digest) = 0;
+  // Newest access first (a put counts as an access); ties by key digest.
   virtual Result<std::vector<ArtifactInfo>> list(const ListQuery& query) = 0;
   // true if it existed. A blob shared with another entry stays until unreferenced.
   virtual Result<bool> remove(const Digest& key_digest) = 0;
@@ -214,11 +231,13 @@ class Store {
   // written with the next flush; an unknown digest only adds to the store-wide count.
   virtual void record_hits(const Digest& key_digest, std::uint64_t n) = 0;
 
-  // Evicts least-recently-used unpinned entries until stored bytes <= target_bytes.
-  // Returns the number evicted.
-  virtual Result<std::uint64_t> evict_to(std::uint64_t target_bytes) = 0;
-  // Evicts the unpinned entries matching `query`. Returns the number evicted.
-  virtual Result<std::uint64_t> evict(const ListQuery& query) = 0;
+  // Evicts least-recently-used blobs until stored bytes <= target_bytes. A blob goes with
+  // every artifact sharing it (removing only some frees nothing), and a blob a pinned
+  // artifact uses stays: an eviction never removes an entry that frees no bytes.
+  // DryRun::yes reports what would go and removes nothing.
+  virtual Result<EvictReport> evict_to(std::uint64_t target_bytes, DryRun dry_run = DryRun::no) = 0;
+  // Evicts the unpinned entries matching `query` (pinned matches are counted as kept).
+  virtual Result<EvictReport> evict(const ListQuery& query, DryRun dry_run = DryRun::no) = 0;
   // Re-hashes every blob; quarantines what fails; removes orphans and dangling rows.
   virtual Result<VerifyReport> verify() = 0;
 

@@ -15,6 +15,7 @@ struct DaemonBuilds {
   std::unique_ptr<BuildScheduler> scheduler;       // null when [builds] enabled = false
   std::unique_ptr<daemon::BuildService> service;   // null when disabled
   NodeFields node;                                 // "this node": host + what the probes found
+  std::string off_reason;                          // why `service` is null ("" when it is not)
 };
 
 // Reads [builds] from `config_file` (if any), probes the GPUs and the worker's toolchain

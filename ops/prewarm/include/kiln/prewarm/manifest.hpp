@@ -23,7 +23,13 @@ struct SourceSpec {
   std::string name;
   std::filesystem::path path;   // absolute (resolved against the manifest's folder); empty = none
   std::string model_hash;       // 64 lowercase hex
+  bool placeholder = false;     // the sample's all-zero hash (accepted only by Use::plan)
 };
+
+// What a manifest is read for. Use::run (prewarm): every model hash real and every source
+// path a readable file. Use::plan (`prewarm --dry-run`, reading a manifest before its
+// sources exist): the sample's placeholder hash is kept, marked, and paths are not checked.
+enum class Use { run, plan };
 
 struct PlannedKey {
   // Node fields empty unless the build's [build.target] set them.
@@ -42,10 +48,10 @@ struct Manifest {
 // resolves relative source paths. Errors are invalid_argument naming
 // "<file>:<line>:<col>: <field path>: <problem>".
 Result<Manifest> parse_manifest(std::string_view text, std::string_view file_name,
-                                const std::filesystem::path& base_dir);
+                                const std::filesystem::path& base_dir, Use use = Use::run);
 
 // Reads `file` and parses it; then checks every source path is a readable regular file
 // (not_found / permission_denied naming the source).
-Result<Manifest> load_manifest(const std::filesystem::path& file);
+Result<Manifest> load_manifest(const std::filesystem::path& file, Use use = Use::run);
 
 }  // namespace kiln::prewarm
