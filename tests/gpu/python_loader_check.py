@@ -42,14 +42,16 @@ t = time.monotonic()
 if mode == "kiln":
     from kiln.torch import _aoti
     pkg = _aoti.load_package(path, dev)
-    run = lambda owner, consts, flat: pkg.run(owner, consts, flat)
     names = pkg.constant_names
+    def run(consts, kwargs):
+        return pkg.call(consts, (), kwargs)
 else:
     loader = torch._C._aoti.AOTIModelPackageLoader(path, "model", False, 1, dev)
     names = list(loader.get_constant_fqns())
-    def run(owner, consts, flat):
-        loader.load_constants(consts, False, False, True)
-        return loader.run(flat)
+    def run(consts, kwargs):
+        loader.load_constants({n: consts[n] for n in names}, False, False, True)
+        r = kwargs["rotary"]
+        return loader.run([kwargs["hidden_states"], kwargs["temb"], r[0], r[1]])
 load_s = time.monotonic() - t
 errs = []
 torch.manual_seed(1)
@@ -62,8 +64,9 @@ with torch.no_grad():
         for b in blocks:
             consts = dict(b.named_parameters())
             consts.update(dict(b.named_buffers()))
-            out = run(b, {n: consts[n] for n in names}, [hs, temb, rot[0], rot[1]])
-            ref = b(hidden_states=hs, temb=temb, rotary=rot, extra=None)[0]
+            kwargs = dict(hidden_states=hs, temb=temb, rotary=rot, extra=None)
+            out = run(consts, kwargs)
+            ref = b(**kwargs)[0]
             errs.append(float((out[0] - ref).norm() / ref.norm()))
 torch.cuda.synchronize()
 print(json.dumps({"mode": mode, "device": dev, "load_s": round(load_s, 4), "constants": names,
