@@ -248,3 +248,23 @@ def test_fingerprint_names_the_source(kilnd, seams):
     with kiln.Client(kilnd.socket) as c, c.sources.get(names[f"kiln-fp-{fp}.pt2"]) as src:
         text = src.read()
     assert hashlib.sha256(text).hexdigest() == names[f"kiln-fp-{fp}.pt2"] and json.loads(text)["behavior"] == "ok"
+
+
+def test_a_daemon_that_never_answers_does_not_hold_a_call(tmp_path, seams, monkeypatch):
+    import socket
+    import time
+
+    monkeypatch.setattr(_runtime, "HIT_WAIT_S", 0.5)
+    path = str(tmp_path / "mute.sock")
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(path)
+    server.listen(16)  # accepts (the kernel's backlog) and never says a word
+    try:
+        model, x = Model(), torch.randn(2, 4, 8)
+        expected = run(model, x)
+        kiln.torch.compile_repeated_blocks(model, socket=path)
+        t = time.monotonic()
+        assert torch.equal(run(model, x), expected)
+        assert time.monotonic() - t < 3.0  # the hit attempt's wait is bounded; eager ran
+    finally:
+        server.close()

@@ -64,6 +64,10 @@ def _installed_worker():
                        "ops/workers/kiln_worker (or install kiln)")
 
 
+# How long the first call of a new signature waits for the hit attempt (sources listing,
+# GET, package load) before it runs eager; the attempt goes on and a later call uses it.
+HIT_WAIT_S = 5.0
+
 # The seams: EXPORTER(block, args, kwargs, workdir) -> (path, model_hash);
 # LOADER(path, device_index) -> object with call(constants, args, kwargs).
 EXPORTER = default_exporter
@@ -173,9 +177,27 @@ class Runtime:
         job = Job(e, block, signature, device)
         if self.on_miss == "wait":
             self.resolve(job, wait=True)
-        elif not self.try_hit(job):
-            self.submit(job)
+            return e
+        # The hit attempt runs in a thread of its own and the caller waits for it at most
+        # HIT_WAIT_S: a daemon that accepts but does not answer must not hold a call.
+        looked = threading.Event()
+
+        def first_look():
+            try:
+                if not self.try_hit(job):
+                    self.submit(job)
+            finally:
+                looked.set()
+
+        with self._lock:
+            self._pending += 1
+        threading.Thread(target=lambda: (first_look(), self._done()), name="kiln-hit", daemon=True).start()
+        looked.wait(HIT_WAIT_S)
         return e
+
+    def _done(self):
+        with self._lock:
+            self._pending -= 1
 
     def try_hit(self, job):
         """A hit without waiting: known fingerprint, stored artifact, package loaded."""
