@@ -11,8 +11,8 @@ What happens per call of a block (each instance of each listed class):
   None; and each tensor's shape, stride, dtype, device) picks an entry. A call that holds
   something a key cannot describe runs eager.
 - A new signature is fingerprinted from what the process holds (no compiler runs; see
-  schema/python-fingerprint.md). If kilnd has a package for it (a hit), the package is
-  loaded once per process and every instance of the class runs it with its own weights
+  schema/python-fingerprint.md). If kilnd has a package for it (a hit, found within 5 s;
+  a slower answer is used from a later call on), the package is loaded once per process and every instance of the class runs it with its own weights
   attached as user-managed constants (no copy).
 - Otherwise (a miss) the call runs eager and, in a background thread, the block is
   exported once (torch.export of the call as made), registered with kilnd as a weight-free

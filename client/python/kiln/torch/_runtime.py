@@ -10,9 +10,10 @@ States of an Entry (kiln.torch.status() reports them):
             log's last line for a failed build); calls run eager for good in this process
   unsupported the call holds something a key cannot describe; eager for good
 
-A miss never blocks a call (on_miss="eager"): the first call of a new fingerprint tries a
-hit in the calling thread (a sources listing, a GET and a package load: milliseconds), and
-otherwise hands the entry to the background thread and runs eager. The compiled block
+A miss never blocks a call (on_miss="eager"): the first call of a new fingerprint waits for
+a hit attempt (a sources listing, a GET and a package load: milliseconds; at most
+HIT_WAIT_S, so a daemon that does not answer cannot hold it), and otherwise the entry goes
+to the background thread and the call runs eager. The compiled block
 takes over at the first call after the entry turns `hit` (between two calls, never during
 one). on_miss="wait" does the same work in the calling thread and waits for the build.
 
