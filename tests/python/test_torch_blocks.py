@@ -268,3 +268,15 @@ def test_a_daemon_that_never_answers_does_not_hold_a_call(tmp_path, seams, monke
         assert time.monotonic() - t < 3.0  # the hit attempt's wait is bounded; eager ran
     finally:
         server.close()
+
+
+def test_two_models_share_one_loaded_package(kilnd, seams):
+    first, second, x = Model(), Model(), torch.randn(2, 4, 8)
+    kiln.torch.compile_repeated_blocks(first, socket=kilnd.socket)
+    run(first, x)
+    assert kiln.torch.wait(first, timeout=30)
+    kiln.torch.compile_repeated_blocks(second, socket=kilnd.socket)
+    run(second, x)
+    assert states(second) == ["hit"]
+    assert len(seams.loads) == 1  # loaded once for the process
+    assert torch.allclose(run(second, x), run_eager(second, x)) and torch.allclose(run(first, x), run_eager(first, x))

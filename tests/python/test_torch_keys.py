@@ -66,6 +66,10 @@ def test_objects_in_a_call_are_unsupported():
     for bad in [Thing(), {1: torch.zeros(1)}, torch.Size([1])]:
         with pytest.raises(Unsupported):
             capture((bad,), {})
+    with pytest.raises(Unsupported):
+        capture((1 << 64,), {})
+    with pytest.raises(Unsupported):
+        capture((), {"text": "x" * 70000})
     deep = torch.zeros(1)
     for _ in range(40):
         deep = (deep,)

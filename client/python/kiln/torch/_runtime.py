@@ -25,6 +25,7 @@ import queue
 import tempfile
 import threading
 import time
+import weakref
 
 from .. import errors
 from . import _aoti, _fingerprint, _hooks, _keys
@@ -64,6 +65,11 @@ def _installed_worker():
     raise RuntimeError("no kiln worker found to hash the exported block: set KILN_WORKER to "
                        "ops/workers/kiln_worker (or install kiln)")
 
+
+# Loaded packages by (key digest, device index), shared by every model of the process;
+# an entry that holds one keeps it alive.
+_packages = weakref.WeakValueDictionary()
+_packages_lock = threading.Lock()
 
 # How long the first call of a new signature waits for the hit attempt (sources listing,
 # GET, package load) before it runs eager; the attempt goes on and a later call uses it.
@@ -229,7 +235,13 @@ class Runtime:
             import torch
 
             index = torch.cuda.current_device()
-        e.package = LOADER(artifact.path, index)
+        # One package per artifact and device in the process, whichever model asks.
+        with _packages_lock:
+            package = _packages.get((artifact.key_digest, index))
+            if package is None:
+                package = LOADER(artifact.path, index)
+                _packages[(artifact.key_digest, index)] = package
+        e.package = package
         e.artifact = artifact
         e.key_digest = artifact.key_digest
         e.set("hit")

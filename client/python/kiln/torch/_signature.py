@@ -18,6 +18,7 @@ import json
 
 MAX_DEPTH = 32
 MAX_NODES = 4096
+MAX_CALL_BYTES = 64 * 1024
 
 
 class Unsupported(Exception):
@@ -75,6 +76,8 @@ def capture(args, kwargs):
         if v is None or isinstance(v, (bool, str)):
             return {"const": v}
         if isinstance(v, int):
+            if not -(1 << 63) <= int(v) < (1 << 63):
+                raise Unsupported("an integer beyond 64 bits in the call")
             return {"const": int(v)}
         if isinstance(v, float):
             return {"const": {"float": repr(v)}}
@@ -93,5 +96,8 @@ def capture(args, kwargs):
         raise Unsupported(f"a {type(v).__module__}.{type(v).__qualname__} in the call")
 
     call = {"args": [node(a, 1) for a in args], "kwargs": {k: node(kwargs[k], 1) for k in sorted(kwargs)}}
+    text = canonical_json(call)
+    if len(text.encode()) > MAX_CALL_BYTES:
+        raise Unsupported("the call's structure exceeds 64 KiB")
     metas = tuple((tuple(t.shape), tuple(t.stride()), t.dtype, t.device, t.layout) for t in tensors)
-    return Signature(call, tensors, (canonical_json(call), metas), args, kwargs)
+    return Signature(call, tensors, (text, metas), args, kwargs)
