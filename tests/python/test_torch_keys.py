@@ -129,3 +129,15 @@ def test_block_dtype_is_the_first_floating_parameters():
     m = torch.nn.Linear(2, 2).to(torch.float64)
     assert _keys.block_dtype(m, capture((torch.zeros(2),), {})) == "float64"
     assert _keys.block_dtype(torch.nn.Identity(), capture((torch.zeros(2, dtype=torch.float16),), {})) == "float16"
+
+
+def test_a_package_recorded_for_another_host_is_refused_by_name():
+    import platform as pf
+
+    from kiln.torch import _aoti
+
+    _aoti.check_metadata({"AOTI_PLATFORM": sys.platform, "AOTI_MACHINE": pf.machine(), "AOTI_CPU_ISA": "AVX2"}, -1)
+    _aoti.check_metadata({}, -1)  # nothing recorded, nothing to compare
+    with pytest.raises(_aoti.PackageMismatch) as e:
+        _aoti.check_metadata({"AOTI_MACHINE": "aarch64" if pf.machine() != "aarch64" else "x86_64"}, -1)
+    assert "AOTI_MACHINE" in str(e.value)

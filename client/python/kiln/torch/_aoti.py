@@ -70,6 +70,8 @@ class Package:
 
         ensure_libstdcxx_global()
         self._loader = torch._C._aoti.AOTIModelPackageLoader(path, "model", False, 1, device_index)
+        if hasattr(self._loader, "get_metadata"):
+            check_metadata(dict(self._loader.get_metadata()), device_index)
         self.constant_names = list(self._loader.get_constant_fqns())
         in_spec, out_spec = self._loader.get_call_spec()
         self._in_spec = pytree.treespec_loads(in_spec)
@@ -94,6 +96,30 @@ class Package:
                 self._attached = token
             out = self._loader.boxed_run(flat) if hasattr(self._loader, "boxed_run") else self._loader.run(flat)
         return pytree.tree_unflatten(out, self._out_spec)
+
+
+class PackageMismatch(RuntimeError):
+    """The package records another GPU or host than this process's (torch itself would only
+    log a warning and run it)."""
+
+
+def check_metadata(metadata, device_index):
+    """Refuses a package whose recorded compute capability, platform or machine (torch's
+    AOTI_* metadata, written by codecache.get_device_information) differs from this
+    process's, naming the field. Fields the package does not record are not checked."""
+    import platform
+    import sys
+
+    import torch
+
+    want = {"AOTI_PLATFORM": sys.platform, "AOTI_MACHINE": platform.machine()}
+    if device_index is not None and device_index >= 0:
+        major, minor = torch.cuda.get_device_capability(device_index)
+        want["AOTI_COMPUTE_CAPABILITY"] = f"{major}{minor}"
+    for name, value in want.items():
+        got = metadata.get(name)
+        if got and str(got) != value:
+            raise PackageMismatch(f"the package was built for {name}={got}, this process has {value}")
 
 
 def load_package(path, device_index):
