@@ -12,4 +12,4 @@ export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get install -y -q --no-install-recommends \
   doctest-dev clang libclang-rt-14-dev \
   tmux redis-server docker-registry curl skopeo \
-  python3-pytest python3-redis
+  python3-pytest python3-redis python3-torch

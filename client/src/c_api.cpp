@@ -2,7 +2,10 @@
 // catches everything, since no exception may cross into C.
 #include "kiln/client/kiln.h"
 
+#include <chrono>
 #include <cstdlib>
+#include <filesystem>
+#include <optional>
 #include <cstring>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -10,6 +13,7 @@
 #include "kiln/client/client.hpp"
 #include "kiln/client/json.hpp"
 #include "kiln/client/key_text.hpp"
+#include "kiln/protocol/frame.hpp"
 
 struct kiln_client {
   kiln::client::Client client;
@@ -71,6 +75,26 @@ kiln::Result<kiln::client::Lookup> lookup(const kiln_key* key, const char* diges
   auto d = kiln::Digest::from_hex(digest_hex);
   if (!d) return std::move(d).error();
   return kiln::client::Lookup(*d);
+}
+
+// The requests kiln_request may send: those answered by one JSON reply.
+bool single_json_reply(kiln::protocol::MsgType t) {
+  using T = kiln::protocol::MsgType;
+  switch (t) {
+    case T::stat: case T::list: case T::del: case T::pin: case T::unpin: case T::stats: case T::status:
+    case T::evict: case T::verify: case T::gc: case T::build: case T::prewarm_submit: case T::build_status:
+    case T::logs: case T::reload: case T::list_sources:
+      return true;
+    default:
+      return false;
+  }
+}
+
+kiln_artifact* new_artifact(kiln::client::Artifact&& artifact) {
+  auto* a = new kiln_artifact{std::move(artifact), {}, {}};
+  a->path = a->artifact.path();
+  a->info_json = kiln::client::to_json(a->artifact.info());
+  return a;
 }
 
 kiln_status connect(const char* socket_path, kiln_client** out, kiln::client::Transfer transfer) {
@@ -197,10 +221,46 @@ kiln_status kiln_get(kiln_client* client, const kiln_key* key, const char* diges
     auto hit = client->client.get(*what);
     if (!hit) return fail(hit.error());
     if (!*hit) return fail(KILN_NOT_FOUND, "no artifact stored under that key");
-    auto* a = new kiln_artifact{std::move(**hit), {}, {}};
-    a->path = a->artifact.path();
-    a->info_json = kiln::client::to_json(a->artifact.info());
-    *out = a;
+    *out = new_artifact(std::move(**hit));
+    return ok();
+  });
+}
+
+kiln_status kiln_get_build(kiln_client* client, const kiln_key* key, uint32_t wait_ms, kiln_artifact** out) {
+  return guarded([&] {
+    if (!client || !key || !out) return fail(KILN_INVALID_ARGUMENT, "kiln_get_build: NULL argument");
+    *out = nullptr;
+    kiln::client::Client::GetOptions options;
+    options.build_on_miss = true;
+    options.wait = std::chrono::milliseconds(wait_ms);
+    auto hit = client->client.get(kiln::client::Lookup(key->key), options);
+    if (!hit) return fail(hit.error());
+    if (!*hit) return fail(KILN_NOT_FOUND, "no artifact stored under that key");
+    *out = new_artifact(std::move(**hit));
+    return ok();
+  });
+}
+
+kiln_status kiln_request(kiln_client* client, const char* type_name, const char* body_json, char** reply_json) {
+  return guarded([&] {
+    if (!client || !type_name || !reply_json) return fail(KILN_INVALID_ARGUMENT, "kiln_request: NULL argument");
+    *reply_json = nullptr;
+    std::optional<kiln::protocol::MsgType> type;
+    for (int v = 0; v < 0x20; ++v) {
+      auto t = static_cast<kiln::protocol::MsgType>(v);
+      if (kiln::protocol::is_known_type(static_cast<std::uint8_t>(v)) && kiln::protocol::type_name(t) == type_name)
+        type = t;
+    }
+    if (!type || !single_json_reply(*type))
+      return fail(KILN_INVALID_ARGUMENT, std::string("kiln_request: \"") + type_name +
+                                             "\" is not a request with one JSON reply (see kiln.h)");
+    std::string body = body_json != nullptr && *body_json != '\0' ? body_json : "{}";
+    auto j = nlohmann::json::parse(body, nullptr, /*allow_exceptions=*/false);
+    if (j.is_discarded() || !j.is_object())
+      return fail(KILN_INVALID_ARGUMENT, std::string("kiln_request: the body of ") + type_name + " is not a JSON object");
+    auto reply = client->client.call(*type, body);
+    if (!reply) return fail(reply.error());
+    *reply_json = dup(*reply);
     return ok();
   });
 }
@@ -361,5 +421,18 @@ uint64_t kiln_source_size(const kiln_source* source) { return source ? source->s
 const char* kiln_source_path(const kiln_source* source) { return source ? source->path.c_str() : ""; }
 const char* kiln_source_info_json(const kiln_source* source) { return source ? source->info_json.c_str() : ""; }
 void kiln_source_free(kiln_source* source) { delete source; }
+
+kiln_status kiln_put_source_file(kiln_client* client, const char* model_hash, const char* name, const char* path,
+                                 char** info_json) {
+  return guarded([&] {
+    if (!client || !model_hash || !path) return fail(KILN_INVALID_ARGUMENT, "kiln_put_source_file: NULL argument");
+    if (info_json) *info_json = nullptr;
+    std::string n = name != nullptr ? name : std::filesystem::path(path).filename().string();
+    auto info = client->client.put_source(model_hash, n, path);
+    if (!info) return fail(info.error());
+    if (info_json) *info_json = dup(kiln::client::to_json(*info));
+    return ok();
+  });
+}
 
 }  // extern "C"

@@ -229,3 +229,78 @@ TEST_CASE("CSourcesAreListedAndFetchedAndAMissingOneIsNotFound") {
   kiln_source_free(nullptr);
   kiln_client_free(c);
 }
+
+TEST_CASE("CSourceRegisteredBuildOnMissAndRequestsByName") {
+  TempDir dir;
+  const kiln::NodeFields n = kiln::test::test_node_fields();
+  KilndProcess d(dir.path(), std::string("[builds]\nworker = [\"") + KILN_TEST_WORKER +
+                                 "\"]\nprobe_gpus = false\nfailure_ttl_s = 600\n[[builds.slots]]\nname = \"gpu0\"\n"
+                                 "gpu_arch = \"" + n.gpu_arch + "\"\ngpu_name = \"" + n.gpu_name + "\"\n");
+  REQUIRE_MESSAGE(d.start(), d.log());
+  kiln_client* c = nullptr;
+  REQUIRE(kiln_connect(d.socket().c_str(), &c) == KILN_OK);
+
+  // A source commanding the test worker; registered through the C API.
+  auto register_source = [&](const std::string& behavior) {
+    const std::string text = "{\"behavior\":\"" + behavior + "\"}";
+    const std::string hash = kiln::sha256(text).hex();
+    const auto file = dir.path() / (behavior + ".json");
+    FILE* f = std::fopen(file.c_str(), "wb");
+    REQUIRE(f != nullptr);
+    std::fwrite(text.data(), 1, text.size(), f);
+    std::fclose(f);
+    char* info = nullptr;
+    REQUIRE(kiln_put_source_file(c, hash.c_str(), nullptr, file.c_str(), &info) == KILN_OK);
+    CHECK(take(info).find("\"name\":\"" + behavior + ".json\"") != std::string::npos);
+    return hash;
+  };
+  const std::string ok_hash = register_source("ok");
+  const std::string fail_hash = register_source("fail");
+  CHECK(kiln_put_source_file(c, ok_hash.c_str(), nullptr, (dir.path() / "absent").c_str(), nullptr) == KILN_NOT_FOUND);
+
+  auto key_for = [](const std::string& hash) {
+    kiln_key* key = nullptr;
+    REQUIRE(kiln_key_new("aoti", hash.c_str(), "Block", "bfloat16", &key) == KILN_OK);
+    REQUIRE(kiln_key_add_input(key, "bfloat16:1x8") == KILN_OK);
+    return key;
+  };
+  kiln_key* ok_key = key_for(ok_hash);
+  kiln_artifact* art = nullptr;
+  REQUIRE_MESSAGE(kiln_get_build(c, ok_key, 0, &art) == KILN_OK, kiln_last_error(), d.log());
+  std::string bytes(kiln_artifact_size(art), '\0');
+  CHECK(::pread(kiln_artifact_fd(art), bytes.data(), bytes.size(), 0) == static_cast<ssize_t>(bytes.size()));
+  CHECK(bytes.rfind("artifact of ", 0) == 0);
+  const std::string info = kiln_artifact_info_json(art);
+  const auto at = info.find("\"key_digest\":\"");
+  REQUIRE(at != std::string::npos);
+  const std::string digest = info.substr(at + 14, 64);
+  kiln_artifact_free(art);
+
+  kiln_key* fail_key = key_for(fail_hash);
+  CHECK(kiln_get_build(c, fail_key, 0, &art) == KILN_BUILD_FAILED);
+  CHECK(art == nullptr);
+  CHECK(std::string(kiln_last_error()).find("failed on purpose") != std::string::npos);
+  kiln_key* none_key = key_for(std::string(64, 'e'));
+  CHECK(kiln_get_build(c, none_key, 0, &art) == KILN_NO_SOURCE);
+  CHECK(kiln_get_build(c, nullptr, 0, &art) == KILN_INVALID_ARGUMENT);
+
+  char* reply = nullptr;
+  REQUIRE(kiln_request(c, "BUILD_STATUS", nullptr, &reply) == KILN_OK);
+  CHECK(take(reply).find("\"builds\"") != std::string::npos);
+  REQUIRE(kiln_request(c, "LOGS", ("{\"key_digest\":\"" + digest + "\"}").c_str(), &reply) == KILN_OK);
+  CHECK(take(reply).find("\"found\":true") != std::string::npos);
+  char* key_json = nullptr;
+  REQUIRE(kiln_key_to_json(ok_key, &key_json) == KILN_OK);
+  REQUIRE(kiln_request(c, "BUILD", ("{\"wait\":false,\"key\":" + take(key_json) + "}").c_str(), &reply) == KILN_OK);
+  CHECK(take(reply).find("\"state\":\"present\"") != std::string::npos);
+  CHECK(kiln_request(c, "GET", "{}", &reply) == KILN_INVALID_ARGUMENT);
+  CHECK(reply == nullptr);
+  CHECK(kiln_request(c, "NOPE", "{}", &reply) == KILN_INVALID_ARGUMENT);
+  CHECK(kiln_request(c, "BUILD_STATUS", "[", &reply) == KILN_INVALID_ARGUMENT);
+  CHECK(kiln_request(c, "LOGS", "{\"key_digest\":\"zz\"}", &reply) == KILN_INVALID_ARGUMENT);
+
+  kiln_key_free(ok_key);
+  kiln_key_free(fail_key);
+  kiln_key_free(none_key);
+  kiln_client_free(c);
+}

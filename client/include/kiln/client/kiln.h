@@ -104,6 +104,14 @@ void kiln_client_free(kiln_client* client);
 
 /* KILN_OK and *out set on a hit; KILN_NOT_FOUND and *out = NULL on a miss. */
 kiln_status kiln_get(kiln_client* client, const kiln_key* key, const char* digest_hex, kiln_artifact** out);
+/* Like kiln_get with a key, but a miss has kilnd build the artifact from the source
+ * registered for the key's model hash and wait for it (concurrent askers share one
+ * build); wait_ms bounds the wait (0 = until kilnd's build timeout). KILN_OK and *out on
+ * success. Errors: KILN_NO_SOURCE (nothing registered for the model hash),
+ * KILN_BUILD_FAILED (also a failure kilnd remembers from a recent build), KILN_UNSUPPORTED
+ * (the node cannot build), KILN_TIMEOUT (wait_ms passed; the build goes on and a later get
+ * finds it). */
+kiln_status kiln_get_build(kiln_client* client, const kiln_key* key, uint32_t wait_ms, kiln_artifact** out);
 int kiln_artifact_fd(const kiln_artifact* artifact);
 uint64_t kiln_artifact_size(const kiln_artifact* artifact);
 const char* kiln_artifact_path(const kiln_artifact* artifact);
@@ -128,6 +136,15 @@ kiln_status kiln_list(kiln_client* client, const char* query_json, char** result
 kiln_status kiln_remove(kiln_client* client, const kiln_key* key, const char* digest_hex);
 kiln_status kiln_pin(kiln_client* client, const kiln_key* key, const char* digest_hex);
 kiln_status kiln_unpin(kiln_client* client, const kiln_key* key, const char* digest_hex);
+
+/* Any request whose reply is one JSON document, by its name in schema/protocol.md:
+ * "BUILD" (with "wait": false it returns at once), "BUILD_STATUS", "LOGS", "STAT", "LIST",
+ * "STATS", "STATUS", "EVICT", "VERIFY", "GC", "RELOAD", "LIST_SOURCES", "DELETE", "PIN",
+ * "UNPIN", "PREWARM_SUBMIT" (without events). body_json is the request's JSON (NULL or ""
+ * = {}); *reply_json (to kiln_free) the reply's. A daemon ERROR keeps its code and
+ * message. KILN_INVALID_ARGUMENT for another name (GET, PUT, the sources' transfers and
+ * HELLO have their own calls) or a body that is not a JSON object. */
+kiln_status kiln_request(kiln_client* client, const char* type_name, const char* body_json, char** reply_json);
 
 /* {"store":{...},"daemon":{...}} */
 kiln_status kiln_stats(kiln_client* client, char** json);
@@ -154,6 +171,12 @@ const char* kiln_source_path(const kiln_source* source);
 /* {"model_hash","blob_digest","size","stored_size","created_at","name"}, owned by the source. */
 const char* kiln_source_info_json(const kiln_source* source);
 void kiln_source_free(kiln_source* source);
+/* Registers the torch.export archive at `path` as the source of `model_hash` (64 lowercase
+ * hex), read as it goes (write role); replaces a source of the same hash. name may be NULL
+ * (the file's name is used). info_json (may be NULL) receives the source's metadata as in
+ * kiln_source_info_json. KILN_NOT_FOUND if the file is missing, KILN_IO_ERROR if unreadable. */
+kiln_status kiln_put_source_file(kiln_client* client, const char* model_hash, const char* name, const char* path,
+                                 char** info_json);
 
 #ifdef __cplusplus
 }

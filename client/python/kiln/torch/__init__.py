@@ -1,0 +1,213 @@
+"""kiln.torch: compiled repeated blocks from the node's kilnd, in one call.
+
+    import kiln.torch
+    kiln.torch.compile_repeated_blocks(pipe.transformer)   # diffusers: model._repeated_blocks
+    kiln.torch.compile_repeated_blocks(model, block_classes=[MyBlock])   # any nn.Module
+    kiln.torch.status(pipe.transformer)    # per block class and signature: hit/building/...
+    kiln.torch.restore(pipe.transformer)   # eager again
+
+What happens per call of a block (each instance of each listed class):
+- The call's signature (its structure: argument names, tuples, dicts, constants such as
+  None; and each tensor's shape, stride, dtype, device) picks an entry. A call that holds
+  something a key cannot describe runs eager.
+- A new signature is fingerprinted from what the process holds (no compiler runs; see
+  schema/python-fingerprint.md). If kilnd has a package for it (a hit, found within 5 s;
+  a slower answer is used from a later call on), the package is loaded once per process and every instance of the class runs it with its own weights
+  attached as user-managed constants (no copy).
+- Otherwise (a miss) the call runs eager and, in a background thread, the block is
+  exported once (torch.export of the call as made), registered with kilnd as a weight-free
+  source if kilnd lacks it, and built by kilnd; calls run eager until the package lands,
+  then the compiled block takes over between two calls. No call waits for a compiler and
+  no call fails because of kiln: any failure leaves that signature eager (status() says why).
+  on_miss="wait" does the miss work in the calling thread and waits for the build.
+- Calls that need autograd (grad enabled and a parameter or input requiring grad) run
+  eager: a package computes no gradients.
+
+Daemon gone: hits are impossible and misses are not built; calls run eager and status()
+shows the reason. Thread safety: hooked blocks may be called from several threads;
+compile_repeated_blocks/restore must not race with calls on the same model.
+"""
+import logging
+
+from . import _hooks, _runtime
+from ._signature import Unsupported, capture
+
+log = logging.getLogger("kiln.torch")
+_STATE_ATTR = "_kiln_torch_state"
+
+
+class _ModelState:
+    def __init__(self, runtime, blocks):
+        self.runtime = runtime
+        self.blocks = blocks
+        self.unsupported = {}  # (region, reason) -> calls
+
+
+class _BlockState:
+    __slots__ = ("guards", "constants", "device")
+
+    def __init__(self):
+        self.guards = {}
+        self.constants = None
+        self.device = None
+
+
+def _block_device(block, signature):
+    for p in block.parameters():
+        return p.device
+    for t in signature.tensors:
+        return t.device
+    return None
+
+
+def _needs_grad(block, signature):
+    import torch
+
+    if not torch.is_grad_enabled():
+        return False
+    return any(t.requires_grad for t in signature.tensors) or any(p.requires_grad for p in block.parameters())
+
+
+def _constants(block):
+    consts = dict(block.named_parameters())
+    consts.update(dict(block.named_buffers()))
+    return consts
+
+
+def _make_call(state):
+    runtime = state.runtime
+    per_block = {}
+
+    def call(block, original, args, kwargs):
+        bs = per_block.get(id(block))
+        if bs is None:
+            bs = per_block[id(block)] = _BlockState()
+        try:
+            sig = capture(args, kwargs)
+        except Unsupported as ex:
+            key = (type(block).__name__, str(ex))
+            if key not in state.unsupported:
+                log.warning("kiln: %s runs eager: %s", key[0], key[1])
+            state.unsupported[key] = state.unsupported.get(key, 0) + 1
+            return original(*args, **kwargs)
+        entry = bs.guards.get(sig.guard)
+        if entry is None:
+            device = _block_device(block, sig)
+            if device is None or any(t.device != device for t in sig.tensors):
+                key = (type(block).__name__, "inputs on another device than the block's weights")
+                state.unsupported[key] = state.unsupported.get(key, 0) + 1
+                return original(*args, **kwargs)
+            entry = runtime.entry(block, sig, device)
+            bs.guards[sig.guard] = entry
+            bs.device = device
+        if entry.state == "hit" and not _needs_grad(block, sig):
+            if bs.constants is None:
+                bs.constants = _constants(block)
+            first = next(iter(bs.constants.values()), None)
+            if first is None or first.device == bs.device:
+                try:
+                    out = entry.package.call(bs.constants, args, kwargs)
+                    entry.calls["compiled"] += 1
+                    return out
+                except Exception as ex:  # never fail the caller because of kiln
+                    entry.set("failed", f"{type(ex).__name__}: {ex}")
+        entry.calls["eager"] += 1
+        return original(*args, **kwargs)
+
+    return call
+
+
+def _resolve_classes(model, block_classes):
+    if block_classes is None:
+        names = getattr(model, "_repeated_blocks", None)
+        if not names:
+            raise ValueError(f"{type(model).__name__} has no _repeated_blocks (a diffusers model lists its block "
+                             "classes there); pass block_classes=[...]")
+        return lambda m: type(m).__name__ in set(names)
+    classes = tuple(c for c in block_classes if isinstance(c, type))
+    names = {c for c in block_classes if isinstance(c, str)}
+    return lambda m: isinstance(m, classes) or type(m).__name__ in names
+
+
+def compile_repeated_blocks(model, block_classes=None, on_miss="eager", socket=None, compile_options=None,
+                            client=None):
+    """Serves every block of the given classes in `model` from kilnd's compiled packages.
+
+    model: a torch.nn.Module (a diffusers model: its _repeated_blocks by default).
+    block_classes: classes or class names; required when the model has no _repeated_blocks.
+    on_miss: "eager" (default: never wait for a compiler) or "wait" (the calling thread
+      exports, registers and waits for kilnd's build; for batch jobs).
+    socket: kilnd's socket (default: $KILN_SOCKET, then the default search).
+    compile_options: passed into the key's compile_options ({"mode": ..., "inductor": {...}}).
+    client: a kiln.Client to use instead of connecting (its lifetime is the caller's).
+    Returns the list of hooked blocks. ValueError when no block matches, or when the model
+    is already compiled by kiln (restore() first). Connecting is lazy: no daemon running is
+    not an error here (calls run eager; status() says why).
+    """
+    import torch
+
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError("compile_repeated_blocks takes a torch.nn.Module")
+    if getattr(model, _STATE_ATTR, None) is not None:
+        raise ValueError("this model is already compiled by kiln; kiln.torch.restore(model) first")
+    match = _resolve_classes(model, block_classes)
+    blocks = [m for _, m in model.named_modules() if m is not model and match(m)]
+    if not blocks:
+        raise ValueError(f"no block of the given classes in {type(model).__name__}")
+    runtime = _runtime.Runtime(socket=socket, on_miss=on_miss, compile_options=compile_options, client=client)
+    state = _ModelState(runtime, blocks)
+    call = _make_call(state)
+    for b in blocks:
+        _hooks.install(b, call)
+    object.__setattr__(model, _STATE_ATTR, state)
+    return blocks
+
+
+def compile_pipeline(pipe, **kwargs):
+    """compile_repeated_blocks for every component of a diffusers pipeline that lists
+    _repeated_blocks (its transformer or unet); returns {component name: blocks}."""
+    import torch
+
+    out = {}
+    for name, component in getattr(pipe, "components", {}).items():
+        if isinstance(component, torch.nn.Module) and getattr(component, "_repeated_blocks", None):
+            out[name] = compile_repeated_blocks(component, **kwargs)
+    if not out:
+        raise ValueError("no component of this pipeline lists _repeated_blocks")
+    return out
+
+
+def restore(model):
+    """Puts eager forwards back on every block kiln hooked in `model` (idempotent); loaded
+    packages are released with the model's state."""
+    state = getattr(model, _STATE_ATTR, None)
+    if state is None:
+        return
+    for b in state.blocks:
+        _hooks.remove(b)
+    state.runtime.stop()
+    object.__delattr__(model, _STATE_ATTR)
+
+
+def status(model):
+    """Per block class and signature: {"region", "signature", "state" (hit, building,
+    exporting, failed, eager, unsupported), "detail" (why; a failed build's last log line),
+    "fingerprint", "key_digest", "calls": {"compiled", "eager"}}. [] if not compiled."""
+    state = getattr(model, _STATE_ATTR, None)
+    if state is None:
+        return []
+    out = [e.as_dict() for e in list(state.runtime.entries.values())]
+    for (region, reason), n in state.unsupported.items():
+        out.append({"region": region, "signature": None, "state": "unsupported", "detail": reason,
+                    "fingerprint": None, "key_digest": None, "calls": {"compiled": 0, "eager": n}})
+    return out
+
+
+def wait(model, timeout=600.0):
+    """Waits until no block of `model` is exporting or building (True), or `timeout` seconds
+    passed (False). For batch jobs and tests; serving code need not call it."""
+    state = getattr(model, _STATE_ATTR, None)
+    return True if state is None else state.runtime.wait_idle(timeout)
+
+
+__all__ = ["compile_repeated_blocks", "compile_pipeline", "restore", "status", "wait"]

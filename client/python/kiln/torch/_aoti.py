@@ -1,0 +1,127 @@
+"""Loading AOTInductor packages in this process: the libstdc++ preload and the loader.
+
+A Python process that loads an AOTI package can crash in std::regex inside the generated
+wrapper .so unless the C++ compiler's libstdc++ is in the process's global symbol scope
+(DESIGN.md, facts; the workers re-exec with LD_PRELOAD). A library cannot re-exec its
+user's process, so this module puts that libstdc++ into the global scope in-process, by
+dlopen with RTLD_GLOBAL, once, before the first package is loaded.
+
+Loading goes through torch._C._aoti.AOTIModelPackageLoader(path, "model", False, 1,
+device_index): torch._inductor.aoti_load_package spends ~25 s of a fresh process in a
+device check that runs compilers; a hit must run none.
+"""
+import ctypes
+import ctypes.util
+import os
+import shutil
+import subprocess
+import threading
+
+_lock = threading.Lock()
+_preloaded = None  # the path made global, once
+
+
+def find_libstdcxx():
+    """Path of the libstdc++ AOTI wrappers are built against: $KILN_LIBSTDCXX, else the C++
+    compiler's (`g++ -print-file-name`), else the system's by soname. None if none found."""
+    override = os.environ.get("KILN_LIBSTDCXX")
+    if override:
+        return override
+    cxx = os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++")
+    if cxx:
+        try:
+            out = subprocess.run([cxx, "-print-file-name=libstdc++.so.6"], capture_output=True,
+                                 text=True, timeout=30).stdout.strip()
+            if os.path.isabs(out) and os.path.exists(out):
+                return os.path.realpath(out)
+        except (OSError, subprocess.SubprocessError):
+            pass
+    return ctypes.util.find_library("stdc++")
+
+
+def ensure_libstdcxx_global():
+    """Makes libstdc++ global in this process (idempotent, thread-safe); returns its path,
+    or None when none was found (then loading may crash, as it would without kiln)."""
+    global _preloaded
+    with _lock:
+        if _preloaded is None:
+            path = find_libstdcxx()
+            if path:
+                ctypes.CDLL(path, mode=os.RTLD_GLOBAL | os.RTLD_NOW)
+            _preloaded = path or ""
+        return _preloaded or None
+
+
+class Package:
+    """One AOTI package loaded once for one device; every instance attaches its own weights.
+
+    call(constants, args, kwargs): attaches `constants` (name -> tensor, user-managed: no
+    copy, ~0.01 ms) unless the very same tensors are attached already, then runs the package
+    on the call's tensors in the order of the package's own input spec, and rebuilds the
+    output structure from its output spec. The caller has checked the call against the
+    package's signature (AOTI itself checks nothing).
+    Thread safety: calls are serialized by a lock (the loaded model holds one set of
+    constants at a time).
+    """
+
+    def __init__(self, path, device_index):
+        import torch
+        from torch.utils import _pytree as pytree
+
+        ensure_libstdcxx_global()
+        self._loader = torch._C._aoti.AOTIModelPackageLoader(path, "model", False, 1, device_index)
+        if hasattr(self._loader, "get_metadata"):
+            check_metadata(dict(self._loader.get_metadata()), device_index)
+        self.constant_names = list(self._loader.get_constant_fqns())
+        in_spec, out_spec = self._loader.get_call_spec()
+        self._in_spec = pytree.treespec_loads(in_spec)
+        self._out_spec = pytree.treespec_loads(out_spec)
+        self._attached = None
+        self._lock = threading.Lock()
+
+    def call(self, constants, args, kwargs):
+        import torch
+        from torch.export._tree_utils import reorder_kwargs
+        from torch.utils import _pytree as pytree
+
+        missing = [n for n in self.constant_names if n not in constants]
+        if missing:
+            raise KeyError(f"the package wants constants the block does not have: {missing[:5]}")
+        flat = pytree.tree_flatten((args, reorder_kwargs(kwargs, self._in_spec)))[0]
+        flat = [x for x in flat if isinstance(x, torch.Tensor)]
+        token = tuple((n, constants[n].data_ptr()) for n in self.constant_names)
+        with self._lock:
+            if token != self._attached:
+                self._loader.load_constants({n: constants[n] for n in self.constant_names}, False, False, True)
+                self._attached = token
+            out = self._loader.boxed_run(flat) if hasattr(self._loader, "boxed_run") else self._loader.run(flat)
+        return pytree.tree_unflatten(out, self._out_spec)
+
+
+class PackageMismatch(RuntimeError):
+    """The package records another GPU or host than this process's (torch itself would only
+    log a warning and run it)."""
+
+
+def check_metadata(metadata, device_index):
+    """Refuses a package whose recorded compute capability, platform or machine (torch's
+    AOTI_* metadata, written by codecache.get_device_information) differs from this
+    process's, naming the field. Fields the package does not record are not checked."""
+    import platform
+    import sys
+
+    import torch
+
+    want = {"AOTI_PLATFORM": sys.platform, "AOTI_MACHINE": platform.machine()}
+    if device_index is not None and device_index >= 0:
+        major, minor = torch.cuda.get_device_capability(device_index)
+        want["AOTI_COMPUTE_CAPABILITY"] = f"{major}{minor}"
+    for name, value in want.items():
+        got = metadata.get(name)
+        if got and str(got) != value:
+            raise PackageMismatch(f"the package was built for {name}={got}, this process has {value}")
+
+
+def load_package(path, device_index):
+    """The default loader: a Package for the file at `path` on cuda:`device_index` (-1: CPU)."""
+    return Package(path, device_index)

@@ -1,0 +1,55 @@
+"""THE place where kiln.torch builds artifact keys (notes KEY-CALL; schema/key.md).
+
+build_key() returns the key dict exactly as the format-2 spec writes it: the `call` field
+after `inputs`, numerics flags under compile_options["numerics"], node fields of this
+process, format_version 2. Unit tests pin it against the spec (tests/python/test_keys.py).
+
+to_wire() adapts it to a kilnd/libkiln that does not know `call` yet (format 1): `call`
+and `format_version` are dropped. That is sound only because the model hash already
+covers the call structure (sources.md: the hash holds the program's pytree call_spec, and
+python-fingerprint.md maps a fingerprint, which holds the call, to one model hash); it
+goes away when format 2 is everywhere.
+"""
+from . import _node
+
+FORMAT_VERSION = 2
+KIND = "aoti"
+
+
+def build_key(model_hash, region, dtype, signature, device, compile_options=None):
+    """The artifact key of `region` (the block class name) built from the source `model_hash`
+    for the call `signature` (a _signature.Signature) on `device`."""
+    options = dict(compile_options or {})
+    options["numerics"] = _node.numerics()
+    key = {
+        "kind": KIND,
+        "model_hash": model_hash,
+        "region": region,
+    }
+    key.update(_node.node_fields(device))
+    key.update({
+        "dtype": dtype,
+        "inputs": signature.inputs(),
+        "call": signature.call,
+        "compile_options": options,
+        "format_version": FORMAT_VERSION,
+    })
+    return key
+
+
+def to_wire(key, call_supported):
+    """The key as sent: itself when libkiln/kilnd know `call`, else the format-1 form."""
+    if call_supported:
+        return key
+    return {k: v for k, v in key.items() if k not in ("call", "format_version")}
+
+
+def block_dtype(module, signature):
+    """The key's `dtype`: the block's first floating parameter's, else its first tensor input's."""
+    for p in module.parameters():
+        if p.is_floating_point():
+            return str(p.dtype).replace("torch.", "")
+    for t in signature.tensors:
+        if t.is_floating_point():
+            return str(t.dtype).replace("torch.", "")
+    return "float32"

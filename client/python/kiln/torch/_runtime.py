@@ -1,0 +1,370 @@
+"""The per-process state of kiln.torch: one Entry per block fingerprint (class + structure +
+call signature), its state machine, and the background thread that takes misses.
+
+States of an Entry (kiln.torch.status() reports them):
+  eager     no package (yet); calls run the block's own forward
+  exporting the background thread exports the block (torch.export) and registers it
+  building  kilnd builds the artifact; calls run eager meanwhile
+  hit       the package is loaded; calls run it (each instance with its own weights)
+  failed    export, registration, build or load failed; `detail` says why (the build
+            log's last line for a failed build); calls run eager for good in this process
+  unsupported the call holds something a key cannot describe; eager for good
+
+A miss never blocks a call (on_miss="eager"): the first call of a new fingerprint waits for
+a hit attempt (a sources listing, a GET and a package load: milliseconds; at most
+HIT_WAIT_S, so a daemon that does not answer cannot hold it), and otherwise the entry goes
+to the background thread and the call runs eager. The compiled block
+takes over at the first call after the entry turns `hit` (between two calls, never during
+one). on_miss="wait" does the same work in the calling thread and waits for the build.
+
+Seams for tests (CPU machines have no torch.export or AOTI): EXPORTER and LOADER below.
+"""
+import logging
+import os
+import queue
+import tempfile
+import threading
+import time
+import weakref
+
+from .. import errors
+from . import _aoti, _fingerprint, _hooks, _keys
+
+log = logging.getLogger("kiln.torch")
+
+SOURCE_NAME_PREFIX = "kiln-fp-"
+
+
+def default_exporter(block, args, kwargs, workdir):
+    """torch.export of the block as called; returns (archive path, model hash). The model
+    hash is the worker's `hash` op's (schema/sources.md), run on the archive in a child
+    process of this Python ($KILN_WORKER, else the installed worker)."""
+    import json
+    import subprocess
+    import sys
+
+    import torch
+
+    with torch.no_grad():
+        ep = torch.export.export(block, tuple(args), dict(kwargs))
+    path = os.path.join(workdir, "block.pt2")
+    torch.export.save(ep, path)
+    worker = os.environ.get("KILN_WORKER") or _installed_worker()
+    out = subprocess.run([sys.executable, worker, "hash", path], capture_output=True, text=True, timeout=600)
+    if out.returncode != 0:
+        raise RuntimeError(f"the worker's hash op failed: {out.stderr.strip().splitlines()[-1:]}")
+    return path, json.loads(out.stdout.strip().splitlines()[-1])["model_hash"]
+
+
+def _installed_worker():
+    for prefix in (os.environ.get("KILN_PREFIX"), "/usr/local", "/usr"):
+        if prefix:
+            p = os.path.join(prefix, "share", "kiln", "workers", "kiln_worker")
+            if os.path.exists(p):
+                return p
+    raise RuntimeError("no kiln worker found to hash the exported block: set KILN_WORKER to "
+                       "ops/workers/kiln_worker (or install kiln)")
+
+
+# Loaded packages by (key digest, device index), shared by every model of the process;
+# an entry that holds one keeps it alive.
+_packages = weakref.WeakValueDictionary()
+_packages_lock = threading.Lock()
+
+# How long the first call of a new signature waits for the hit attempt (sources listing,
+# GET, package load) before it runs eager; the attempt goes on and a later call uses it.
+HIT_WAIT_S = 5.0
+
+# The seams: EXPORTER(block, args, kwargs, workdir) -> (path, model_hash);
+# LOADER(path, device_index) -> object with call(constants, args, kwargs).
+EXPORTER = default_exporter
+LOADER = _aoti.load_package
+
+
+class Entry:
+    """One block fingerprint: its state, key and (once `hit`) its loaded package."""
+
+    def __init__(self, region, fingerprint, signature_text):
+        self.region = region
+        self.fingerprint = fingerprint
+        self.signature = signature_text
+        self.state = "eager"
+        self.detail = ""
+        self.key = None
+        self.key_digest = None
+        self.package = None
+        self.artifact = None
+        self.calls = {"compiled": 0, "eager": 0}
+
+    def set(self, state, detail=""):
+        if state != self.state:
+            level = logging.WARNING if state in ("failed", "unsupported") else logging.INFO
+            log.log(level, "kiln: %s [%s]: %s -> %s%s", self.region, self.signature, self.state, state,
+                    f" ({detail})" if detail else "")
+        self.state, self.detail = state, detail
+
+    def as_dict(self):
+        return {"region": self.region, "signature": self.signature, "state": self.state, "detail": self.detail,
+                "fingerprint": self.fingerprint, "key_digest": self.key_digest, "calls": dict(self.calls)}
+
+
+class Runtime:
+    """What one compile_repeated_blocks() call set up: options, client, entries, thread.
+
+    Thread safety: entry creation is under a lock; an entry's state is written by one
+    thread at a time (the caller on a hit, the background thread otherwise) and read by
+    calls (reading a Python attribute is atomic)."""
+
+    def __init__(self, socket=None, on_miss="eager", compile_options=None, poll_interval=0.25, client=None):
+        if on_miss not in ("eager", "wait"):
+            raise ValueError('on_miss must be "eager" or "wait"')
+        self.socket = socket
+        self.on_miss = on_miss
+        self.compile_options = dict(compile_options or {})
+        self.poll_interval = poll_interval
+        self.entries = {}
+        self._lock = threading.Lock()
+        self._client = client
+        self._client_lock = threading.Lock()
+        self._sources = {}           # fingerprint -> model hash, from the daemon's sources
+        self._sources_listed = 0.0
+        self._jobs = queue.Queue()
+        self._pending = 0            # jobs submitted and not finished (under _lock)
+        self._thread = None
+        self._stopped = False
+        self.call_supported = None  # whether libkiln/kilnd take the key's `call` (format 2)
+
+    # ---- the daemon ------------------------------------------------------------------
+    def client(self):
+        from ..client import Client
+
+        with self._client_lock:
+            if self._client is None:
+                self._client = Client(self.socket)
+            return self._client
+
+    def wire_key(self, key):
+        from ..client import Client
+
+        if self.call_supported is None:  # asks the local libkiln, which parses keys as its kilnd does
+            try:
+                Client.key_digest(dict(key, cpu_isa="probe"))
+                self.call_supported = True
+            except errors.InvalidArgument as e:
+                self.call_supported = "call" not in e.message and "format_version" not in e.message
+        return _keys.to_wire(key, self.call_supported)
+
+    def lookup_source(self, fingerprint, refresh=False):
+        """The model hash registered for `fingerprint` (sources named kiln-fp-<fp>...), or None."""
+        with self._lock:
+            known = self._sources.get(fingerprint)
+        if known or not refresh and self._sources_listed:
+            return known
+        listing = self.client().sources.list()
+        found = {}
+        for s in listing:
+            name = s.get("name") or ""
+            if name.startswith(SOURCE_NAME_PREFIX):
+                found[name[len(SOURCE_NAME_PREFIX):len(SOURCE_NAME_PREFIX) + 64]] = s["model_hash"]
+        with self._lock:
+            self._sources.update(found)
+            self._sources_listed = time.monotonic()
+            return self._sources.get(fingerprint)
+
+    # ---- entries ---------------------------------------------------------------------
+    def entry(self, block, signature, device):
+        """The Entry of this call's fingerprint, created (and started) on first sight."""
+        fp = _fingerprint.fingerprint(block, signature, device)
+        with self._lock:
+            e = self.entries.get(fp)
+            if e is not None:
+                return e
+            e = Entry(type(block).__name__, fp, describe_signature(signature))
+            self.entries[fp] = e
+        job = Job(e, block, signature, device)
+        if self.on_miss == "wait":
+            self.resolve(job, wait=True)
+            return e
+        # The hit attempt runs in a thread of its own and the caller waits for it at most
+        # HIT_WAIT_S: a daemon that accepts but does not answer must not hold a call.
+        looked = threading.Event()
+
+        def first_look():
+            try:
+                if not self.try_hit(job):
+                    self.submit(job)
+            finally:
+                looked.set()
+
+        with self._lock:
+            self._pending += 1
+        threading.Thread(target=lambda: (first_look(), self._done()), name="kiln-hit", daemon=True).start()
+        looked.wait(HIT_WAIT_S)
+        return e
+
+    def _done(self):
+        with self._lock:
+            self._pending -= 1
+
+    def try_hit(self, job):
+        """A hit without waiting: known fingerprint, stored artifact, package loaded."""
+        e = job.entry
+        try:
+            model_hash = self.lookup_source(e.fingerprint)
+            if model_hash is None:
+                return False
+            self.make_key(job, model_hash)
+            art = self.client().get(self.wire_key(e.key))
+            if art is None:
+                return False
+            self.load(job, art)
+            return True
+        except Exception as ex:  # a daemon that is gone is a miss, never a failed call
+            log.info("kiln: %s: no hit (%s)", e.region, ex)
+            return False
+
+    def make_key(self, job, model_hash):
+        e = job.entry
+        e.key = _keys.build_key(model_hash, e.region, _keys.block_dtype(job.block, job.signature), job.signature,
+                                job.device, self.compile_options)
+
+    def load(self, job, artifact):
+        e = job.entry
+        index = job.device.index if job.device.type == "cuda" else -1
+        if job.device.type == "cuda" and index is None:
+            import torch
+
+            index = torch.cuda.current_device()
+        # One package per artifact and device in the process, whichever model asks.
+        with _packages_lock:
+            package = _packages.get((artifact.key_digest, index))
+            if package is None:
+                package = LOADER(artifact.path, index)
+                _packages[(artifact.key_digest, index)] = package
+        e.package = package
+        e.artifact = artifact
+        e.key_digest = artifact.key_digest
+        e.set("hit")
+
+    def submit(self, job):
+        with self._lock:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="kiln-miss", daemon=True)
+                self._thread.start()
+            self._pending += 1
+        self._jobs.put(job)
+
+    def _run(self):
+        while not self._stopped:
+            job = self._jobs.get()
+            if job is None:
+                return
+            try:
+                self.resolve(job, wait=False)
+            finally:
+                job.release()
+                with self._lock:
+                    self._pending -= 1
+
+    def resolve(self, job, wait):
+        """The miss path: find or register the source, have kilnd build, load when it lands."""
+        e = job.entry
+        try:
+            model_hash = self.lookup_source(e.fingerprint, refresh=True)
+            if model_hash is None:
+                e.set("exporting")
+                with tempfile.TemporaryDirectory(prefix="kiln-export-") as workdir:
+                    path, model_hash = EXPORTER(_hooks.unhooked_view(job.block), job.args, job.kwargs, workdir)
+                    self.client().sources.put(model_hash, path, name=f"{SOURCE_NAME_PREFIX}{e.fingerprint}.pt2")
+                with self._lock:
+                    self._sources[e.fingerprint] = model_hash
+            job.drop_inputs()
+            self.make_key(job, model_hash)
+            key = self.wire_key(e.key)
+            if wait:
+                e.set("building")
+                self.load(job, self.client().get(key, build=True))
+                return
+            reply = self.client().build(key, wait=False)
+            e.key_digest = reply.get("key_digest")
+            e.set("building", reply.get("state", ""))
+            self.poll(job, key)
+        except errors.KilnError as ex:
+            e.set("failed", last_line(f"{ex.name}: {ex.message}"))
+        except Exception as ex:  # export or load: the block stays eager, the caller never fails
+            e.set("failed", last_line(f"{type(ex).__name__}: {ex}"))
+
+    def poll(self, job, key):
+        """Waits (in the background thread) for the build of `key` to land, then loads it.
+        A daemon restart is waited out (up to ~60 s unreachable); a build the daemon lost
+        (restarted while building) is asked for again, at most 3 times."""
+        e = job.entry
+        delay, unreachable_since, resubmits = self.poll_interval, None, 0
+        while not self._stopped:
+            try:
+                art = self.client().get(key)
+                if art is not None:
+                    self.load(job, art)
+                    return
+                states = [b.get("state") for b in self.client().build_status(key_digest=e.key_digest)]
+                unreachable_since = None
+                if not {"queued", "running", "done"} & set(states):
+                    failed = [b for b in self.client().build_status(key_digest=e.key_digest)
+                              if b.get("state") == "failed"]
+                    if failed:
+                        e.set("failed", last_line(failed[-1].get("error", "build failed")))
+                        return
+                    if resubmits >= 3:
+                        e.set("failed", "kilnd lost the build three times")
+                        return
+                    resubmits += 1
+                    self.client().build(key, wait=False)
+            except errors.Unavailable:
+                unreachable_since = unreachable_since or time.monotonic()
+                if time.monotonic() - unreachable_since > 60:
+                    raise
+            time.sleep(delay)
+            delay = min(delay * 1.5, 2.0)
+
+    def stop(self):
+        self._stopped = True
+        self._jobs.put(None)
+
+    def wait_idle(self, timeout):
+        """Waits until no entry is exporting or building (for batch jobs and tests)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with self._lock:
+                pending = self._pending
+            if pending == 0 and not any(e.state in ("exporting", "building") for e in list(self.entries.values())):
+                return True
+            time.sleep(0.02)
+        return False
+
+
+class Job:
+    """What the miss path needs: the entry, the block, the call's inputs (kept only until
+    the export), the device."""
+
+    def __init__(self, entry, block, signature, device):
+        self.entry, self.block, self.signature, self.device = entry, block, signature, device
+        self.args, self.kwargs = signature.args, signature.kwargs
+
+    def drop_inputs(self):
+        self.args, self.kwargs = (), {}
+
+    def release(self):
+        self.drop_inputs()
+        self.block = None
+
+
+def last_line(text):
+    lines = [line for line in str(text).strip().splitlines() if line.strip()]
+    return lines[-1] if lines else ""
+
+
+def describe_signature(signature):
+    parts = []
+    for t in signature.tensors:
+        parts.append(f"{str(t.dtype).replace('torch.', '')}{list(t.shape)}")
+    return ", ".join(parts) or "no tensors"

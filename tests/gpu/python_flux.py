@@ -1,0 +1,154 @@
+"""The kiln Python package on the real diffusers FluxTransformer2DModel (issue 11's proof).
+
+    PYTHONPATH=client/python:.carry/diffusers/src KILN_SOCKET=/path/kiln.sock \
+      KILN_LIBRARY=build-gpu/client/libkiln.so KILN_WORKER=ops/workers/kiln_worker \
+      python3 tests/gpu/python_flux.py OUT_DIR
+
+Needs a kilnd on KILN_SOCKET with the real worker (`[builds] worker = ["python3",
+"ops/workers/kiln_worker"]`, as tests/gpu/run.sh starts it) on an EMPTY store, and
+diffusers importable. FLUX.1-dev config, random bf16 weights, 1024x1024 (4096 image
+tokens, 512 text tokens), batch 1. Each row is a fresh process; TTR is process start
+(before `import torch`) to the end of the first forward. Rows:
+  eager | compile_repeated_blocks cold | same, warm Inductor cache | kiln miss (empty
+  store: first call, then steps once the packages land) | kiln hit (fresh process, weights
+  from another seed than the export) | 768x768 in the hit process (miss -> build -> hit)
+  | 8 processes started at once at 896x896 (builds per block class counted by kilnd)
+Writes OUT_DIR/python-flux.json and prints a Markdown table.
+"""
+import json
+import os
+import subprocess
+import sys
+import time
+
+T0 = time.monotonic()  # before import torch: the TTR clock of a child
+
+
+def build_model(seed, layers=(19, 38)):
+    import torch
+    from diffusers import FluxTransformer2DModel
+
+    torch.manual_seed(seed)
+    torch.set_default_dtype(torch.bfloat16)
+    with torch.device("cuda"):
+        model = FluxTransformer2DModel(patch_size=1, in_channels=64, num_layers=layers[0], num_single_layers=layers[1],
+                                       attention_head_dim=128, num_attention_heads=24, joint_attention_dim=4096,
+                                       pooled_projection_dim=768, guidance_embeds=True, axes_dims_rope=(16, 56, 56))
+    torch.set_default_dtype(torch.float32)
+    return model.eval().requires_grad_(False)
+
+
+def inputs(res):
+    import torch
+
+    g = torch.Generator(device="cuda").manual_seed(123)
+    n, dev, bf = (res // 16) ** 2, "cuda", torch.bfloat16
+    r = lambda *s: torch.randn(*s, generator=g, device=dev, dtype=bf)  # noqa: E731
+    return dict(hidden_states=r(1, n, 64), encoder_hidden_states=r(1, 512, 4096), pooled_projections=r(1, 768),
+                timestep=torch.tensor([0.5], device=dev, dtype=bf), img_ids=torch.zeros(n, 3, device=dev),
+                txt_ids=torch.zeros(512, 3, device=dev), guidance=torch.tensor([3.5], device=dev, dtype=bf),
+                return_dict=False)
+
+
+def child(mode, seed, res, out_path):
+    import torch
+
+    # The 8 racers share one GPU: one block of each class is enough to race for the same
+    # keys (a block's fingerprint does not depend on how many blocks the model has).
+    model = build_model(seed, layers=(1, 1) if mode == "kiln-race" else (19, 38))
+    if mode.startswith("regional"):
+        model.compile_repeated_blocks(fullgraph=True)
+    elif mode.startswith("kiln"):
+        import kiln.torch
+
+        kiln.torch.compile_repeated_blocks(model, on_miss="eager")
+    x = inputs(res)
+    step = lambda: model(**x)[0]  # noqa: E731
+    with torch.no_grad():
+        t = time.monotonic()
+        out = step()
+        torch.cuda.synchronize()
+        first = time.monotonic() - t
+        ttr = time.monotonic() - T0
+        result = {"mode": mode, "seed": seed, "res": res, "ttr_s": ttr, "first_call_s": first}
+        if mode.startswith("kiln"):
+            import kiln.torch
+
+            result["status_after_first"] = kiln.torch.status(model)
+            if mode == "kiln-miss":
+                result["builds_landed"] = kiln.torch.wait(model, timeout=1800)
+                result["status"] = kiln.torch.status(model)
+        for _ in range(3):
+            step()
+        torch.cuda.synchronize()
+        t = time.monotonic()
+        for _ in range(10):
+            out = step()
+        torch.cuda.synchronize()
+        result["step_ms"] = (time.monotonic() - t) * 100
+        ref_path = os.path.join(os.path.dirname(out_path), f"eager-{seed}-{res}.pt")
+        if mode == "eager":
+            torch.save(out.cpu(), ref_path)
+        elif os.path.exists(ref_path):
+            ref = torch.load(ref_path).to(out.device)
+            result["rel_err"] = float((out.float() - ref.float()).norm() / ref.float().norm())
+        if mode == "kiln-hit":  # a second resolution in the same process: miss -> build -> hit
+            import kiln.torch
+
+            x = inputs(768)
+            t = time.monotonic()
+            step()
+            result["res768_first_call_s"] = time.monotonic() - t
+            result["res768_landed"] = kiln.torch.wait(model, timeout=1800)
+            result["res768_status"] = [e for e in kiln.torch.status(model) if "768" in str(e.get("signature"))
+                                       or e["state"] != "hit"]
+            step()
+        if mode.startswith("kiln"):
+            import kiln.torch
+
+            result["status"] = kiln.torch.status(model)
+    json.dump(result, open(out_path, "w"), default=str)
+
+
+def main():
+    out_dir = sys.argv[1]
+    os.makedirs(out_dir, exist_ok=True)
+    cache = os.path.join(out_dir, "inductor-cache")
+
+    def run(mode, seed=0, res=1024, env=None, wait=True):
+        path = os.path.join(out_dir, f"{mode}-{seed}-{res}.json")
+        e = dict(os.environ, **(env or {}))
+        p = subprocess.Popen([sys.executable, __file__, "child", mode, str(seed), str(res), path], env=e)
+        if not wait:
+            return p, path
+        p.wait()
+        return json.load(open(path)) if p.returncode == 0 else {"mode": mode, "returncode": p.returncode}
+
+    rows = [run("eager", seed=0), run("eager", seed=1),
+            run("regional-cold", env={"TORCHINDUCTOR_CACHE_DIR": cache}),
+            run("regional-warm", env={"TORCHINDUCTOR_CACHE_DIR": cache}),
+            run("kiln-miss", seed=0), run("kiln-hit", seed=1)]
+    racers = [run("kiln-race", seed=2, res=896, wait=False) for _ in range(8)]
+    for p, _ in racers:
+        p.wait()
+    rows += [json.load(open(path)) for p, path in racers if p.returncode == 0]
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "client", "python"))
+    import kiln
+
+    with kiln.Client() as c:
+        builds = c.build_status()
+    summary = {"rows": rows, "builds": builds, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+    json.dump(summary, open(os.path.join(out_dir, "python-flux.json"), "w"), indent=1, default=str)
+    print("| path | TTR s | first call s | step ms | rel. error vs eager |\n|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r.get('mode')} (seed {r.get('seed')}, {r.get('res')}²) | {r.get('ttr_s', float('nan')):.2f} | "
+              f"{r.get('first_call_s', float('nan')):.2f} | {r.get('step_ms', float('nan')):.1f} | "
+              f"{r.get('rel_err', '—')} |")
+    print(f"builds kilnd ran: {len(builds)} (expected: 2 block classes x 3 resolutions)")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "child":
+        child(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5])
+    else:
+        main()

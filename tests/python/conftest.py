@@ -1,0 +1,144 @@
+"""Fixtures for the kiln Python package's tests: a real kilnd (started as a child process,
+building through the project's test worker), and the package and libkiln under test.
+
+Environment (set by tests/python/CMakeLists.txt when ctest runs this suite):
+  KILN_LIBRARY     the libkiln.so built here
+  KILN_TEST_KILND  the kilnd binary
+  KILN_TEST_WORKER the test worker (tests/support/test_worker.cpp)
+"""
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "client", "python"))
+
+import kiln  # noqa: E402
+
+# The node fields the test kilnd and its test worker report (test_worker.cpp's toolchain op).
+TEST_NODE = {"gpu_arch": "sm_test", "gpu_name": "Test GPU", "torch_version": "test-torch", "torch_git": "test-git",
+             "cuda_version": "test-cuda", "triton_version": "test-triton", "platform": "linux",
+             "machine": "x86_64"}
+
+
+def _required_env(name):
+    value = os.environ.get(name)
+    if not value:
+        pytest.skip(f"{name} is not set (ctest sets it; see tests/python/CMakeLists.txt)")
+    return value
+
+
+class Kilnd:
+    """A kilnd on a socket in a short /tmp folder, store and log in a test folder."""
+
+    def __init__(self, folder, extra_toml=""):
+        self.folder = folder
+        self.sock_dir = tempfile.mkdtemp(prefix="kiln-py-", dir="/tmp")
+        os.chmod(self.sock_dir, 0o755)
+        self.socket = os.path.join(self.sock_dir, "kiln.sock")
+        self.config = os.path.join(folder, "kilnd.toml")
+        self.log_path = os.path.join(folder, "kilnd.log")
+        self.count_file = os.path.join(folder, "builds.txt")
+        worker = _required_env("KILN_TEST_WORKER")
+        with open(self.config, "w") as f:
+            f.write('log_level = "info"\n' + extra_toml + "\n")
+            f.write(f'[builds]\nworker = ["{worker}"]\nprobe_gpus = false\nfailure_ttl_s = 600\n'
+                    f'[[builds.slots]]\nname = "gpu0"\ngpu_arch = "{TEST_NODE["gpu_arch"]}"\n'
+                    f'gpu_name = "{TEST_NODE["gpu_name"]}"\n')
+            f.write("[node]\n" + "".join(f'{k} = "{v}"\n' for k, v in TEST_NODE.items()) + 'cpu_isa = "test-isa"\n')
+        self.proc = None
+
+    def start(self, timeout=30):
+        binary = _required_env("KILN_TEST_KILND")
+        log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen([binary, "--socket", self.socket, "--store", os.path.join(self.folder, "store"),
+                                      "--config", self.config], stdout=log, stderr=log)
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                kiln.Client(self.socket).close()
+                return
+            except kiln.Unavailable:
+                if self.proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError("kilnd did not start; its log:\n" + self.log())
+                time.sleep(0.02)
+
+    def stop(self, sig=signal.SIGTERM):
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            self.proc.wait(timeout=30)
+        self.proc = None
+
+    def log(self):
+        try:
+            return open(self.log_path, errors="replace").read()
+        except OSError:
+            return ""
+
+    def builds(self):
+        """Lines "<region> <pid>" the test worker appended, one per build started."""
+        try:
+            return open(self.count_file).read().splitlines()
+        except OSError:
+            return []
+
+    def close(self):
+        self.stop(signal.SIGKILL)
+        shutil.rmtree(self.sock_dir, ignore_errors=True)
+
+    def source_command(self, behavior="ok", **extra):
+        """A source whose content commands the test worker (its text, and the model hash the
+        test worker's hash op gives it: the SHA-256 of the text)."""
+        import hashlib
+        import json
+
+        text = json.dumps({"behavior": behavior, "count_file": self.count_file, **extra})
+        return text, hashlib.sha256(text.encode()).hexdigest()
+
+
+@pytest.fixture
+def kilnd(tmp_path):
+    d = Kilnd(str(tmp_path))
+    d.start()
+    yield d
+    d.close()
+
+
+@pytest.fixture
+def make_kilnd(tmp_path):
+    made = []
+
+    def make(extra_toml="", name="node"):
+        folder = tmp_path / name
+        folder.mkdir()
+        d = Kilnd(str(folder), extra_toml)
+        made.append(d)
+        return d
+
+    yield make
+    for d in made:
+        d.close()
+
+
+@pytest.fixture
+def client(kilnd):
+    with kiln.Client(kilnd.socket) as c:
+        yield c
+
+
+def wait_for(cond, timeout=20.0, what="condition"):
+    """Polls `cond` until true or `timeout` passes (then fails naming `what`)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = cond()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out waiting for {what}")
+        time.sleep(0.01)

@@ -1,0 +1,105 @@
+"""The fingerprint (schema/python-fingerprint.md): equal for what must share a graph
+(another instance, other weights, another process), different for anything a graph
+depends on (shapes, constants baked in, attributes such as eps, train/eval, call
+structure, strides, dtypes, code)."""
+import copy
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from kiln.torch import _fingerprint  # noqa: E402
+from kiln.torch._signature import capture  # noqa: E402
+
+CPU = torch.device("cpu")
+
+
+class Block(torch.nn.Module):
+    def __init__(self, dim=8, eps=1e-6):
+        super().__init__()
+        self.norm = torch.nn.LayerNorm(dim, eps=eps)
+        self.proj = torch.nn.Linear(dim, dim)
+        self.register_buffer("scale", torch.ones(dim))
+        self.register_buffer("table", torch.arange(dim, dtype=torch.float32), persistent=False)
+
+    def forward(self, hidden_states, temb=None, extra=None):
+        x = self.proj(self.norm(hidden_states)) * self.scale + self.table
+        return (x if temb is None else x + temb,)
+
+
+def fp(block, *args, **kwargs):
+    return _fingerprint.fingerprint(block, capture(args, kwargs), CPU)
+
+
+def x(*shape):
+    return torch.randn(*shape)
+
+
+def test_same_for_other_instances_and_other_weights():
+    a, b = Block(), Block()
+    with torch.no_grad():
+        b.proj.weight.mul_(3)
+        b.scale.mul_(2)  # a persistent buffer is a weight: attached at load time
+    assert fp(a, x(1, 4, 8)) == fp(b, x(1, 4, 8))
+    assert len(fp(a, x(1, 4, 8))) == 64
+
+
+def test_different_for_what_the_graph_depends_on():
+    base = fp(Block(), x(1, 4, 8))
+    baked = Block()
+    baked.table.add_(1)  # non-persistent: baked into the graph as a constant
+    trained = Block().train(True)
+    trained.training = True
+    evaled = Block().eval()
+    others = [fp(Block(dim=16), x(1, 4, 16)), fp(Block(eps=1e-5), x(1, 4, 8)), fp(baked, x(1, 4, 8)),
+              fp(Block(), x(1, 5, 8)), fp(Block(), x(1, 4, 8).double()), fp(Block(), x(1, 8, 4).transpose(1, 2)),
+              fp(Block(), x(1, 4, 8), temb=x(1, 1, 8)), fp(Block(), x(1, 4, 8), extra=None),
+              fp(Block(), hidden_states=x(1, 4, 8)), fp(Block().to(torch.float64), x(1, 4, 8))]
+    assert base not in others and len(set(others)) == len(others)
+    assert fp(trained, x(1, 4, 8)) != fp(evaled, x(1, 4, 8))
+
+
+def test_an_attribute_object_of_another_class_changes_it():
+    class ProcA:
+        def __call__(self, x):
+            return x
+
+    class ProcB(ProcA):
+        pass
+
+    a, b = Block(), Block()
+    a.processor, b.processor = ProcA(), ProcB()
+    assert fp(a, x(1, 4, 8)) != fp(b, x(1, 4, 8))
+    c = Block()
+    c.processor = ProcA()
+    assert fp(a, x(1, 4, 8)) == fp(c, x(1, 4, 8))
+
+
+def test_equal_in_another_process():
+    here = fp(Block(), x(1, 4, 8))
+    code = ("import sys, torch\nsys.path[:0] = sys.argv[1:3]\nimport test_torch_fingerprint as t\n"
+            "print(t.fp(t.Block(), t.x(1, 4, 8)))\n")
+    env = dict(os.environ, PYTHONHASHSEED="123")
+    tests = os.path.dirname(os.path.abspath(__file__))
+    pkg = os.path.join(tests, "..", "..", "client", "python")
+    out = subprocess.run([sys.executable, "-c", code, tests, pkg], capture_output=True, text=True, env=env,
+                         timeout=120, cwd=tests)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == here
+
+
+def test_description_is_cached_per_instance_and_ignores_kiln_hooks():
+    b = Block()
+    first = fp(b, x(1, 4, 8))
+    from kiln.torch import _hooks
+
+    _hooks.install(b, lambda blk, orig, a, k: orig(*a, **k))
+    try:
+        assert fp(copy.copy(b), x(1, 4, 8)) == first
+    finally:
+        _hooks.remove(b)
+    assert json.dumps(first)
