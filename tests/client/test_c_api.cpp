@@ -256,7 +256,9 @@ TEST_CASE("CSourceRegisteredBuildOnMissAndRequestsByName") {
   };
   const std::string ok_hash = register_source("ok");
   const std::string fail_hash = register_source("fail");
-  CHECK(kiln_put_source_file(c, ok_hash.c_str(), nullptr, (dir.path() / "absent").c_str(), nullptr) == KILN_NOT_FOUND);
+  // A file the caller names that is not there is bad input; not_found means "nothing stored".
+  CHECK(kiln_put_source_file(c, ok_hash.c_str(), nullptr, (dir.path() / "absent").c_str(), nullptr) ==
+        KILN_INVALID_ARGUMENT);
 
   auto key_for = [](const std::string& hash) {
     kiln_key* key = nullptr;

@@ -65,7 +65,8 @@ def test_put_file_and_an_empty_artifact(client, tmp_path):
     client.put(key("Empty"), b"")
     with client.get(key("Empty")) as art:
         assert art.size == 0 and art.read() == b"" and bytes(art.buffer()) == b""
-    with pytest.raises(kiln.NotFound) as e:  # a missing file (ENOENT); unreadable ones are KilnIOError
+    # A missing file (ENOENT) is bad input, never "nothing stored"; unreadable ones are KilnIOError.
+    with pytest.raises(kiln.InvalidArgument) as e:
         client.put_file(key("Absent"), tmp_path / "absent")
     assert "absent" in e.value.message
 
