@@ -452,18 +452,18 @@ Result<Key> Key::from_json(std::string_view text) {
 }
 
 void fill_node_fields(Key& key, const NodeFields& node) {
-  auto fill = [](std::string& field, const std::string& value) {
-    if (field.empty()) field = value;
+  auto fill = [](std::string& field, std::string_view name, const std::string& value) {
+    if (field.empty()) field = canonical_node_value(name, value);
   };
-  fill(key.gpu_arch, node.gpu_arch);
-  fill(key.gpu_name, node.gpu_name);
-  fill(key.torch_version, node.torch_version);
-  fill(key.torch_git, node.torch_git);
-  fill(key.cuda_version, node.cuda_version);
-  fill(key.triton_version, node.triton_version);
-  fill(key.platform, node.platform);
-  fill(key.machine, node.machine);
-  fill(key.cpu_isa, node.cpu_isa);
+  fill(key.gpu_arch, "gpu_arch", node.gpu_arch);
+  fill(key.gpu_name, "gpu_name", node.gpu_name);
+  fill(key.torch_version, "torch_version", node.torch_version);
+  fill(key.torch_git, "torch_git", node.torch_git);
+  fill(key.cuda_version, "cuda_version", node.cuda_version);
+  fill(key.triton_version, "triton_version", node.triton_version);
+  fill(key.platform, "platform", node.platform);
+  fill(key.machine, "machine", node.machine);
+  fill(key.cpu_isa, "cpu_isa", node.cpu_isa);
 }
 
 Result<std::string> canonical_json(std::string_view text) {

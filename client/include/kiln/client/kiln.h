@@ -79,7 +79,7 @@ kiln_status kiln_key_new(const char* kind, const char* model_hash, const char* r
 /* A key from its JSON form (schema/key.md). The message names a bad field. */
 kiln_status kiln_key_from_json(const char* json, kiln_key** out);
 void kiln_key_free(kiln_key* key);
-/* Sets one field by its name in kiln's key (schema/key.md): "region", "gpu_arch",
+/* Sets one field by its name in kiln's key (schema/key.md): "region", "gpu_arch", "call" (a JSON object text),
  * "torch_version", "compile_options" (a JSON object text), ... ; inputs are added with
  * kiln_key_add_input. KILN_INVALID_ARGUMENT for an unknown name or a bad value. */
 kiln_status kiln_key_set(kiln_key* key, const char* field, const char* value);
