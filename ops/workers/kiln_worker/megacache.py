@@ -34,8 +34,7 @@ def build(request):
     t = time.monotonic()
     signature.check_node(key)
     opts = signature.compile_options(key)
-    ep = signature.load_source(request["source"])
-    signature.check_model_hash(ep, key)
+    ep = signature.load_source(request["source"], model_hash=key.get("model_hash"))
     signature.check_key(ep, key)
     _, call, _ = signature.call_signature(ep)
     timings["load_source_s"] = time.monotonic() - t

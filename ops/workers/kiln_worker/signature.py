@@ -20,22 +20,29 @@ def dim_text(d):
     return int(d) if isinstance(d, int) else str(d)
 
 
-def load_source(path, device="cuda"):
+def load_source(path, device="cuda", model_hash=None):
     """The exported program of a source. A weight-free source (schema/sources.md) holds
     its parameters and persistent buffers as meta tensors; with a device they are given
-    values of the recorded shapes and dtypes, enough to compile and check the block."""
+    values of the recorded shapes and dtypes, enough to compile and check the block.
+    With `model_hash`, the source must hash to it, computed on the program as stored
+    (before it is moved to the device, which rewrites device arguments)."""
     import torch
 
     try:
         ep = torch.export.load(path)
     except Exception as e:  # noqa: BLE001 - report what torch said about the file
         raise WorkerError(f"source {path} is not a loadable torch.export archive: {type(e).__name__}: {e}")
+    if model_hash is not None:
+        check_model_hash(ep, model_hash)
     if device is not None:
         materialize_weights(ep)
         tensors = list(state_tensors(ep).values())
         if any(t.device.type != "cuda" for t in tensors):
             from torch.export.passes import move_to_device_pass
-            ep = move_to_device_pass(ep, device)
+            # An indexed device: the pass rewrites device arguments to exactly this text, and
+            # torch's own metadata asserts then compare "cuda" with the tensors' "cuda:0" and
+            # fail (seen on the GPU machine with a plain tensor attribute moved by .to()).
+            ep = move_to_device_pass(ep, "cuda:0" if device == "cuda" else device)
     return ep
 
 
@@ -279,13 +286,13 @@ def key_call(key):
     return key.get("call") or call_structure.positional(len(key.get("inputs") or []))
 
 
-def check_model_hash(ep, key):
+def check_model_hash(ep, want):
     """A source is never trusted to match the hash it was registered under: recomputed here."""
     import model_hash
 
     have = model_hash.model_hash(ep)
-    if have != key.get("model_hash"):
-        raise WorkerError(f"the source registered under model hash {key.get('model_hash')} hashes to {have} on this "
+    if have != want:
+        raise WorkerError(f"the source registered under model hash {want} hashes to {have} on this "
                           "node; refusing to build from it (register the block's own export with kilnctl source add)")
 
 
