@@ -217,10 +217,24 @@ def compile_options(key):
     opts = key.get("compile_options") or {}
     if isinstance(opts, str):
         opts = json.loads(opts or "{}")
-    unknown = set(opts) - {"mode", "inductor", "dynamic"}
+    unknown = set(opts) - {"mode", "inductor", "dynamic", "numerics"}
     if unknown:
-        raise WorkerError(f"key.compile_options has unknown fields {sorted(unknown)} (known: mode, inductor, dynamic)")
+        raise WorkerError(f"key.compile_options has unknown fields {sorted(unknown)} (known: mode, inductor, dynamic, numerics)")
+    apply_numerics(opts.get("numerics") or {})
     return opts
+
+
+def apply_numerics(numerics):
+    """Sets the numerics flags the key names (schema/key.md; absent = torch's defaults), so
+    the build and its check run with the consumer's flags."""
+    import torch
+
+    torch.use_deterministic_algorithms(bool(numerics.get("deterministic", False)))
+    torch.set_float32_matmul_precision(numerics.get("float32_matmul_precision", "highest"))
+    torch.backends.cudnn.allow_tf32 = bool(numerics.get("cudnn_allow_tf32", True))
+    m = torch.backends.cuda.matmul
+    m.allow_bf16_reduced_precision_reduction = bool(numerics.get("bf16_reduced_precision_reduction", True))
+    m.allow_fp16_reduced_precision_reduction = bool(numerics.get("fp16_reduced_precision_reduction", True))
 
 
 def inductor_configs(opts):
