@@ -124,6 +124,11 @@ kiln_status kiln_stat(kiln_client* client, const kiln_key* key, const char* dige
  * "pinned":bool, "accessed_before":i64, "limit":n, "offset":n}. Result:
  * {"items":[info...],"next_offset":n} (next_offset absent on the last page). */
 kiln_status kiln_list(kiln_client* client, const char* query_json, char** result_json);
+/* Why `key` missed (kiln/client/explain.hpp): result_json receives {"key_digest":..,
+ * "stored":bool,"nearest":[{"key_digest":..,"differing":["gpu_name",..],"key":{..}}],
+ * "candidates":n,"source_registered":bool,"advice":".."}; at most `limit` nearest keys
+ * (0 = 5). Read role. */
+kiln_status kiln_explain(kiln_client* client, const kiln_key* key, size_t limit, char** result_json);
 /* KILN_NOT_FOUND when nothing is stored under the key. */
 kiln_status kiln_remove(kiln_client* client, const kiln_key* key, const char* digest_hex);
 kiln_status kiln_pin(kiln_client* client, const kiln_key* key, const char* digest_hex);
