@@ -242,6 +242,7 @@ const std::vector<std::string>& key_field_names() {
 std::vector<std::string> Key::missing_fields() const {
   std::vector<std::string> out;
   for (const auto& f : kStringFields) {
+    if (f.member == &Key::cpu_isa && kind == ArtifactKind::megacache) continue;  // normalized to "any"
     if ((this->*f.member).empty()) out.emplace_back(f.name);
   }
   return out;
@@ -293,6 +294,9 @@ Status Key::normalize() {
     if (!l) return std::move(l).error();
     inputs[i].layout = std::move(*l);
   }
+  // torch.compile's cache entries hold no host code, and torch's own key for them has no
+  // CPU ISA: a megacache artifact serves every host of the other fields.
+  if (kind == ArtifactKind::megacache) cpu_isa = "any";
   for (std::string Key::*m : {&Key::gpu_arch, &Key::platform, &Key::machine, &Key::cpu_isa}) {
     if (!(this->*m).empty()) {
       const char* name = m == &Key::gpu_arch ? "gpu_arch" : m == &Key::platform ? "platform" : m == &Key::machine ? "machine" : "cpu_isa";

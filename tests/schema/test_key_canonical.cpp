@@ -250,3 +250,19 @@ TEST_CASE("differing_fields names what separates two keys, after normalization")
   b.compile_options = R"({"numerics":{"deterministic":true}})";
   CHECK(kiln::differing_fields(a, b) == std::vector<std::string>{"gpu_name", "call", "compile_options"});
 }
+
+TEST_CASE("a megacache key does not depend on the host's CPU ISA") {
+  Key a = flux_key();
+  a.kind = kiln::ArtifactKind::megacache;
+  Key b = a;
+  b.cpu_isa = "avx2";
+  Key c = a;
+  c.cpu_isa.clear();
+  CHECK(c.is_complete());
+  CHECK(digest_of(a) == digest_of(b));
+  CHECK(digest_of(a) == digest_of(c));
+  Key aoti = flux_key();
+  Key aoti_avx2 = flux_key();
+  aoti_avx2.cpu_isa = "avx2";
+  CHECK(digest_of(aoti) != digest_of(aoti_avx2));  // an AOTI wrapper is host code
+}
