@@ -5,44 +5,11 @@
 #include <vector>
 
 #include "kiln/aoti_metadata.hpp"
+#include "zip_writer.hpp"
 
 using namespace kiln;
 
 namespace {
-
-void put(std::string& out, std::uint64_t v, int n) {
-  for (int i = 0; i < n; ++i) out += static_cast<char>((v >> (8 * i)) & 0xff);
-}
-
-// A zip archive of stored (uncompressed) members, as torch's PyTorchFileWriter writes
-// them; with zip64, the end records point through a zip64 end of central directory.
-std::string make_zip(const std::vector<std::pair<std::string, std::string>>& members, bool zip64) {
-  std::string out, central;
-  for (const auto& [name, data] : members) {
-    const std::uint64_t local = out.size();
-    put(out, 0x04034b50, 4); put(out, 20, 2); put(out, 0, 2); put(out, 0, 2); put(out, 0, 4);
-    put(out, 0, 4); put(out, data.size(), 4); put(out, data.size(), 4); put(out, name.size(), 2); put(out, 0, 2);
-    out += name;
-    out += data;
-    put(central, 0x02014b50, 4); put(central, 20, 2); put(central, 20, 2); put(central, 0, 2); put(central, 0, 2);
-    put(central, 0, 4); put(central, 0, 4); put(central, data.size(), 4); put(central, data.size(), 4);
-    put(central, name.size(), 2); put(central, 0, 2); put(central, 0, 2); put(central, 0, 2); put(central, 0, 2);
-    put(central, 0, 4); put(central, local, 4);
-    central += name;
-  }
-  const std::uint64_t cd_at = out.size();
-  out += central;
-  if (zip64) {
-    const std::uint64_t rec = out.size();
-    put(out, 0x06064b50, 4); put(out, 44, 8); put(out, 45, 2); put(out, 45, 2); put(out, 0, 4); put(out, 0, 4);
-    put(out, members.size(), 8); put(out, members.size(), 8); put(out, central.size(), 8); put(out, cd_at, 8);
-    put(out, 0x07064b50, 4); put(out, 0, 4); put(out, rec, 8); put(out, 1, 4);
-  }
-  put(out, 0x06054b50, 4); put(out, 0, 2); put(out, 0, 2);
-  put(out, zip64 ? 0xffff : members.size(), 2); put(out, zip64 ? 0xffff : members.size(), 2);
-  put(out, zip64 ? 0xffffffff : central.size(), 4); put(out, zip64 ? 0xffffffff : cd_at, 4); put(out, 0, 2);
-  return out;
-}
 
 std::span<const std::byte> bytes(const std::string& s) { return std::as_bytes(std::span(s.data(), s.size())); }
 
@@ -62,7 +29,7 @@ Key key_for(const std::string& gpu_arch, const std::string& cpu_isa) {
 
 TEST_CASE("a package's metadata is read from its zip, zip64 or not") {
   for (bool zip64 : {false, true}) {
-    const std::string zip = make_zip({{"block/archive_format", "pt2"},
+    const std::string zip = kiln::test::make_zip({{"block/archive_format", "pt2"},
                                       {"block/data/aotinductor/model/cabc.wrapper.so", "\x7f" "ELF"},
                                       {"block/data/aotinductor/model/cabc.wrapper_metadata.json", kMeta}},
                                      zip64);
@@ -74,9 +41,9 @@ TEST_CASE("a package's metadata is read from its zip, zip64 or not") {
   }
   // Not a zip, or a zip without AOTI metadata: nothing to check.
   CHECK_FALSE(read_aoti_metadata(bytes(std::string("artifact bytes")))->has_value());
-  CHECK_FALSE(read_aoti_metadata(bytes(make_zip({{"a.txt", "x"}}, false)))->has_value());
+  CHECK_FALSE(read_aoti_metadata(bytes(kiln::test::make_zip({{"a.txt", "x"}}, false)))->has_value());
   // A damaged metadata member is an error.
-  auto bad = read_aoti_metadata(bytes(make_zip({{"b/data/aotinductor/model/x_metadata.json", "{not json"}}, false)));
+  auto bad = read_aoti_metadata(bytes(kiln::test::make_zip({{"b/data/aotinductor/model/x_metadata.json", "{not json"}}, false)));
   REQUIRE_FALSE(bad);
   CHECK(bad.error().message.find("not a JSON object") != std::string::npos);
 }

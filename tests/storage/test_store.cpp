@@ -177,7 +177,7 @@ TEST_CASE("list filters on key fields, pin state, and pages") {
   REQUIRE(one);
   REQUIRE(one->size() == 1);
   CHECK(one->front().key.region == "Block2");
-  auto by_version = store->list(where({{"format_version", "1"}}));
+  auto by_version = store->list(where({{"format_version", "2"}}));
   REQUIRE(by_version);
   CHECK(by_version->size() == 6);
   ListQuery pinned;
