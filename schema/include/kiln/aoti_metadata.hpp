@@ -21,7 +21,9 @@
 namespace kiln {
 
 // The metadata of the first AOTI metadata member of the zip archive `zip`. nullopt when
-// `zip` is not a zip archive or holds no AOTI metadata member. invalid_argument for a zip
+// `zip` is not a zip archive (also one whose central directory does not parse: torch
+// could not open it either, and arbitrary bytes may contain a zip signature) or holds no
+// AOTI metadata member. invalid_argument for a zip
 // whose metadata member is damaged, compressed (torch stores members uncompressed) or not a
 // JSON object of strings.
 Result<std::optional<std::map<std::string, std::string>>> read_aoti_metadata(std::span<const std::byte> zip);
