@@ -308,7 +308,9 @@ Status Key::normalize() {
   compile_options = std::move(*options);
   auto c = canonical_call(call, inputs.size());
   if (!c) return std::move(c).error();
-  call = std::move(*c);
+  // The positional call is kept as "" (its one spelling in code), so that a key round-trips
+  // through JSON to an equal Key.
+  call = *c == positional_call(inputs.size()) ? std::string() : std::move(*c);
   return {};
 }
 

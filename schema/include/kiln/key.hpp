@@ -79,7 +79,8 @@ struct Key {
   // The call's structure (schema/key.md, "call"), JSON text:
   //   {"args":[node,...],"kwargs":{"name":node,...}}, node = {"tensor":i} | {"tuple":[..]} |
   //   {"list":[..]} | {"dict":{..}} | {"const":null|bool|int|string|{"float":"repr"}}.
-  // Empty = the positional call of every input in order. Hashed in canonical form.
+  // Empty = the positional call of every input in order (normalize() writes that call as
+  // ""). Hashed in canonical form; fields()["call"] and to_json() show it written out.
   std::string call;
 
   // Compile options: {"mode":..,"inductor":{..},"dynamic":bool,"numerics":{..}} as a JSON
