@@ -11,6 +11,7 @@
 #include <string>
 
 #include "kiln/client/client.hpp"
+#include "kiln/client/explain.hpp"
 #include "kiln/client/json.hpp"
 #include "kiln/client/key_text.hpp"
 #include "kiln/protocol/frame.hpp"
@@ -311,6 +312,17 @@ kiln_status kiln_stat(kiln_client* client, const kiln_key* key, const char* dige
     if (!info) return fail(info.error());
     if (!*info) return fail(KILN_NOT_FOUND, "no artifact stored under that key");
     *info_json = dup(kiln::client::to_json(**info));
+    return ok();
+  });
+}
+
+kiln_status kiln_explain(kiln_client* client, const kiln_key* key, size_t limit, char** result_json) {
+  return guarded([&] {
+    if (!client || !key || !result_json) return fail(KILN_INVALID_ARGUMENT, "kiln_explain: NULL argument");
+    *result_json = nullptr;
+    auto e = kiln::client::explain(client->client, key->key, limit == 0 ? 5 : limit);
+    if (!e) return fail(e.error());
+    *result_json = dup(kiln::client::to_json(*e));
     return ok();
   });
 }

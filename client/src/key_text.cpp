@@ -25,13 +25,6 @@ bool parse_int(std::string_view text, std::int64_t& out) {
   return ec == std::errc() && ptr == text.data() + text.size() && out >= 0;
 }
 
-bool valid_name(std::string_view name) {
-  if (name.empty()) return false;
-  for (char c : name)
-    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_')) return false;
-  return true;
-}
-
 }  // namespace
 
 Result<TensorSpec> parse_tensor_spec(std::string_view text) {
@@ -41,11 +34,14 @@ Result<TensorSpec> parse_tensor_spec(std::string_view text) {
     return make_error(Errc::invalid_argument,
                       quoted + "expected DTYPE:DIMS[:LAYOUT], e.g. bfloat16:1x4096x3072 or float32:1..64x3072");
   TensorSpec spec;
-  if (!valid_name(parts[0])) return make_error(Errc::invalid_argument, quoted + "dtype '" + std::string(parts[0]) + "' is not a torch dtype name (e.g. bfloat16)");
-  spec.dtype = std::string(parts[0]);
+  // The same canonical names as the JSON form (schema/key.md): one spelling per meaning.
+  auto dtype = canonical_dtype(parts[0]);
+  if (!dtype) return make_error(Errc::invalid_argument, quoted + "dtype '" + std::string(parts[0]) + "' is not a torch dtype name (e.g. bfloat16)");
+  spec.dtype = std::move(*dtype);
   if (parts.size() == 3) {
-    if (!valid_name(parts[2])) return make_error(Errc::invalid_argument, quoted + "layout '" + std::string(parts[2]) + "' is not a torch layout name (e.g. strided)");
-    spec.layout = std::string(parts[2]);
+    auto layout = canonical_layout(parts[2]);
+    if (!layout) return make_error(Errc::invalid_argument, quoted + "layout '" + std::string(parts[2]) + "' is not a torch layout name (e.g. strided)");
+    spec.layout = std::move(*layout);
   }
   if (parts[1].empty() || parts[1] == "scalar") return spec;
   auto dims = split(parts[1], "x");
@@ -81,7 +77,8 @@ std::string format_tensor_spec(const TensorSpec& spec) {
 const std::vector<std::string_view>& settable_key_fields() {
   static const std::vector<std::string_view> names = {
       "kind",          "model_hash",     "region",   "gpu_arch", "gpu_name", "torch_version", "torch_git",
-      "cuda_version",  "triton_version", "platform", "machine",  "cpu_isa",  "dtype",         "compile_options"};
+      "cuda_version",  "triton_version", "platform", "machine",  "cpu_isa",  "dtype",         "call",
+      "compile_options"};
   return names;
 }
 
@@ -93,10 +90,23 @@ Status set_key_field(Key& key, std::string_view name, std::string_view value) {
     return {};
   }
   if (name == "compile_options") {
+    auto canonical = canonical_compile_options(value);
+    if (!canonical)
+      return make_error(Errc::invalid_argument, canonical.error().message + " (e.g. {\"mode\":\"max-autotune\"})");
+    key.compile_options = std::move(*canonical);
+    return {};
+  }
+  if (name == "call") {
     auto j = nlohmann::json::parse(value, nullptr, /*allow_exceptions=*/false);
     if (j.is_discarded() || !j.is_object())
-      return make_error(Errc::invalid_argument, "compile_options must be a JSON object, e.g. {\"mode\":\"max-autotune\"}");
-    key.compile_options = std::string(value);
+      return make_error(Errc::invalid_argument, "call must be a JSON object, e.g. {\"args\":[],\"kwargs\":{\"x\":{\"tensor\":0}}}");
+    key.call = std::string(value);
+    return {};
+  }
+  if (name == "dtype") {
+    auto d = canonical_dtype(value);
+    if (!d) return std::move(d).error();
+    key.dtype = std::move(*d);
     return {};
   }
   std::string Key::*field = nullptr;
@@ -111,11 +121,10 @@ Status set_key_field(Key& key, std::string_view name, std::string_view value) {
   else if (name == "platform") field = &Key::platform;
   else if (name == "machine") field = &Key::machine;
   else if (name == "cpu_isa") field = &Key::cpu_isa;
-  else if (name == "dtype") field = &Key::dtype;
   if (field == nullptr)
     return make_error(Errc::invalid_argument, "'" + std::string(name) + "' is not a key field that can be set "
                                               "(inputs are added one at a time)");
-  key.*field = std::string(value);
+  key.*field = canonical_node_value(name, value);
   return {};
 }
 

@@ -396,6 +396,14 @@ asio::awaitable<bool> Connection::upload_chunk(std::uint32_t id, bool end) {
     std::span<const std::byte> data(body_);
     auto job = [up, data] {
       if (up->sha) up->sha->update(data);
+      if (up->keep_aoti_copy) {
+        if (up->aoti_copy.size() + data.size() <= Upload::kMaxAotiCopy) {
+          up->aoti_copy.append(reinterpret_cast<const char*>(data.data()), data.size());
+        } else {  // larger than any AOTI package: not checked, not held in memory
+          up->keep_aoti_copy = false;
+          std::string().swap(up->aoti_copy);
+        }
+      }
       return up->stream->write(data);
     };
     auto st = co_await offload(state_.pool, job);

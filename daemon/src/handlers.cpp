@@ -2,6 +2,8 @@
 // unpin, stats, status). Admin and build operations are in handlers_admin.cpp.
 #include "handlers.hpp"
 
+#include "kiln/aoti_metadata.hpp"
+
 #include <unistd.h>
 
 #include <algorithm>
@@ -348,6 +350,7 @@ Result<Upload> prepare_upload(Connection& c, const Request& r) {
     up.meta.build_seconds = req->build_seconds;
     up.expect_size = req->size;
     up.expect_blob = req->blob_digest;
+    up.keep_aoti_copy = up.key.kind == ArtifactKind::aoti;
   } else {
     auto req = proto::decode<proto::PutSourceRequest>(r.body);
     if (!req) return std::move(req).error();
@@ -368,6 +371,16 @@ Status check_upload(Upload& up) {
   if (up.expect_size && *up.expect_size != up.received_bytes)
     return make_error(Errc::invalid_argument, "upload ended after " + std::to_string(up.received_bytes) +
                                                   " bytes; its size promised " + std::to_string(*up.expect_size));
+  if (up.keep_aoti_copy) {
+    // The package's own metadata must agree with the key it is filed under (a package for
+    // another GPU or host under this key would crash or mis-run in every consumer).
+    auto meta = read_aoti_metadata(std::as_bytes(std::span(up.aoti_copy.data(), up.aoti_copy.size())));
+    if (!meta) return std::move(meta).error();
+    if (*meta) {
+      if (auto st = check_aoti_metadata(up.key, **meta); !st)
+        return make_error(Errc::invalid_argument, "PUT refused: " + st.error().message);
+    }
+  }
   if (up.sha) {
     Digest got = up.sha->finish();
     if (got != *up.expect_blob)

@@ -31,6 +31,11 @@ struct Upload {
   std::optional<Digest> expect_blob;
   std::unique_ptr<Sha256> sha;   // set when expect_blob is
   std::uint64_t received_bytes = 0;
+  // An AOTI package's bytes, kept (up to kMaxAotiCopy) so that its own metadata can be
+  // checked against the key at END (kiln/aoti_metadata.hpp). Touched on the store pool only.
+  static constexpr std::size_t kMaxAotiCopy = 256u << 20;
+  bool keep_aoti_copy = false;
+  std::string aoti_copy;
 };
 
 }  // namespace kiln::daemon

@@ -3,6 +3,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "strict_json.hpp"
+
 #include <algorithm>
 #include <array>
 #include <charconv>
@@ -17,7 +19,6 @@ using json = nlohmann::json;
 // Longest accepted text of one string field and of compile_options: keys are metadata,
 // and a runaway value is a client bug, not data.
 constexpr std::size_t kMaxFieldBytes = 1024;
-constexpr std::size_t kMaxOptionsBytes = 64 * 1024;
 constexpr std::size_t kMaxInputs = 4096;
 constexpr std::size_t kMaxRank = 64;
 
@@ -101,16 +102,7 @@ Status check_inputs(const std::vector<TensorSpec>& inputs) {
   return {};
 }
 
-Result<std::string> canonical_options(const std::string& options) {
-  if (options.empty()) return field_error("compile_options", "is required and empty (use {} for none)");
-  if (options.size() > kMaxOptionsBytes) return field_error("compile_options", "is longer than 64 KiB");
-  json doc = json::parse(options, nullptr, /*allow_exceptions=*/false);
-  if (doc.is_discarded()) return field_error("compile_options", "is not valid JSON");
-  if (!doc.is_object()) return field_error("compile_options", "must be a JSON object");
-  auto text = dump_canonical(doc);
-  if (!text) return field_error("compile_options", text.error().message);
-  return std::move(*text);
-}
+Result<std::string> canonical_options(const std::string& options) { return canonical_compile_options(options); }
 
 // Appends "<name>=<byte length>:<value>\n": length-prefixed, so no value can forge the
 // boundary of another.
@@ -161,6 +153,7 @@ Result<Dim> parse_dim(const json& v, const std::string& path) {
     return Dim{*mn, *mx};
   }
   auto n = get_int(v, path);
+  if (!n && v.is_number_integer()) return std::move(n).error();
   if (!n) return field_error(path, "must be an integer or {\"min\":..,\"max\":..}");
   return Dim::fixed(*n);
 }
@@ -242,13 +235,14 @@ const std::vector<std::string>& key_field_names() {
   static const std::vector<std::string> names{
       "kind",          "model_hash", "region",         "gpu_arch", "gpu_name", "torch_version",
       "torch_git",     "cuda_version", "triton_version", "platform", "machine",  "cpu_isa",
-      "dtype",         "inputs",     "compile_options", "format_version"};
+      "dtype",         "inputs",     "call",           "compile_options", "format_version"};
   return names;
 }
 
 std::vector<std::string> Key::missing_fields() const {
   std::vector<std::string> out;
   for (const auto& f : kStringFields) {
+    if (f.member == &Key::cpu_isa && kind == ArtifactKind::megacache) continue;  // normalized to "any"
     if ((this->*f.member).empty()) out.emplace_back(f.name);
   }
   return out;
@@ -269,16 +263,72 @@ Result<std::string> Key::canonical_encoding() const {
   }
   KILN_TRY(check_inputs(inputs));
   if (format_version == 0) return field_error("format_version", "must be at least 1");
-  auto options = canonical_options(compile_options);
-  if (!options) return std::move(options).error();
-  auto inputs_text = dump_canonical(inputs_to_json(inputs));
+  Key n = *this;
+  KILN_TRY(n.normalize());
+  for (const auto& f : kStringFields) {  // an alias may normalize to something else invalid
+    if (f.member == &Key::compile_options) continue;
+    KILN_TRY(check_text(f.name, n.*f.member, true));
+  }
+  auto inputs_text = dump_canonical(inputs_to_json(n.inputs));
   if (!inputs_text) return field_error("inputs", inputs_text.error().message);
 
   std::string out = "kiln-key\n";
-  auto flat = fields();
+  auto flat = n.fields();
   flat["inputs"] = *inputs_text;
-  flat["compile_options"] = *options;
   for (const auto& name : key_field_names()) append_field(out, name, flat.at(name));
+  return out;
+}
+
+Status Key::normalize() {
+  if (!dtype.empty()) {
+    auto d = canonical_dtype(dtype, "dtype");
+    if (!d) return std::move(d).error();
+    dtype = std::move(*d);
+  }
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    const std::string base = "inputs[" + std::to_string(i) + "]";
+    auto d = canonical_dtype(inputs[i].dtype, base + ".dtype");
+    if (!d) return std::move(d).error();
+    inputs[i].dtype = std::move(*d);
+    auto l = canonical_layout(inputs[i].layout, base + ".layout");
+    if (!l) return std::move(l).error();
+    inputs[i].layout = std::move(*l);
+  }
+  // torch.compile's cache entries hold no host code, and torch's own key for them has no
+  // CPU ISA: a megacache artifact serves every host of the other fields.
+  if (kind == ArtifactKind::megacache) cpu_isa = "any";
+  for (std::string Key::*m : {&Key::gpu_arch, &Key::platform, &Key::machine, &Key::cpu_isa}) {
+    if (!(this->*m).empty()) {
+      const char* name = m == &Key::gpu_arch ? "gpu_arch" : m == &Key::platform ? "platform" : m == &Key::machine ? "machine" : "cpu_isa";
+      this->*m = canonical_node_value(name, this->*m);
+    }
+  }
+  auto options = canonical_compile_options(compile_options);
+  if (!options) return std::move(options).error();
+  compile_options = std::move(*options);
+  auto c = canonical_call(call, inputs.size());
+  if (!c) return std::move(c).error();
+  // The positional call is kept as "" (its one spelling in code), so that a key round-trips
+  // through JSON to an equal Key.
+  call = *c == positional_call(inputs.size()) ? std::string() : std::move(*c);
+  return {};
+}
+
+const std::vector<std::string>& node_field_names() {
+  static const std::vector<std::string> names{"gpu_arch",       "gpu_name", "torch_version", "torch_git", "cuda_version",
+                                              "triton_version", "platform", "machine",       "cpu_isa"};
+  return names;
+}
+
+std::vector<std::string> differing_fields(const Key& a, const Key& b) {
+  Key na = a, nb = b;
+  (void)na.normalize();  // a value that does not normalize is compared as given
+  (void)nb.normalize();
+  auto fa = na.fields(), fb = nb.fields();
+  std::vector<std::string> out;
+  for (const auto& name : key_field_names()) {
+    if (fa[name] != fb[name]) out.push_back(name);
+  }
   return out;
 }
 
@@ -304,6 +354,8 @@ std::map<std::string, std::string> Key::fields() const {
   // never fails; canonical_encoding() is where they are rejected.
   auto options = canonical_options(compile_options);
   out["compile_options"] = options ? *options : compile_options;
+  auto c = canonical_call(call, inputs.size());
+  out["call"] = c ? *c : call;
   out["format_version"] = std::to_string(format_version);
   return out;
 }
@@ -316,6 +368,12 @@ std::string Key::to_json() const {
     doc[f.name] = this->*f.member;
   }
   doc["inputs"] = inputs_to_json(inputs);
+  json call_doc = json::parse(call.empty() ? positional_call(inputs.size()) : call, nullptr, false);
+  if (call_doc.is_discarded()) {
+    doc["call"] = call;  // kept verbatim so the error can be seen
+  } else {
+    doc["call"] = std::move(call_doc);
+  }
   json options = json::parse(compile_options, nullptr, false);
   if (options.is_discarded()) {
     doc["compile_options"] = compile_options;  // kept verbatim so the error can be seen
@@ -327,8 +385,9 @@ std::string Key::to_json() const {
 }
 
 Result<Key> Key::from_json(std::string_view text) {
-  json doc = json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (doc.is_discarded()) return make_error(Errc::invalid_argument, "key: not valid JSON");
+  auto parsed = detail::parse_strict_json(text, "key");
+  if (!parsed) return std::move(parsed).error();
+  json doc = std::move(*parsed);
   if (!doc.is_object()) return make_error(Errc::invalid_argument, std::string("key: must be a JSON object, got ") + doc.type_name());
   const auto& names = key_field_names();
   for (const auto& [k, _] : doc.items()) {
@@ -374,6 +433,14 @@ Result<Key> Key::from_json(std::string_view text) {
     key.compile_options = std::move(*canonical);
   }
 
+  auto call_it = doc.find("call");
+  if (call_it != doc.end() && !call_it->is_null()) {
+    if (!call_it->is_object()) {
+      return field_error("call", std::string("must be an object {\"args\":[..],\"kwargs\":{..}}, got ") + call_it->type_name());
+    }
+    key.call = call_it->dump();
+  }
+
   auto fv_it = doc.find("format_version");
   if (fv_it != doc.end() && !fv_it->is_null()) {
     if (!fv_it->is_number_unsigned() && !fv_it->is_number_integer()) {
@@ -386,28 +453,29 @@ Result<Key> Key::from_json(std::string_view text) {
     }
     key.format_version = static_cast<std::uint32_t>(*fv);
   }
+  KILN_TRY(key.normalize());
   return key;
 }
 
 void fill_node_fields(Key& key, const NodeFields& node) {
-  auto fill = [](std::string& field, const std::string& value) {
-    if (field.empty()) field = value;
+  auto fill = [](std::string& field, std::string_view name, const std::string& value) {
+    if (field.empty()) field = canonical_node_value(name, value);
   };
-  fill(key.gpu_arch, node.gpu_arch);
-  fill(key.gpu_name, node.gpu_name);
-  fill(key.torch_version, node.torch_version);
-  fill(key.torch_git, node.torch_git);
-  fill(key.cuda_version, node.cuda_version);
-  fill(key.triton_version, node.triton_version);
-  fill(key.platform, node.platform);
-  fill(key.machine, node.machine);
-  fill(key.cpu_isa, node.cpu_isa);
+  fill(key.gpu_arch, "gpu_arch", node.gpu_arch);
+  fill(key.gpu_name, "gpu_name", node.gpu_name);
+  fill(key.torch_version, "torch_version", node.torch_version);
+  fill(key.torch_git, "torch_git", node.torch_git);
+  fill(key.cuda_version, "cuda_version", node.cuda_version);
+  fill(key.triton_version, "triton_version", node.triton_version);
+  fill(key.platform, "platform", node.platform);
+  fill(key.machine, "machine", node.machine);
+  fill(key.cpu_isa, "cpu_isa", node.cpu_isa);
 }
 
 Result<std::string> canonical_json(std::string_view text) {
-  json doc = json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (doc.is_discarded()) return make_error(Errc::invalid_argument, "not valid JSON");
-  return dump_canonical(doc);
+  auto doc = detail::parse_strict_json(text, "JSON");
+  if (!doc) return std::move(doc).error();
+  return dump_canonical(*doc);
 }
 
 }  // namespace kiln

@@ -90,16 +90,16 @@ Result<std::optional<Digest>> Index::upsert(const ArtifactInfo& info, std::int64
   auto f = info.key.fields();
   auto st = db_.prepare(
       "INSERT OR REPLACE INTO artifacts (key_digest, kind, model_hash, region, gpu_arch, gpu_name, "
-      "torch_version, torch_git, cuda_version, triton_version, platform, machine, cpu_isa, dtype, inputs, "
+      "torch_version, torch_git, cuda_version, triton_version, platform, machine, cpu_isa, dtype, inputs, call, "
       "compile_options, compile_options_digest, format_version, key_json, blob_digest, size, created_at, "
       "last_access, hits, build_seconds, pinned, access_seq) VALUES "
-      "(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
+      "(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
   if (!st) return std::move(st).error();
   int i = 1;
   st->bind(i++, info.key_digest.hex());
   for (const char* name : {"kind", "model_hash", "region", "gpu_arch", "gpu_name", "torch_version", "torch_git",
                            "cuda_version", "triton_version", "platform", "machine", "cpu_isa", "dtype", "inputs",
-                           "compile_options"}) {
+                           "call", "compile_options"}) {
     st->bind(i++, f.at(name));
   }
   st->bind(i++, options_digest->hex());

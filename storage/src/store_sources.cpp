@@ -28,6 +28,20 @@ Result<SourceInfo> StoreImpl::put_source(const std::string& model_hash, std::uni
   if (!blob) return std::move(blob).error();
 
   std::lock_guard<std::mutex> guard(mu_);
+  // A model hash names one block's export: a second, different source under it is refused,
+  // never a silent replacement of what builds start from (the same bytes again are fine).
+  auto registered = index_.get_source(model_hash);
+  if (!registered) {
+    (void)fs_.remove(blob->temp_path);
+    return std::move(registered).error();
+  }
+  if (*registered && (*registered)->blob_digest != blob->header.digest) {
+    (void)fs_.remove(blob->temp_path);
+    return make_error(Errc::invalid_argument,
+                      "a different source (" + std::to_string((*registered)->size) + " bytes, '" + (*registered)->name +
+                          "') is already registered under model hash " + model_hash +
+                          "; a model hash names one export and its source is never replaced (schema/sources.md)");
+  }
   auto existing_blob = index_.get_blob(blob->header.digest);
   if (!existing_blob) {
     (void)fs_.remove(blob->temp_path);

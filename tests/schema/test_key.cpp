@@ -28,7 +28,10 @@ Key full_key() {
   k.dtype = "bfloat16";
   k.inputs = {{{Dim::fixed(1), Dim{1, 4096}, Dim::fixed(3072)}, "bfloat16", "strided"},
               {{Dim::fixed(1), Dim::fixed(3072)}, "float32", "strided"}};
-  k.compile_options = R"({"max_autotune": true, "mode": "default"})";
+  // The call as diffusers makes it: keyword arguments only, a None among them.
+  k.call = R"({"args": [], "kwargs": {"temb": {"tensor": 1}, "hidden_states": {"tensor": 0},
+               "joint_attention_kwargs": {"const": null}}})";
+  k.compile_options = R"({"inductor": {"max_autotune": true}, "mode": "default"})";
   return k;
 }
 
@@ -41,7 +44,8 @@ std::string error_of(const kiln::Result<Key>& r) {
 
 TEST_CASE("the canonical encoding of a known key is stable across releases") {
   // Pinned: this text is the on-disk and on-wire identity of artifacts (schema/key.md).
-  // If this test has to change, kKeyFormatVersion has to change with it.
+  // If this test has to change, kKeyFormatVersion has to change with it. Format 2 (the
+  // call field) replaced format 1's vector.
   Key k = full_key();
   auto enc = k.canonical_encoding();
   REQUIRE(enc);
@@ -62,11 +66,16 @@ TEST_CASE("the canonical encoding of a known key is stable across releases") {
         "dtype=8:bfloat16\n"
         "inputs=135:[{\"dtype\":\"bfloat16\",\"layout\":\"strided\",\"shape\":[1,{\"max\":4096,\"min\":1},3072]},"
         "{\"dtype\":\"float32\",\"layout\":\"strided\",\"shape\":[1,3072]}]\n"
-        "compile_options=38:{\"max_autotune\":true,\"mode\":\"default\"}\n"
-        "format_version=1:1\n");
+        "call=111:{\"args\":[],\"kwargs\":{\"hidden_states\":{\"tensor\":0},"
+        "\"joint_attention_kwargs\":{\"const\":null},\"temb\":{\"tensor\":1}}}\n"
+        "compile_options=34:{\"inductor\":{\"max_autotune\":true}}\n"
+        "format_version=1:2\n");
   auto d = k.digest();
   REQUIRE(d);
   CHECK(*d == kiln::sha256(*enc));
+  // Also computed independently (Python, json.dumps(sort_keys=True, separators=(",", ":")))
+  // so other implementations of the key can check themselves against this digest.
+  CHECK(d->hex() == "3dbda115b1fce142c133ec7ee771fbdda9de837ce285eb58148cb6eee48bac28");
 }
 
 TEST_CASE("every field changes the digest") {
@@ -97,10 +106,14 @@ TEST_CASE("every field changes the digest") {
   add([](Key& k) { k.inputs[0].layout = "sparse_coo"; });
   add([](Key& k) { k.inputs[0].shape[1].max = 4095; });
   add([](Key& k) { k.inputs[0].shape[1].min = 2; });
-  add([](Key& k) { k.inputs.pop_back(); });
+  add([](Key& k) { k.inputs.pop_back(); k.call.clear(); });
   add([](Key& k) { std::swap(k.inputs[0], k.inputs[1]); });
-  add([](Key& k) { k.compile_options = R"({"max_autotune": false, "mode": "default"})"; });
-  add([](Key& k) { k.format_version = 2; });
+  add([](Key& k) { k.inputs.pop_back(); k.call = R"({"args":[],"kwargs":{"hidden_states":{"tensor":0}}})"; });
+  add([](Key& k) { k.compile_options = R"({"inductor": {"max_autotune": false}})"; });
+  add([](Key& k) { k.compile_options = R"({"numerics": {"float32_matmul_precision": "high"}})"; });
+  add([](Key& k) { k.call.clear(); });  // positional
+  add([](Key& k) { k.call = R"({"args":[],"kwargs":{"hidden_states":{"tensor":0},"temb":{"tensor":1}}})"; });
+  add([](Key& k) { k.format_version = 3; });
   // Boundary shift: moving text between adjacent fields must not collide.
   add([](Key& k) { k.platform = "linuxx"; k.machine = "86_64"; });
   for (const auto& v : variants) {
@@ -113,7 +126,8 @@ TEST_CASE("every field changes the digest") {
 TEST_CASE("construction order and JSON formatting do not change the digest") {
   Key a = full_key();
   Key b;
-  b.compile_options = "{ \"mode\" : \"default\",\n \"max_autotune\" : true }";
+  b.compile_options = "{ \"inductor\" : {\"max_autotune\" : true} }";
+  b.call = R"({"kwargs":{"hidden_states":{"tensor":0},"joint_attention_kwargs":{"const":null},"temb":{"tensor":1}},"args":[]})";
   b.inputs = a.inputs;
   b.dtype = a.dtype;
   b.cpu_isa = a.cpu_isa;
@@ -131,7 +145,7 @@ TEST_CASE("construction order and JSON formatting do not change the digest") {
   CHECK(*a.compile_options_digest() == *b.compile_options_digest());
   // A static dim written as {"min":n,"max":n} is the same dim.
   auto parsed = Key::from_json(R"({"kind":"aoti","model_hash":")" + std::string(64, 'a') +
-                               R"(","region":"r","dtype":"bfloat16","inputs":[{"shape":[{"min":4,"max":4}],"dtype":"f"}]})");
+                               R"(","region":"r","dtype":"bfloat16","inputs":[{"shape":[{"min":4,"max":4}],"dtype":"float32"}]})");
   REQUIRE(parsed);
   CHECK(parsed->inputs[0].shape[0] == Dim::fixed(4));
 }
@@ -195,13 +209,13 @@ TEST_CASE("malformed keys are rejected with the field named") {
             .find("key.model_hash: must be 64 lowercase hex") != std::string::npos);
   CHECK(error_of(Key::from_json(make("[]", R"(,"regoin":"x")"))).find("key.regoin: is not a key field") != std::string::npos);
   CHECK(error_of(Key::from_json(make("{}"))).find("key.inputs: must be an array") != std::string::npos);
-  CHECK(error_of(Key::from_json(make(R"([{"shape":[1],"dtype":"f"},{"shape":[1,"x"],"dtype":"f"}])")))
+  CHECK(error_of(Key::from_json(make(R"([{"shape":[1],"dtype":"float32"},{"shape":[1,"x"],"dtype":"float32"}])")))
             .find("key.inputs[1].shape[1]") != std::string::npos);
-  CHECK(error_of(Key::from_json(make(R"([{"shape":[{"min":8,"max":2}],"dtype":"f"}])")))
+  CHECK(error_of(Key::from_json(make(R"([{"shape":[{"min":8,"max":2}],"dtype":"float32"}])")))
             .find("key.inputs[0].shape[0]: min 8 is greater than max 2") != std::string::npos);
-  CHECK(error_of(Key::from_json(make(R"([{"shape":[-1],"dtype":"f"}])"))).find("key.inputs[0].shape[0]: min -1 is negative") != std::string::npos);
+  CHECK(error_of(Key::from_json(make(R"([{"shape":[-1],"dtype":"float32"}])"))).find("key.inputs[0].shape[0]: min -1 is negative") != std::string::npos);
   CHECK(error_of(Key::from_json(make(R"([{"shape":[1]}])"))).find("key.inputs[0].dtype: is missing") != std::string::npos);
-  CHECK(error_of(Key::from_json(make("[]", R"(,"compile_options":"{bad")"))).find("key.compile_options: is not valid JSON") != std::string::npos);
+  CHECK(error_of(Key::from_json(make("[]", R"(,"compile_options":"{bad")"))).find("key.compile_options: not valid JSON") != std::string::npos);
   CHECK(error_of(Key::from_json(make("[]", R"(,"compile_options":[1])"))).find("key.compile_options") != std::string::npos);
   CHECK(error_of(Key::from_json(make("[]", R"(,"format_version":0)"))).find("key.format_version") != std::string::npos);
   CHECK(error_of(Key::from_json(make("[]", R"(,"gpu_arch":5)"))).find("key.gpu_arch: must be a string") != std::string::npos);
@@ -228,8 +242,9 @@ TEST_CASE("fields() gives every key field, canonical JSON for the structured one
   auto f = full_key().fields();
   for (const auto& name : kiln::key_field_names()) CHECK_MESSAGE(f.count(name) == 1, name);
   CHECK(f.size() == kiln::key_field_names().size());
-  CHECK(f["compile_options"] == R"({"max_autotune":true,"mode":"default"})");
-  CHECK(f["format_version"] == "1");
+  CHECK(f["compile_options"] == R"({"inductor":{"max_autotune":true}})");
+  CHECK(f["call"] == R"({"args":[],"kwargs":{"hidden_states":{"tensor":0},"joint_attention_kwargs":{"const":null},"temb":{"tensor":1}}})");
+  CHECK(f["format_version"] == "2");
   CHECK(f["kind"] == "aoti");
 }
 

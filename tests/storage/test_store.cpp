@@ -177,7 +177,7 @@ TEST_CASE("list filters on key fields, pin state, and pages") {
   REQUIRE(one);
   REQUIRE(one->size() == 1);
   CHECK(one->front().key.region == "Block2");
-  auto by_version = store->list(where({{"format_version", "1"}}));
+  auto by_version = store->list(where({{"format_version", "2"}}));
   REQUIRE(by_version);
   CHECK(by_version->size() == 6);
   ListQuery pinned;
@@ -312,6 +312,21 @@ TEST_CASE("sources are stored by model hash and build records are kept") {
   CHECK(back == bytes);
   CHECK(store->list_sources()->size() == 1);
   CHECK_FALSE(store->stat_source(std::string(64, 'f'))->has_value());
+  // The same bytes again are accepted; other bytes under the same hash are refused and
+  // the registered source stays.
+  auto again = store->begin_put();
+  REQUIRE(again);
+  REQUIRE((*again)->write(bytes));
+  CHECK(store->put_source(model, std::move(*again), "block-again.pt2"));
+  auto other = store->begin_put();
+  REQUIRE(other);
+  REQUIRE((*other)->write(make_bytes(50000, 5)));
+  auto refused = store->put_source(model, std::move(*other), "other.pt2");
+  REQUIRE_FALSE(refused);
+  CHECK(refused.error().code == Errc::invalid_argument);
+  CHECK(refused.error().message.find("already registered under model hash " + model) != std::string::npos);
+  CHECK((*store->stat_source(model))->blob_digest == src->blob_digest);
+  CHECK(store->list_sources()->size() == 1);
   auto bad = store->begin_put();
   REQUIRE(bad);
   CHECK(store->put_source("XYZ", std::move(*bad), "x").error().code == Errc::invalid_argument);

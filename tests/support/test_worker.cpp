@@ -10,7 +10,13 @@
 //    "log": "text"}                 // written to stderr (the build log)
 // so that one scheduler can hold sources that behave differently. The toolchain op answers
 // fixed "test" versions, or fails when KILN_TEST_WORKER_TOOLCHAIN=fail. The hash op answers
-// the SHA-256 of the source file.
+// the SHA-256 of the source file as its model hash, with the command's "inputs" and "call"
+// (default: none, positional).
+//
+// Like the Python worker, a build refuses a key whose model hash is not the source's own
+// (the SHA-256 here), and one whose call differs from the command's "call"; and it writes
+// every TORCHINDUCTOR_* / TRITON_* / TORCH_* variable it was given to the build log
+// ("test worker: env NAME=VALUE"), so tests can see what reached a worker.
 #include <fcntl.h>
 #include <signal.h>
 #include <unistd.h>
@@ -26,6 +32,8 @@
 #include <nlohmann/json.hpp>
 
 #include "kiln/digest.hpp"
+
+extern char** environ;
 
 namespace {
 
@@ -58,10 +66,35 @@ void append_line(const std::string& path, const std::string& line) {
   for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
 }
 
+json positional_call(std::size_t n) {
+  json args = json::array();
+  for (std::size_t i = 0; i < n; ++i) args.push_back({{"tensor", i}});
+  return {{"args", args}, {"kwargs", json::object()}};
+}
+
+void log_env() {
+  for (char** e = environ; e && *e; ++e) {
+    std::string kv(*e);
+    for (const char* prefix : {"TORCHINDUCTOR_", "TRITON_", "TORCH_"})
+      if (kv.rfind(prefix, 0) == 0) std::cerr << "test worker: env " << kv << "\n";
+  }
+}
+
 int build(const json& req) {
   std::string source_text = read_file(req.value("source", ""));
   json cmd = json::parse(source_text, nullptr, false);
   if (cmd.is_discarded()) return fail("source is not a test-worker JSON command");
+  log_env();
+  const json key = req.value("key", json::object());
+  // The source is never trusted to match the hash it was registered under.
+  const std::string own_hash = kiln::sha256(source_text).hex();
+  if (key.value("model_hash", std::string()) != own_hash)
+    return fail("the source registered under model hash " + key.value("model_hash", std::string()) + " hashes to " +
+                own_hash + " on this node; refusing to build from it");
+  const std::size_t n_inputs = key.contains("inputs") && key["inputs"].is_array() ? key["inputs"].size() : 0;
+  const json want_call = key.contains("call") && !key["call"].is_null() ? key["call"] : positional_call(n_inputs);
+  if (cmd.contains("call") && cmd["call"] != want_call)
+    return fail("key.call is " + want_call.dump() + " but the source was exported with the call " + cmd["call"].dump());
   const std::string behavior = cmd.value("behavior", "ok");
   const std::string region = req.contains("key") ? req["key"].value("region", "") : "";
   append_line(cmd.value("count_file", ""), region + " " + std::to_string(::getpid()));
@@ -148,7 +181,23 @@ int main() {
                      {"triton_version", "test-triton"}, {"platform", "linux"}, {"machine", "x86_64"}}},
                    {"gpus", json::array()}});
   }
-  if (op == "hash") return answer({{"protocol", 1}, {"ok", true}, {"model_hash", kiln::sha256(read_file(req.value("source", ""))).hex()}, {"dtype", "bfloat16"}, {"inputs", json::array()}});
+  if (op == "hash") {
+    const std::string text = read_file(req.value("source", ""));
+    json cmd = json::parse(text, nullptr, false);
+    if (!cmd.is_object()) cmd = json::object();
+    json inputs = cmd.value("inputs", json::array());
+    return answer({{"protocol", 1},
+                   {"ok", true},
+                   {"model_hash", kiln::sha256(text).hex()},
+                   {"dtype", "bfloat16"},
+                   {"inputs", inputs},
+                   {"call", cmd.value("call", positional_call(inputs.size()))}});
+  }
+  if (op == "strip") {  // a test-worker source has no weights: the copy is the same bytes
+    const std::string text = read_file(req.value("source", ""));
+    std::ofstream(req.value("output", ""), std::ios::binary) << text;
+    return answer({{"protocol", 1}, {"ok", true}, {"model_hash", kiln::sha256(text).hex()}, {"weight_free", true}});
+  }
   if (op == "build") return build(req);
   return fail("unknown op " + op);
 }

@@ -5,9 +5,14 @@
 #include <exception>
 #include <optional>
 
+#include <sys/utsname.h>
+
+#include <ATen/cuda/CUDAContext.h>
 #include <torch/csrc/inductor/aoti_package/model_package_loader.h>
 #include <torch/nn/module.h>
+#include <torch/version.h>
 
+#include "kiln/aoti_metadata.hpp"
 #include "kiln/protocol/frame.hpp"
 
 namespace kiln::torch {
@@ -34,6 +39,40 @@ Status build(client::Client& c, const Key& key, const LoadOptions& o) {
   body += "}";
   auto r = c.call(protocol::MsgType::build, body);
   if (!r) return std::move(r).error();
+  return {};
+}
+
+// A package is run only by the process it was built for (DESIGN.md: torch itself only
+// warns): its recorded GPU and host, and the key's GPU and toolchain, against this
+// process's libtorch and device. invalid_argument naming the field.
+Status check_this_process(const Key& key, client::Artifact& artifact, int device_index) {
+  auto refuse = [](const std::string& field, const std::string& want, const std::string& have) {
+    return make_error(Errc::invalid_argument, "this package is not for this process: " + field + " is " + want +
+                                                  " but this process has " + have);
+  };
+  const std::string torch_version = TORCH_VERSION;  // "2.11.0"; torch.__version__ adds "+cu130"
+  if (key.torch_version.rfind(torch_version, 0) != 0 ||
+      (key.torch_version.size() > torch_version.size() && key.torch_version[torch_version.size()] != '+'))
+    return refuse("key.torch_version", key.torch_version, "libtorch " + torch_version);
+  const cudaDeviceProp* prop = at::cuda::getDeviceProperties(device_index);
+  const std::string arch = "sm_" + std::to_string(prop->major) + std::to_string(prop->minor);
+  if (canonical_node_value("gpu_arch", key.gpu_arch) != arch) return refuse("key.gpu_arch", key.gpu_arch, arch);
+  if (key.gpu_name != prop->name) return refuse("key.gpu_name", key.gpu_name, prop->name);
+  auto bytes = artifact.map();
+  if (!bytes) return std::move(bytes).error();
+  auto meta = read_aoti_metadata(*bytes);
+  if (!meta) return std::move(meta).error();
+  if (*meta) {
+    KILN_TRY(check_aoti_metadata(key, **meta));  // the package agrees with its key ...
+    auto cc = (**meta).find("AOTI_COMPUTE_CAPABILITY");  // ... and with this GPU
+    if (cc != (**meta).end() && !cc->second.empty() && canonical_node_value("gpu_arch", cc->second) != arch)
+      return refuse("the package's AOTI_COMPUTE_CAPABILITY", cc->second, arch);
+    struct utsname u {};
+    auto m = (**meta).find("AOTI_MACHINE");
+    if (::uname(&u) == 0 && m != (**meta).end() && !m->second.empty() &&
+        canonical_node_value("machine", m->second) != canonical_node_value("machine", u.machine))
+      return refuse("the package's AOTI_MACHINE", m->second, u.machine);
+  }
   return {};
 }
 
@@ -85,6 +124,11 @@ Result<LoadedBlock> load_block(client::Client& client, const Key& key,
   }
   impl->artifact.emplace(std::move(**got));
   impl->timings.get_s = since(t0);
+  try {
+    KILN_TRY(check_this_process(impl->artifact->info().key, *impl->artifact, options.device_index));
+  } catch (const std::exception& e) {
+    return make_error(Errc::internal, std::string("cannot read this process's GPU: ") + e.what());
+  }
 
   try {
     auto t = Clock::now();

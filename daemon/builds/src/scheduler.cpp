@@ -227,7 +227,8 @@ class Core {
         {"cpu_isa", {&key.cpu_isa, &n.cpu_isa}},
     };
     for (const auto& [name, vals] : fields) {
-      if (*vals.first != *vals.second)
+      // Compared in canonical spelling (schema/key.md): "AVX512" from a probe is "avx512".
+      if (canonical_node_value(name, *vals.first) != canonical_node_value(name, *vals.second))
         return make_error(Errc::unsupported, std::string("cannot build here: key.") + name + " is \"" + *vals.first +
                                                  "\" but this node has \"" + *vals.second +
                                                  "\"; a build here would not be what the key says");
@@ -236,12 +237,15 @@ class Core {
     std::string have;
     for (std::size_t s = 0; s < probed_.slots.size(); ++s) {
       const SlotConfig& c = probed_.slots[s];
-      if (c.gpu_arch == key.gpu_arch && c.gpu_name == key.gpu_name) out.push_back(s);
+      if (canonical_node_value("gpu_arch", c.gpu_arch) == canonical_node_value("gpu_arch", key.gpu_arch) &&
+          c.gpu_name == key.gpu_name)
+        out.push_back(s);
       have += (have.empty() ? "" : ", ") + c.name + " (" + c.gpu_arch + " " + c.gpu_name + ")";
     }
     if (out.empty())
-      return make_error(Errc::unsupported, "no build slot on this node for " + key.gpu_arch + " " + key.gpu_name +
-                                               "; it has " + have);
+      return make_error(Errc::unsupported, "cannot build here: no GPU of this node matches key.gpu_arch \"" +
+                                               key.gpu_arch + "\" and key.gpu_name \"" + key.gpu_name +
+                                               "\"; it has " + have);
     return out;
   }
 

@@ -43,11 +43,28 @@ std::vector<std::string> build_env(const std::map<std::string, std::string>& ext
     std::string_view kv(*e);
     auto eq = kv.find('=');
     if (eq != std::string_view::npos && extra.count(std::string(kv.substr(0, eq)))) continue;
+    if (is_scrubbed_env_var(kv.substr(0, eq))) continue;
     out.emplace_back(kv);
   }
   for (const auto& [k, v] : extra) out.push_back(k + "=" + v);
   return out;
 }
+
+}  // namespace
+
+bool is_scrubbed_env_var(std::string_view name) {
+  for (std::string_view prefix : {"TORCHINDUCTOR_", "TRITON_", "TORCHDYNAMO_", "TORCH_COMPILE_", "TORCH_INDUCTOR_",
+                                  "INDUCTOR_"}) {
+    if (name.substr(0, prefix.size()) == prefix) return true;
+  }
+  for (std::string_view exact : {"TORCH_CUDA_ARCH_LIST", "NVIDIA_TF32_OVERRIDE", "TORCH_ALLOW_TF32_CUBLAS_OVERRIDE",
+                                 "CUBLAS_WORKSPACE_CONFIG"}) {
+    if (name == exact) return true;
+  }
+  return false;
+}
+
+namespace {
 
 // Appends to `log`, keeping only the last `max` bytes.
 void append_tail(std::string& log, bool& truncated, const char* data, std::size_t n, std::size_t max) {

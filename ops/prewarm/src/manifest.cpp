@@ -49,6 +49,7 @@ Status expand(const detail::ParsedManifest& parsed, const detail::Ctx& ctx, Mani
             k.region = b.region;
             k.dtype = dtype;
             for (const auto& in : sig.inputs) k.inputs.push_back(TensorSpec{in.shape, in.dtype.empty() ? dtype : in.dtype, in.layout});
+            k.call = sig.call;
             k.compile_options = b.options[o];
             for (const auto& [name, value] : b.target) set_node_field(k, name, value);
             KILN_TRY(check_key(k, ctx, b));

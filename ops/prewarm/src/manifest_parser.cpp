@@ -104,7 +104,8 @@ Result<std::vector<std::string>> Ctx::options_list(const toml::node& n, const st
     if (!e.is_table()) return err(&e, f, "must be a table of inductor options, e.g. { mode = \"max-autotune\" }");
     auto j = to_json(e, f);
     if (!j) return std::move(j).error();
-    auto canon = canonical_json(j->dump());
+    // The key's own rules (schema/key.md): known members only, {"mode":"default"} is {}.
+    auto canon = canonical_compile_options(j->dump());
     if (!canon) return err(&e, f, canon.error().message);
     out.push_back(*canon);
     return {};
@@ -139,11 +140,18 @@ Result<Dim> Ctx::dim(const toml::node& n, const std::string& field) const {
 Result<SignatureSpec> Ctx::signature(const toml::node& n, const std::string& field) const {
   const toml::table* t = n.as_table();
   if (t == nullptr) return err(&n, field, "must be a table with 'inputs' (and optionally 'name')");
-  KILN_TRY(only_known(*t, field, {"name", "inputs"}));
+  KILN_TRY(only_known(*t, field, {"name", "inputs", "call"}));
   SignatureSpec sig;
   auto name = string_field(*t, "name", field, false);
   if (!name) return std::move(name).error();
   sig.name = *name;
+  if (const toml::node* c = t->get("call")) {
+    // e.g. call = { kwargs = { hidden_states = { tensor = 0 }, joint_attention_kwargs = { const = "..." } } }
+    if (!c->is_table()) return err(c, field + ".call", "must be a table { args = [...], kwargs = { ... } } (schema/key.md)");
+    auto j = to_json(*c, field + ".call");
+    if (!j) return std::move(j).error();
+    sig.call = j->dump();
+  }
   const toml::array* inputs = (*t)["inputs"].as_array();
   if (inputs == nullptr) return err(t, field + ".inputs", "required: an array of { shape = [...], dtype = \"...\" }");
   if (inputs->empty()) return err(inputs, field + ".inputs", "must list at least one input");
@@ -167,6 +175,11 @@ Result<SignatureSpec> Ctx::signature(const toml::node& n, const std::string& fie
     if (!layout) return std::move(layout).error();
     spec.layout = layout->empty() ? "strided" : *layout;
     sig.inputs.push_back(std::move(spec));
+  }
+  if (!sig.call.empty()) {
+    auto checked = canonical_call(sig.call, sig.inputs.size());
+    if (!checked) return err(t, field + ".call", checked.error().message);
+    sig.call = *checked;
   }
   return sig;
 }

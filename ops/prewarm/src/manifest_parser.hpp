@@ -22,6 +22,7 @@ struct InputSpec {
 struct SignatureSpec {
   std::string name;
   std::vector<InputSpec> inputs;
+  std::string call;  // the key's call as JSON text (schema/key.md); "" = positional
 };
 
 struct BuildSpec {

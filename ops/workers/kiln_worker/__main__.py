@@ -23,4 +23,8 @@ import protocol  # noqa: E402
 request_in = sys.stdin
 if len(sys.argv) == 3 and sys.argv[1] == "hash":
     request_in = io.StringIO(json.dumps({"protocol": protocol.PROTOCOL_VERSION, "op": "hash", "source": sys.argv[2]}))
+# `kiln_worker strip IN OUT`: a weight-free copy of a source (schema/sources.md).
+if len(sys.argv) == 4 and sys.argv[1] == "strip":
+    request_in = io.StringIO(json.dumps({"protocol": protocol.PROTOCOL_VERSION, "op": "strip", "source": sys.argv[2],
+                                         "output": sys.argv[3]}))
 sys.exit(protocol.serve(request_in, result_out))

@@ -8,6 +8,7 @@ the C++ loader, given random weights, run, and compared with eager.
 import os
 import time
 
+import call_structure
 import signature
 from report import WorkerError, log
 
@@ -23,8 +24,9 @@ def build(request):
     t = time.monotonic()
     signature.check_node(key)
     opts = signature.compile_options(key)
-    ep = signature.load_source(request["source"])
+    ep = signature.load_source(request["source"], model_hash=key.get("model_hash"))
     signature.check_key(ep, key)
+    _, call, order = signature.call_signature(ep)
     timings["load_source_s"] = time.monotonic() - t
 
     cfg = signature.inductor_configs(opts)
@@ -42,6 +44,7 @@ def build(request):
     timings["package_load_s"] = time.monotonic() - t
     weights = signature.perturbed_weights(ep)
     fqns = list(loader.get_constant_fqns())
+    weights = signature.package_constant_names(ep, weights, fqns)
     missing = [f for f in fqns if f not in weights]
     if missing:
         raise WorkerError(f"package wants constants the source does not have: {missing[:5]}")
@@ -50,9 +53,11 @@ def build(request):
     timings["attach_weights_s"] = time.monotonic() - t
 
     inputs = signature.random_inputs(key["inputs"])
+    # The package takes the tensor leaves in torch.export's flat order; the key lists them
+    # in kiln's canonical order (schema/key.md, "call").
     with torch.no_grad():
-        outs = signature.flatten(loader.run(list(inputs)))
-        refs = signature.eager_outputs(ep, weights, inputs)
+        outs = signature.flatten(loader.run(call_structure.flat_order_of(inputs, order)))
+        refs = signature.eager_outputs(ep, weights, inputs, call)
     torch.cuda.synchronize()
     check = signature.compare(outs, refs, key.get("dtype"))
     del loader

@@ -11,6 +11,7 @@ eager.
 import os
 import time
 
+import call_structure
 import signature
 from report import WorkerError, log
 
@@ -33,8 +34,9 @@ def build(request):
     t = time.monotonic()
     signature.check_node(key)
     opts = signature.compile_options(key)
-    ep = signature.load_source(request["source"])
+    ep = signature.load_source(request["source"], model_hash=key.get("model_hash"))
     signature.check_key(ep, key)
+    _, call, _ = signature.call_signature(ep)
     timings["load_source_s"] = time.monotonic() - t
 
     mod = ep.module()
@@ -42,9 +44,10 @@ def build(request):
     log(f"megacache: torch.compile with {kwargs}")
     compiled = torch.compile(mod, **kwargs)
     inputs = signature.random_inputs(key["inputs"])
+    args, kwargs = call_structure.build_arguments(call, inputs)  # the call as exported
     t = time.monotonic()
     with torch.no_grad():
-        compiled(*inputs)
+        compiled(*args, **kwargs)
     torch.cuda.synchronize()
     compile_s = time.monotonic() - t
     log(f"megacache: compiled and ran in {compile_s:.1f} s")
@@ -63,8 +66,8 @@ def build(request):
         for name, w in weights.items():
             if name in own:
                 own[name].copy_(w)
-        outs = [o.clone() for o in signature.flatten(compiled(*inputs))]
-        refs = signature.flatten(mod(*inputs))
+        outs = [o.clone() for o in signature.flatten(compiled(*args, **kwargs))]
+        refs = signature.flatten(mod(*args, **kwargs))
     torch.cuda.synchronize()
     check = signature.compare(outs, refs, key.get("dtype"))
 

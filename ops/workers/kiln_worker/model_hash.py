@@ -39,7 +39,11 @@ def _canon(value, index):
         return value
     if isinstance(value, float):
         return {"float": repr(value)}
-    if isinstance(value, (torch.dtype, torch.device, torch.layout, torch.memory_format)):
+    if isinstance(value, torch.device):
+        # The device type, not its index: a graph exported on cuda:0 is the same block on
+        # cuda:3 (kilnd builds on whichever GPU of the model is free).
+        return {"device": value.type}
+    if isinstance(value, (torch.dtype, torch.layout, torch.memory_format)):
         return {type(value).__name__: str(value)}
     if isinstance(value, slice):
         return {"slice": [_canon(value.start, index), _canon(value.stop, index), _canon(value.step, index)]}
@@ -122,10 +126,28 @@ def model_hash(ep):
 def describe_source(path):
     ep = signature.load_source(path, device=None)
     weights = signature.state_tensors(ep)
+    inputs, call, _ = signature.call_signature(ep)
     return {
         "model_hash": model_hash(ep),
-        "inputs": signature.key_inputs(ep),
+        "inputs": inputs,
+        "call": call,
+        "weight_free": signature.is_weight_free(ep),
         "dtype": signature.weight_dtype(ep),
         "constants": [{"name": n, "shape": list(t.shape), "dtype": signature.dtype_name(t.dtype)}
                       for n, t in sorted(weights.items())],
     }
+
+
+def strip_source(path, output):
+    """Writes a weight-free copy of the source at `path` to `output` (schema/sources.md)
+    and describes it; its model hash is the original's (weights are not hashed)."""
+    import torch
+
+    ep = signature.load_source(path, device=None)
+    before = model_hash(ep)
+    torch.export.save(signature.strip_weights(ep), output)
+    out = describe_source(output)
+    if out["model_hash"] != before:
+        raise signature.WorkerError(f"stripping the weights changed the model hash ({before} -> {out['model_hash']}); "
+                                    "not writing a source that would not match its original")
+    return out

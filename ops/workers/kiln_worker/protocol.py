@@ -20,6 +20,9 @@ def _dispatch(request):
     if op == "hash":
         import model_hash
         return model_hash.describe_source(_required(request, "source"))
+    if op == "strip":
+        import model_hash
+        return model_hash.strip_source(_required(request, "source"), _required(request, "output"))
     if op == "build":
         key = _required(request, "key")
         kind = key.get("kind")
@@ -30,7 +33,7 @@ def _dispatch(request):
             import megacache
             return megacache.build(request)
         raise WorkerError(f"key.kind {kind!r} is not a kind this worker builds (aoti, megacache)")
-    raise WorkerError(f"unknown op {op!r} (expected toolchain, hash or build)")
+    raise WorkerError(f"unknown op {op!r} (expected toolchain, hash, strip or build)")
 
 
 def _required(request, name):

@@ -4,6 +4,7 @@ key's signature, compiled against eager within the dtype's tolerance."""
 import json
 import os
 
+import call_structure
 from report import WorkerError, log
 
 # Relative L2 error allowed between compiled and eager outputs, by the key's dtype.
@@ -19,19 +20,79 @@ def dim_text(d):
     return int(d) if isinstance(d, int) else str(d)
 
 
-def load_source(path, device="cuda"):
+def load_source(path, device="cuda", model_hash=None):
+    """The exported program of a source. A weight-free source (schema/sources.md) holds
+    its parameters and persistent buffers as meta tensors; with a device they are given
+    values of the recorded shapes and dtypes, enough to compile and check the block.
+    With `model_hash`, the source must hash to it, computed on the program as stored
+    (before it is moved to the device, which rewrites device arguments)."""
     import torch
 
     try:
         ep = torch.export.load(path)
     except Exception as e:  # noqa: BLE001 - report what torch said about the file
         raise WorkerError(f"source {path} is not a loadable torch.export archive: {type(e).__name__}: {e}")
+    if model_hash is not None:
+        check_model_hash(ep, model_hash)
     if device is not None:
+        materialize_weights(ep)
         tensors = list(state_tensors(ep).values())
         if any(t.device.type != "cuda" for t in tensors):
             from torch.export.passes import move_to_device_pass
-            ep = move_to_device_pass(ep, device)
+            # An indexed device: the pass rewrites device arguments to exactly this text, and
+            # torch's own metadata asserts then compare "cuda" with the tensors' "cuda:0" and
+            # fail (seen on the GPU machine with a plain tensor attribute moved by .to()).
+            ep = move_to_device_pass(ep, "cuda:0" if device == "cuda" else device)
     return ep
+
+
+def is_weight_free(ep):
+    return any(getattr(t, "is_meta", False) for t in ep.state_dict.values())
+
+
+def _initial_value(name, t, g):
+    """A value of t's shape and dtype in the range a trained weight has: 1-D norm weights
+    near 1, biases near 0, matrices scaled by 1/sqrt(fan_in)."""
+    import torch
+
+    if not t.dtype.is_floating_point:
+        return torch.zeros(t.shape, dtype=t.dtype)
+    if t.dim() <= 1:
+        base = 1.0 if name.endswith("weight") else 0.0
+        return (base + 0.02 * torch.randn(t.shape, generator=g)).to(t.dtype)
+    fan_in = max(1, t.shape[-1])
+    return (torch.randn(t.shape, generator=g) / fan_in ** 0.5).to(t.dtype)
+
+
+def materialize_weights(ep, seed=3):
+    """Replaces the meta tensors of a weight-free source with values (in place)."""
+    import torch
+
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    sd = ep.state_dict
+    for name in sorted(sd):
+        t = sd[name]
+        if not getattr(t, "is_meta", False):
+            continue
+        v = _initial_value(name, t, g)
+        sd[name] = torch.nn.Parameter(v, requires_grad=t.requires_grad) if isinstance(t, torch.nn.Parameter) else v
+
+
+def strip_weights(ep):
+    """A weight-free copy of an exported program (schema/sources.md): parameters and
+    persistent buffers become meta tensors of the same shapes, dtypes and strides; lifted
+    constants and non-persistent buffers (ep.constants) keep their values."""
+    import copy
+
+    import torch
+
+    out = copy.copy(ep)
+    stripped = {}
+    for name, t in ep.state_dict.items():
+        m = torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="meta")
+        stripped[name] = torch.nn.Parameter(m, requires_grad=t.requires_grad) if isinstance(t, torch.nn.Parameter) else m
+    out._state_dict = stripped
+    return out
 
 
 def state_tensors(ep):
@@ -43,38 +104,55 @@ def state_tensors(ep):
     return out
 
 
-def _user_input_vals(ep):
+def _user_leaves(ep):
+    """The program's user inputs in torch.export's flat order: ("tensor", fake value) or
+    ("const", value) for an input torch.export specialized to a constant."""
     placeholders = {n.name: n for n in ep.graph.nodes if n.op == "placeholder"}
-    vals = []
+    leaves = []
     for spec in ep.graph_signature.input_specs:
         if spec.kind.name != "USER_INPUT":
             continue
-        name = getattr(spec.arg, "name", None)
+        arg = spec.arg
+        if type(arg).__name__ == "ConstantArgument":
+            leaves.append(("const", arg.value))
+            continue
+        name = getattr(arg, "name", None)
         val = placeholders[name].meta.get("val") if name in placeholders else None
         if val is None or not hasattr(val, "shape"):
-            raise WorkerError(f"source input {name!r} is not a tensor; kiln keys describe tensor inputs only")
-        vals.append(val)
-    return vals
+            raise WorkerError(f"source input {name!r} is a {type(arg).__name__} ({val!r}); kiln keys describe "
+                              "tensors and constants (a symbolic int or float input is not supported)")
+        leaves.append(("tensor", val))
+    return leaves
+
+
+def call_signature(ep):
+    """(inputs, call, order): the key's `inputs` and `call` (schema/key.md) for the call the
+    block was exported with, and order[k] = the flat leaf index of the k-th tensor leaf."""
+    leaves = _user_leaves(ep)
+    tree = call_structure.tree_from_spec(ep.call_spec.in_spec, leaves)
+    call, order = call_structure.canonical(tree)
+    return [_input_json(ep, leaves[i][1]) for i in order], call, order
 
 
 def key_inputs(ep):
-    """The source's input signature in the key's JSON form (schema/key.md)."""
+    """The source's input signature in the key's JSON form (schema/key.md), canonical order."""
+    return call_signature(ep)[0]
+
+
+def _input_json(ep, val):
     import torch
 
-    out = []
-    for val in _user_input_vals(ep):
-        shape = []
-        for d in val.shape:
-            if isinstance(d, int):
-                shape.append(d)
-                continue
-            r = ep.range_constraints.get(d.node.expr)
-            lo = int(r.lower) if r is not None else 0
-            hi = int(r.upper) if r is not None and r.upper.is_finite else _UNBOUNDED
-            shape.append({"min": lo, "max": hi})
-        layout = "strided" if val.layout == torch.strided else str(val.layout).replace("torch.", "")
-        out.append({"shape": shape, "dtype": dtype_name(val.dtype), "layout": layout})
-    return out
+    shape = []
+    for d in val.shape:
+        if isinstance(d, int):
+            shape.append(d)
+            continue
+        r = ep.range_constraints.get(d.node.expr)
+        lo = int(r.lower) if r is not None else 0
+        hi = int(r.upper) if r is not None and r.upper.is_finite else _UNBOUNDED
+        shape.append({"min": lo, "max": hi})
+    layout = "strided" if val.layout == torch.strided else str(val.layout).replace("torch.", "")
+    return {"shape": shape, "dtype": dtype_name(val.dtype), "layout": layout}
 
 
 def weight_dtype(ep):
@@ -93,8 +171,13 @@ def _norm_dim(d):
 
 
 def check_key(ep, key):
+    """Refuses a key that does not describe the source: its call structure, then its inputs."""
+    have, call, _ = call_signature(ep)
+    want_call = key.get("call") or call_structure.positional(len(key.get("inputs") or []))
+    if want_call != call:
+        raise WorkerError(f"key.call is {json.dumps(want_call, sort_keys=True)} but the source was exported with the "
+                          f"call {json.dumps(call, sort_keys=True)}")
     want = key.get("inputs") or []
-    have = key_inputs(ep)
     if len(want) != len(have):
         raise WorkerError(f"key.inputs has {len(want)} inputs but the source takes {len(have)}: {json.dumps(have)}")
     for i, (w, h) in enumerate(zip(want, have)):
@@ -134,10 +217,24 @@ def compile_options(key):
     opts = key.get("compile_options") or {}
     if isinstance(opts, str):
         opts = json.loads(opts or "{}")
-    unknown = set(opts) - {"mode", "inductor", "dynamic"}
+    unknown = set(opts) - {"mode", "inductor", "dynamic", "numerics"}
     if unknown:
-        raise WorkerError(f"key.compile_options has unknown fields {sorted(unknown)} (known: mode, inductor, dynamic)")
+        raise WorkerError(f"key.compile_options has unknown fields {sorted(unknown)} (known: mode, inductor, dynamic, numerics)")
+    apply_numerics(opts.get("numerics") or {})
     return opts
+
+
+def apply_numerics(numerics):
+    """Sets the numerics flags the key names (schema/key.md; absent = torch's defaults), so
+    the build and its check run with the consumer's flags."""
+    import torch
+
+    torch.use_deterministic_algorithms(bool(numerics.get("deterministic", False)))
+    torch.set_float32_matmul_precision(numerics.get("float32_matmul_precision", "highest"))
+    torch.backends.cudnn.allow_tf32 = bool(numerics.get("cudnn_allow_tf32", True))
+    m = torch.backends.cuda.matmul
+    m.allow_bf16_reduced_precision_reduction = bool(numerics.get("bf16_reduced_precision_reduction", True))
+    m.allow_fp16_reduced_precision_reduction = bool(numerics.get("fp16_reduced_precision_reduction", True))
 
 
 def inductor_configs(opts):
@@ -176,7 +273,9 @@ def perturbed_weights(ep, device="cuda", seed=2):
     g = torch.Generator(device="cpu").manual_seed(seed)
     out = {}
     for name, t in sorted(state_tensors(ep).items()):
-        if t.is_floating_point():
+        if getattr(t, "is_meta", False):
+            out[name] = _initial_value(name, t, g).to(device).contiguous()
+        elif t.is_floating_point():
             scale = float(t.detach().float().std()) if t.numel() > 1 else 1.0
             noise = torch.randn(t.shape, generator=g) * (0.5 * scale if scale > 0 else 0.02)
             out[name] = (t.detach().float().cpu() + noise).to(t.dtype).to(device).contiguous()
@@ -185,14 +284,30 @@ def perturbed_weights(ep, device="cuda", seed=2):
     return out
 
 
-def eager_outputs(ep, weights, inputs):
+def eager_outputs(ep, weights, inputs, call):
+    """The eager block's outputs, called exactly as it was exported (`call`, schema/key.md)."""
     import torch
 
     mod = ep.module()
     own = {**dict(mod.named_parameters()), **dict(mod.named_buffers())}
+    args, kwargs = call_structure.build_arguments(call, inputs)
     with torch.no_grad():
-        out = torch.func.functional_call(mod, {k: v for k, v in weights.items() if k in own}, tuple(inputs))
+        out = torch.func.functional_call(mod, {k: v for k, v in weights.items() if k in own}, tuple(args), kwargs)
     return flatten(out)
+
+
+def key_call(key):
+    return key.get("call") or call_structure.positional(len(key.get("inputs") or []))
+
+
+def check_model_hash(ep, want):
+    """A source is never trusted to match the hash it was registered under: recomputed here."""
+    import model_hash
+
+    have = model_hash.model_hash(ep)
+    if have != want:
+        raise WorkerError(f"the source registered under model hash {want} hashes to {have} on this "
+                          "node; refusing to build from it (register the block's own export with kilnctl source add)")
 
 
 def flatten(out):
@@ -233,3 +348,21 @@ def file_digest(path):
         for chunk in iter(lambda: f.read(1 << 20), b""):
             h.update(chunk)
     return h.hexdigest()
+
+
+def package_constant_names(ep, weights, fqns):
+    """Weights under the names an AOTI package asks for. A plain tensor attribute of the
+    block is lifted by torch.export as a CONSTANT_TENSOR named by its attribute, but the
+    package names the n-th one `_tensor_constant<n>`: map them in signature order."""
+    missing = [f for f in fqns if f not in weights]
+    if not missing:
+        return weights
+    consts = [s.target for s in ep.graph_signature.input_specs if s.kind.name == "CONSTANT_TENSOR"]
+    out = dict(weights)
+    for f in missing:
+        if f.startswith("_tensor_constant") and f[len("_tensor_constant"):].isdigit():
+            n = int(f[len("_tensor_constant"):])
+            if n < len(consts) and consts[n] in weights:
+                out[f] = weights[consts[n]]
+                log(f"aoti: package constant {f} is the source's constant {consts[n]}")
+    return out

@@ -1,24 +1,36 @@
 """The `toolchain` op: what this node's torch builds with, for the key's node fields."""
 import platform
+import sys
 
 
 def cpu_isa():
-    # The ISA torch records in AOTI packages (AOTI_CPU_ISA) and picks for CPU kernels.
+    # The ISA torch records in AOTI packages (AOTI_CPU_ISA, upper case) and picks for CPU
+    # kernels; the key writes it lower case (schema/key.md).
     try:
         from torch._inductor.cpu_vec_isa import pick_vec_isa
-        isa = str(pick_vec_isa())
+        isa = str(pick_vec_isa()).lower()
         return isa or "none"
     except Exception:  # noqa: BLE001 - old torch or no vectorization support
         return "none"
 
 
-def describe(with_cpu_isa=True):
-    import torch
+def triton_version():
+    """Triton's content hash as torch keys its own caches (a patched Triton that still
+    says "3.6.0" is another Triton), else its version, else "none"."""
+    try:
+        from torch.utils._triton import triton_hash_with_backend
+        return str(triton_hash_with_backend())
+    except Exception:  # noqa: BLE001 - older torch, or Triton without a backend here
+        pass
     try:
         import triton
-        triton_version = triton.__version__
+        return triton.__version__
     except ImportError:
-        triton_version = "none"
+        return "none"
+
+
+def describe(with_cpu_isa=True):
+    import torch
     gpus = []
     if torch.cuda.is_available():
         for i in range(torch.cuda.device_count()):
@@ -30,8 +42,8 @@ def describe(with_cpu_isa=True):
             "torch_version": torch.__version__,
             "torch_git": torch.version.git_version,
             "cuda_version": torch.version.cuda or "none",
-            "triton_version": triton_version,
-            "platform": platform.system().lower(),
+            "triton_version": triton_version(),
+            "platform": sys.platform,
             "machine": platform.machine(),
             "cpu_isa": cpu_isa() if with_cpu_isa else None,
         },

@@ -5,9 +5,15 @@
 // written down in schema/key.md, so the same fields give the same digest on any
 // machine, whatever order they were set in.
 //
-// Node fields (GPU, toolchain, host) may be left empty by a client: the daemon fills
-// them from the node it runs on ("this node") before the key is used. A key with any
-// empty required field is incomplete and has no digest.
+// Node fields (GPU, toolchain, host) describe the process that will LOAD the artifact: a
+// client fills them from its own process. Left empty, the daemon fills them from the node
+// it runs on ("this node") before the key is used. A key with any empty required field is
+// incomplete and has no digest.
+//
+// One spelling per meaning (schema/key.md, "Canonical forms"): aliases (bf16,
+// torch.float32, 9.0, AVX512, amd64, {"mode":"default"}, ...) are normalized before
+// hashing, so every front door (JSON, code, kilnctl flags) reaches the same digest; what
+// cannot be normalized is refused with the field named.
 #pragma once
 
 #include <cstdint>
@@ -24,7 +30,7 @@ namespace kiln {
 
 // Version of kiln's own key/artifact format. Part of every key: bumping it
 // invalidates every artifact built under an older one.
-inline constexpr std::uint32_t kKeyFormatVersion = 1;
+inline constexpr std::uint32_t kKeyFormatVersion = 2;
 
 enum class ArtifactKind { aoti, megacache };
 std::string_view to_string(ArtifactKind kind) noexcept;
@@ -68,10 +74,17 @@ struct Key {
   std::string cpu_isa;         // "avx512" / "avx2" (torch's AOTI_CPU_ISA)
 
   std::string dtype;           // the block's compute dtype, e.g. "bfloat16"
-  std::vector<TensorSpec> inputs;  // input signature, in call order
+  std::vector<TensorSpec> inputs;  // tensor leaves of the call, in canonical traversal order
 
-  // Compile options: inductor configs and mode, as a JSON object text. Stored and
-  // hashed in canonical form (keys sorted, no whitespace): see canonical_json().
+  // The call's structure (schema/key.md, "call"), JSON text:
+  //   {"args":[node,...],"kwargs":{"name":node,...}}, node = {"tensor":i} | {"tuple":[..]} |
+  //   {"list":[..]} | {"dict":{..}} | {"const":null|bool|int|string|{"float":"repr"}}.
+  // Empty = the positional call of every input in order (normalize() writes that call as
+  // ""). Hashed in canonical form; fields()["call"] and to_json() show it written out.
+  std::string call;
+
+  // Compile options: {"mode":..,"inductor":{..},"dynamic":bool,"numerics":{..}} as a JSON
+  // object text. Stored and hashed in canonical form: see canonical_compile_options().
   std::string compile_options = "{}";
 
   std::uint32_t format_version = kKeyFormatVersion;
@@ -96,6 +109,12 @@ struct Key {
   std::string to_json() const;
   static Result<Key> from_json(std::string_view json);
 
+  // Normalizes aliases in place (dtype and input dtypes/layouts, gpu_arch, platform,
+  // machine, cpu_isa) and writes call and compile_options in canonical form. Empty node
+  // fields stay empty. invalid_argument naming the field for what cannot be normalized.
+  // canonical_encoding() normalizes a copy, so a key need not be normalized to be hashed.
+  Status normalize();
+
   // Flat view for columns, filters and display: {"kind":"aoti", "gpu_arch":"sm_90", ...,
   // "inputs": <canonical JSON>, "compile_options": <canonical JSON>, "format_version":"1"}.
   std::map<std::string, std::string> fields() const;
@@ -110,8 +129,36 @@ struct NodeFields {
 // Fills each EMPTY node field of `key` from `node`; fields the client set are kept.
 void fill_node_fields(Key& key, const NodeFields& node);
 
+// Names of the node fields (GPU, toolchain, host), in canonical order.
+const std::vector<std::string>& node_field_names();
+
+// The fields (names of key_field_names()) whose canonical values differ between a and b:
+// what EXPLAIN reports for a miss. Empty node fields compare as they are.
+std::vector<std::string> differing_fields(const Key& a, const Key& b);
+
+// Canonical spellings (schema/key.md, "Canonical forms"). Each returns the one spelling
+// of its meaning, or invalid_argument naming `field` when the text is not one.
+// dtype: torch's dtype name without "torch." ("bf16", "torch.bfloat16" -> "bfloat16").
+Result<std::string> canonical_dtype(std::string_view text, std::string_view field = "dtype");
+// layout: torch's layout name without "torch." ("torch.strided" -> "strided").
+Result<std::string> canonical_layout(std::string_view text, std::string_view field = "layout");
+// Node fields: gpu_arch ("9.0", "sm90", "90" -> "sm_90"), platform ("Linux" -> "linux"),
+// machine ("amd64" -> "x86_64"), cpu_isa ("AVX512" -> "avx512"); other fields and
+// unrecognized text are returned as they are (checked as text fields).
+std::string canonical_node_value(std::string_view field, std::string_view text);
+// compile_options JSON -> canonical JSON: known members only (mode, inductor, dynamic,
+// numerics), mode "default", an empty inductor and numerics equal to torch's defaults
+// dropped, so {"mode":"default"} and {} are one key.
+Result<std::string> canonical_compile_options(std::string_view text);
+// call JSON -> canonical JSON, checked against the number of inputs (tensor leaves
+// numbered 0..n-1 in canonical traversal order). Empty text = the positional call.
+Result<std::string> canonical_call(std::string_view text, std::size_t n_inputs);
+// {"args":[{"tensor":0},...,{"tensor":n-1}],"kwargs":{}}
+std::string positional_call(std::size_t n_inputs);
+
 // Canonical JSON text of a JSON document: object keys sorted, no insignificant
-// whitespace. invalid_argument if `json` does not parse.
+// whitespace. invalid_argument if `json` does not parse, has a duplicate key or an
+// integer beyond 64 bits.
 Result<std::string> canonical_json(std::string_view json);
 
 // Every field name the key has, in canonical order (for filters and validation).

@@ -395,3 +395,87 @@ TEST_CASE("ASourceThatCannotBeReadFailsTheBuildWithoutBlamingTheKey") {
   REQUIRE(rec.has_value());
   CHECK_FALSE(rec->has_value());
 }
+
+TEST_CASE("WorkersGetAScrubbedEnvironmentNothingThatChangesACompileLeaksFromTheDaemon") {
+  // With TORCHINDUCTOR_FREEZING=1 inherited, a build came out different under an unchanged key.
+  ::setenv("TORCHINDUCTOR_FREEZING", "1", 1);
+  ::setenv("TRITON_ALWAYS_COMPILE", "1", 1);
+  ::setenv("TORCH_CUDA_ARCH_LIST", "8.0", 1);
+  BuildFixture f;
+  auto hash = f.add_source({{"behavior", "ok"}});
+  auto s = f.scheduler();
+  const Key key = f.key(hash);
+  auto r = s->request_and_wait(key, RequestOptions{});
+  ::unsetenv("TORCHINDUCTOR_FREEZING");
+  ::unsetenv("TRITON_ALWAYS_COMPILE");
+  ::unsetenv("TORCH_CUDA_ARCH_LIST");
+  REQUIRE_MESSAGE(r.has_value(), message(r));
+  auto rec = f.store->last_build(*key.digest());
+  REQUIRE(rec.has_value());
+  REQUIRE(rec->has_value());
+  const std::string& log = (*rec)->log;
+  CHECK(log.find("test worker: env TORCHINDUCTOR_CACHE_DIR=") != std::string::npos);  // kilnd's own
+  CHECK(log.find("TORCHINDUCTOR_FREEZING") == std::string::npos);
+  CHECK(log.find("TRITON_ALWAYS_COMPILE") == std::string::npos);
+  CHECK(log.find("TORCH_CUDA_ARCH_LIST") == std::string::npos);
+  CHECK(kiln::build::is_scrubbed_env_var("TORCHINDUCTOR_MAX_AUTOTUNE"));
+  CHECK_FALSE(kiln::build::is_scrubbed_env_var("PATH"));
+}
+
+TEST_CASE("ASourceIsVerifiedAgainstItsModelHashBeforeABuildUsesIt") {
+  BuildFixture f;
+  // A GELU block's source registered under a ReLU block's hash: the worker recomputes the
+  // hash and refuses; nothing is stored.
+  const std::string relu_hash = sha256(std::string("relu block")).hex();
+  const std::string text = nlohmann::json{{"behavior", "ok"}, {"count_file", f.count_file.string()}}.dump();
+  auto stream = f.store->begin_put();
+  REQUIRE(stream.has_value());
+  REQUIRE((*stream)->write(std::as_bytes(std::span(text.data(), text.size()))).has_value());
+  REQUIRE(f.store->put_source(relu_hash, std::move(*stream), "gelu.pt2").has_value());
+  auto s = f.scheduler();
+  const Key key = f.key(relu_hash);
+  auto r = s->request_and_wait(key, RequestOptions{});
+  REQUIRE_FALSE(r.has_value());
+  CHECK(r.error().code == Errc::build_failed);
+  CHECK(r.error().message.find("hashes to " + sha256(text).hex()) != std::string::npos);
+  CHECK_FALSE(f.store->stat(*key.digest())->has_value());
+}
+
+TEST_CASE("AKeyWhoseCallDiffersFromTheSourcesIsRefusedByTheWorker") {
+  BuildFixture f;
+  const nlohmann::json exported = {{"args", nlohmann::json::array()},
+                                   {"kwargs", {{"hidden_states", {{"tensor", 0}}}, {"extra", {{"const", nullptr}}}}}};
+  auto hash = f.add_source({{"behavior", "ok"}, {"call", exported}});
+  auto s = f.scheduler();
+  Key positional = f.key(hash);
+  auto r = s->request_and_wait(positional, RequestOptions{});
+  REQUIRE_FALSE(r.has_value());
+  CHECK(r.error().message.find("but the source was exported with the call") != std::string::npos);
+  Key as_exported = f.key(hash);
+  as_exported.call = exported.dump();
+  auto ok = s->request_and_wait(as_exported, RequestOptions{});
+  CHECK_MESSAGE(ok.has_value(), message(ok));
+}
+
+TEST_CASE("AKeyForAnotherGpuOrToolchainIsRefusedNamingTheField") {
+  BuildFixture f;
+  auto hash = f.add_source({{"behavior", "ok"}});
+  auto s = f.scheduler();
+  Key other_gpu = f.key(hash);
+  other_gpu.gpu_name = "NVIDIA H200";
+  auto r = s->request_and_wait(other_gpu, RequestOptions{});
+  REQUIRE_FALSE(r.has_value());
+  CHECK(r.error().code == Errc::unsupported);
+  CHECK(r.error().message.find("key.gpu_name") != std::string::npos);
+  Key other_torch = f.key(hash);
+  other_torch.torch_version = "2.10.0";
+  r = s->request_and_wait(other_torch, RequestOptions{});
+  REQUIRE_FALSE(r.has_value());
+  CHECK(r.error().message.find("key.torch_version is \"2.10.0\" but this node has \"test-torch\"") != std::string::npos);
+  // A spelling the probe or client used differently is the same value.
+  Key alias = f.key(hash);
+  alias.cpu_isa = "TEST-ISA";
+  auto ok = s->request_and_wait(alias, RequestOptions{});
+  CHECK_MESSAGE(ok.has_value(), message(ok));
+  CHECK(f.builds() == 1);
+}

@@ -70,6 +70,37 @@ TEST_CASE("FieldFlagsBuildTheKey") {
   CHECK(key->torch_version.empty());  // node field left for the daemon
 }
 
+TEST_CASE("FlagsNormalizeAliasesLikeTheJsonFormSoEveryFrontDoorReachesOneDigest") {
+  // --input torch.float32 was refused while the same dtype in JSON was accepted.
+  auto flags = parse({"--kind", "aoti", "--model-hash", kHash, "--region", "full", "--dtype", "torch.bfloat16",
+                      "--input", "torch.float32:2x8", "--input", "bf16:4:torch.strided", "--gpu-arch", "9.0",
+                      "--cpu-isa", "AVX512", "--compile-options", R"({"mode":"default"})", "--call",
+                      R"({"kwargs":{"x":{"tensor":0},"y":{"tensor":1},"z":{"const":null}}})"});
+  REQUIRE_MESSAGE(flags, (flags ? "" : flags.error().to_string()));
+  CHECK(flags->dtype == "bfloat16");
+  CHECK(flags->inputs[0].dtype == "float32");
+  CHECK(flags->inputs[1].dtype == "bfloat16");
+  CHECK(flags->inputs[1].layout == "strided");
+  CHECK(flags->gpu_arch == "sm_90");
+  CHECK(flags->cpu_isa == "avx512");
+  CHECK(flags->compile_options == "{}");
+  auto json = Key::from_json(R"({"kind":"aoti","model_hash":")" + kHash +
+                             R"(","region":"full","dtype":"bfloat16","gpu_arch":"sm_90","cpu_isa":"avx512",)"
+                             R"("call":{"args":[],"kwargs":{"x":{"tensor":0},"y":{"tensor":1},"z":{"const":null}}},)"
+                             R"("inputs":[{"shape":[2,8],"dtype":"float32"},{"shape":[4],"dtype":"bfloat16"}]})");
+  REQUIRE_MESSAGE(json, (json ? "" : json.error().to_string()));
+  Key a = *flags, b = *json;
+  kiln::NodeFields node{"", "H", "t", "g", "c", "tr", "linux", "x86_64", ""};
+  kiln::fill_node_fields(a, node);
+  kiln::fill_node_fields(b, node);
+  REQUIRE(a.digest());
+  CHECK(*a.digest() == *b.digest());
+  auto bad = parse({"--kind", "aoti", "--model-hash", kHash, "--region", "full", "--dtype", "bf16", "--input",
+                    "floot32:1"});
+  REQUIRE_FALSE(bad);
+  CHECK(bad.error().message.find("'floot32' is not a torch dtype name") != std::string::npos);
+}
+
 TEST_CASE("MissingFieldFlagsAreNamed") {
   auto key = parse({"--kind", "aoti", "--dtype", "bfloat16"});
   REQUIRE_FALSE(key);

@@ -77,7 +77,7 @@ source = "s"
 region = "R"
 kind = ["aoti", "megacache"]
 dtype = ["bfloat16", "float16", "float32"]
-compile_options = [{}, { mode = "max-autotune", "triton.cudagraphs" = false, nested = { b = 2, a = 1.5 } }]
+compile_options = [{}, { mode = "max-autotune", inductor = { "triton.cudagraphs" = false, nested = { b = 2, a = 1.5 } } }]
 target = { gpu_arch = "sm_90" }
   [[build.signature]]
   name = "small"
@@ -104,7 +104,8 @@ target = { gpu_arch = "sm_90" }
   // Kind outermost, options innermost.
   CHECK(m->keys[0].key.kind == ArtifactKind::aoti);
   CHECK(m->keys[0].key.compile_options == "{}");
-  CHECK(m->keys[1].key.compile_options == R"({"mode":"max-autotune","nested":{"a":1.5,"b":2},"triton.cudagraphs":false})");
+  CHECK(m->keys[1].key.compile_options ==
+        R"({"inductor":{"nested":{"a":1.5,"b":2},"triton.cudagraphs":false},"mode":"max-autotune"})");
   CHECK(m->keys[1].label == "R aoti bfloat16 small opts#1");
   CHECK(m->keys[12].key.kind == ArtifactKind::megacache);
   for (const auto& pk : m->keys) {

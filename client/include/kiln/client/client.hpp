@@ -212,8 +212,9 @@ class Client {
                                 const PutOptions& options = {});
 
   // Registers `file` (a torch.export archive) as the source of `model_hash` (64 hex), read
-  // as it goes (PUT_SOURCE; write role). Replaces a source of the same hash. io_error if
-  // the file is unreadable; invalid_argument for a bad hash.
+  // as it goes (PUT_SOURCE; write role). The same bytes again are accepted; other bytes
+  // under a hash that has a source are invalid_argument (sources are never replaced).
+  // io_error if the file is unreadable; invalid_argument for a bad hash.
   Result<SourceInfo> put_source(const std::string& model_hash, const std::string& name,
                                 const std::filesystem::path& file);
 

@@ -79,7 +79,7 @@ kiln_status kiln_key_new(const char* kind, const char* model_hash, const char* r
 /* A key from its JSON form (schema/key.md). The message names a bad field. */
 kiln_status kiln_key_from_json(const char* json, kiln_key** out);
 void kiln_key_free(kiln_key* key);
-/* Sets one field by its name in kiln's key (schema/key.md): "region", "gpu_arch",
+/* Sets one field by its name in kiln's key (schema/key.md): "region", "gpu_arch", "call" (a JSON object text),
  * "torch_version", "compile_options" (a JSON object text), ... ; inputs are added with
  * kiln_key_add_input. KILN_INVALID_ARGUMENT for an unknown name or a bad value. */
 kiln_status kiln_key_set(kiln_key* key, const char* field, const char* value);
@@ -132,6 +132,11 @@ kiln_status kiln_stat(kiln_client* client, const kiln_key* key, const char* dige
  * "pinned":bool, "accessed_before":i64, "limit":n, "offset":n}. Result:
  * {"items":[info...],"next_offset":n} (next_offset absent on the last page). */
 kiln_status kiln_list(kiln_client* client, const char* query_json, char** result_json);
+/* Why `key` missed (kiln/client/explain.hpp): result_json receives {"key_digest":..,
+ * "stored":bool,"nearest":[{"key_digest":..,"differing":["gpu_name",..],"key":{..}}],
+ * "candidates":n,"source_registered":bool,"advice":".."}; at most `limit` nearest keys
+ * (0 = 5). Read role. */
+kiln_status kiln_explain(kiln_client* client, const kiln_key* key, size_t limit, char** result_json);
 /* KILN_NOT_FOUND when nothing is stored under the key. */
 kiln_status kiln_remove(kiln_client* client, const kiln_key* key, const char* digest_hex);
 kiln_status kiln_pin(kiln_client* client, const kiln_key* key, const char* digest_hex);

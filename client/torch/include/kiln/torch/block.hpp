@@ -17,8 +17,11 @@
 // unavailable, ...) unchanged; not_found when the artifact is missing and build_on_miss is
 // false; invalid_argument when the key is not kind aoti or the weights lack a constant the
 // package needs (the message lists them) or name one it does not have; internal with
-// libtorch's message when the package cannot be loaded or the weights not attached. No
-// exception leaves this library.
+// libtorch's message when the package cannot be loaded or the weights not attached;
+// invalid_argument naming the field when the package is not for this process: the key's
+// torch_version is not this libtorch's, its gpu_arch or gpu_name not this device's, or the
+// package's own metadata (AOTI_COMPUTE_CAPABILITY, AOTI_MACHINE, ...) disagrees with the
+// key or this host (torch itself only warns and loads it). No exception leaves this library.
 //
 // Thread safety: load_block may be called from several threads, each with its own
 // Client (a Client serializes its calls). A LoadedBlock's run() is as thread-safe as

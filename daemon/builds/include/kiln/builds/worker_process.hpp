@@ -24,13 +24,23 @@ namespace kiln::build {
 
 struct WorkerCommand {
   std::vector<std::string> argv;             // argv[0] is looked up in PATH if it has no '/'
-  std::map<std::string, std::string> env;    // set on top of the daemon's environment
+  // Set on top of the daemon's environment, which reaches the worker SCRUBBED: see
+  // is_scrubbed_env_var (what changes a compile must come from the key, nothing else).
+  std::map<std::string, std::string> env;
   // Optional: called once, on the calling thread, right after the worker was spawned and
   // before anything is written to it, with its pid (which is also its process group id;
   // the worker is not reaped before this returns, so the pid cannot have been reused).
   // kilnd records the group here so that a later kilnd can kill it (worker_group.hpp).
   std::function<void(int pid)> on_spawn;
 };
+
+// True for a variable of the daemon's environment that a worker does not inherit: those
+// that change what torch.compile, Inductor, Triton or the numerics produce without being
+// in the key (TORCHINDUCTOR_*, TRITON_*, TORCHDYNAMO_*, TORCH_COMPILE_*, TORCH_INDUCTOR_*,
+// INDUCTOR_*, TORCH_CUDA_ARCH_LIST, NVIDIA_TF32_OVERRIDE,
+// TORCH_ALLOW_TF32_CUBLAS_OVERRIDE, CUBLAS_WORKSPACE_CONFIG). WorkerCommand::env may still
+// set any of them (kilnd sets the cache folders).
+bool is_scrubbed_env_var(std::string_view name);
 
 struct WorkerLimits {
   std::chrono::milliseconds timeout{30 * 60 * 1000};
