@@ -35,10 +35,29 @@ log = logging.getLogger("kiln.torch")
 SOURCE_NAME_PREFIX = "kiln-fp-"
 
 
+def strip_weights(ep):
+    """A weight-free copy of an exported program (schema/sources.md, the worker's
+    `signature.strip_weights`): parameters and persistent buffers become meta tensors of
+    the same shapes, dtypes and strides; lifted constants keep their values. The user's
+    weights never leave the process, and the source is MBs, not the block's GBs."""
+    import copy
+
+    import torch
+
+    out = copy.copy(ep)
+    stripped = {}
+    for name, t in ep.state_dict.items():
+        m = torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="meta")
+        stripped[name] = torch.nn.Parameter(m, requires_grad=t.requires_grad) if isinstance(t, torch.nn.Parameter) else m
+    out._state_dict = stripped
+    return out
+
+
 def default_exporter(block, args, kwargs, workdir):
-    """torch.export of the block as called; returns (archive path, model hash). The model
-    hash is the worker's `hash` op's (schema/sources.md), run on the archive in a child
-    process of this Python ($KILN_WORKER, else the installed worker)."""
+    """torch.export of the block as called, weights stripped; returns (archive path, model
+    hash). The model hash is the worker's `hash` op's (schema/sources.md; weights are not
+    hashed, so it is the full program's), run on the archive in a child process of this
+    Python ($KILN_WORKER, else the installed worker)."""
     import json
     import subprocess
     import sys
@@ -48,7 +67,7 @@ def default_exporter(block, args, kwargs, workdir):
     with torch.no_grad():
         ep = torch.export.export(block, tuple(args), dict(kwargs))
     path = os.path.join(workdir, "block.pt2")
-    torch.export.save(ep, path)
+    torch.export.save(strip_weights(ep), path)
     worker = os.environ.get("KILN_WORKER") or _installed_worker()
     out = subprocess.run([sys.executable, worker, "hash", path], capture_output=True, text=True, timeout=600)
     if out.returncode != 0:

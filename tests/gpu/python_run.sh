@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# The kiln Python package on the real diffusers FLUX transformer, in one device call:
+# builds kilnd and libkiln.so here, starts kilnd with the real workers on an empty store,
+# and runs tests/gpu/python_flux.py (its rows chosen by KILN_FLUX_ROWS; see that file).
+#
+#   tests/gpu/python_run.sh OUT_DIR
+#
+# Needs torch 2.11 with CUDA in python3, a C++ toolchain, and diffusers' source at
+# .carry/diffusers/src (a snapshot of github.com/huggingface/diffusers; never committed).
+set -euo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+OUT=${1:?usage: python_run.sh OUT_DIR}
+WORK=${KILN_GPU_WORK:-/tmp/kiln-py-gpu}
+BUILD=$ROOT/build-gpu
+mkdir -p "$OUT"
+rm -rf "$WORK" && mkdir -p "$WORK"
+log() { echo "[python_run.sh $(date -u +%H:%M:%S)] $*" >&2; }
+
+extra=()
+if [ -d "$ROOT/.carry/include" ]; then  # headers this machine lacks (tests/gpu/README.md)
+  extra+=(-DSQLite3_INCLUDE_DIR="$ROOT/.carry/include" -Dtomlplusplus_DIR="$ROOT/.carry/cmake"
+          -DCMAKE_CXX_FLAGS="-isystem $ROOT/.carry/include")
+  [ -e /usr/lib/x86_64-linux-gnu/libsqlite3.so ] || extra+=(-DSQLite3_LIBRARY=/usr/lib/x86_64-linux-gnu/libsqlite3.so.0)
+fi
+command -v clang++ > /dev/null || extra+=(-DKILN_CLANGXX=/bin/false)
+log "building kilnd and libkiln.so"
+t=$(date +%s)
+cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DKILN_BUILD_TESTS=OFF "${extra[@]}" \
+  > "$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; exit 1; }
+cmake --build "$BUILD" -j"$(nproc)" --target kilnd kiln_shared >> "$OUT/build.log" 2>&1 ||
+  { grep -A6 "error" "$OUT/build.log" | head -80; exit 1; }
+log "built in $(( $(date +%s) - t )) s"
+
+cat > "$WORK/kilnd.toml" <<TOML
+[builds]
+worker = ["python3", "$ROOT/ops/workers/kiln_worker"]
+build_timeout_s = 1200
+builds_per_gpu = ${KILN_BUILDS_PER_GPU:-2}
+TOML
+export KILN_SOCKET=$WORK/kiln.sock
+"$BUILD/daemon/kilnd" --socket "$KILN_SOCKET" --store "$WORK/store" --config "$WORK/kilnd.toml" > "$OUT/kilnd.log" 2>&1 &
+KILND_PID=$!
+trap 'kill $KILND_PID 2>/dev/null || true; cp -r "$WORK"/*.json "$OUT"/ 2>/dev/null || true' EXIT
+for _ in $(seq 600); do [ -S "$KILN_SOCKET" ] && break; sleep 0.1; done
+[ -S "$KILN_SOCKET" ] || { cat "$OUT/kilnd.log"; exit 1; }
+log "kilnd up"
+
+export KILN_LIBRARY=$BUILD/client/libkiln.so
+export KILN_WORKER=$ROOT/ops/workers/kiln_worker
+export PYTHONPATH=$ROOT/client/python:$ROOT/.carry/diffusers/src${PYTHONPATH:+:$PYTHONPATH}
+python3 "$ROOT/tests/gpu/python_flux.py" "$OUT" 2>&1 | tee "$OUT/python_flux.out"
+
