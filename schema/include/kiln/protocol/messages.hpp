@@ -42,6 +42,10 @@ struct ArtifactMeta {
   std::uint64_t hits = 0;
   double build_seconds = 0;
   bool pinned = false;
+  // Where the node got it: "build", "put", "registry" (pulled from the fleet, signature
+  // verified), "import"; "" = not recorded. signer: the trusted key that signed a pull.
+  std::string origin;
+  std::string signer;
 };
 
 struct SourceMeta {
@@ -184,6 +188,8 @@ struct StatusReply {
   std::vector<GpuEntry> gpus;              // empty: none found (gpu_note says why)
   std::string gpu_note;
   std::vector<BuildSlotEntry> build_slots;
+  // The fleet tier's state as JSON object text (schema/protocol.md, "fleet"); "" = no fleet.
+  std::string fleet;
 };
 
 // ---- admin ---------------------------------------------------------------------------
