@@ -329,8 +329,12 @@ class Client final : public HttpClient {
 
 Result<std::shared_ptr<const HttpClient>> HttpClient::create(const HttpOptions& options) {
   auto base = parse_url(options.base_url);
-  if (!base) return make_error(Errc::invalid_argument, "registry URL '" + options.base_url.substr(0, options.base_url.find('@')) +
-                                                          "': " + base.error().message);
+  if (!base) {
+    // A URL with user:password in it is not echoed: the message must not carry the secret.
+    const bool secret = options.base_url.find('@') != std::string::npos;
+    return make_error(Errc::invalid_argument,
+                      "registry URL" + (secret ? std::string() : " '" + options.base_url + "'") + ": " + base.error().message);
+  }
   if (base->target != "/" && !base->target.empty()) {
     return make_error(Errc::invalid_argument, "registry URL must have no path (the repository is configured apart)");
   }

@@ -1,7 +1,9 @@
 // The fleet end to end: Debian's docker-registry on loopback (TLS from a test CA, htpasswd
 // auth) and several real kilnd processes with the test worker as their build worker.
 #include <signal.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <fstream>
 #include <functional>
@@ -11,7 +13,8 @@
 #include <nlohmann/json.hpp>
 
 #include "support/kilnd_process.hpp"
-#include "kiln/client/client.hpp"
+#include "support/raw_client.hpp"
+#include "kiln/protocol/messages.hpp"
 #include "kiln/fleet/publish.hpp"
 #include "kiln/fleet/registry_client.hpp"
 #include "kiln/fleet/signature.hpp"
@@ -56,12 +59,19 @@ std::string make_key(const fs::path& dir, const std::string& name) {
   return k->public_key().to_string();
 }
 
-client::Client connect(const test::KilndProcess& k) {
-  client::ConnectOptions o;
-  o.socket = k.socket();
-  auto c = client::Client::connect(o);
-  REQUIRE_MESSAGE(c.has_value(), (c ? "" : c.error().to_string()));
-  return std::move(*c);
+using Conn = std::unique_ptr<test::RawClient>;
+
+Conn connect(const test::KilndProcess& k) {
+  auto c = std::make_unique<test::RawClient>(k.socket());
+  c->hello();
+  return c;
+}
+
+// A request and its OK reply's body; fails the test on an error reply.
+std::string call(Conn& c, protocol::MsgType type, const std::string& body) {
+  auto r = c->call(type, body);
+  REQUIRE_MESSAGE(r.header.type == protocol::MsgType::ok, r.body);
+  return r.body;
 }
 
 Key client_key(const std::string& hash, const std::string& region = "Block") {
@@ -74,13 +84,20 @@ Key client_key(const std::string& hash, const std::string& region = "Block") {
   return k;
 }
 
-std::string register_source(client::Client& c, const fs::path& dir, const std::string& name, json command) {
+std::string register_source(Conn& c, const fs::path& dir, const std::string& name, json command) {
   command["count_file"] = (dir / "builds.txt").string();
-  std::string text = command.dump();
-  std::ofstream(dir / name) << text;
-  std::string hash = sha256(text).hex();
-  auto s = c.put_source(hash, name, dir / name);
-  REQUIRE_MESSAGE(s.has_value(), (s ? "" : s.error().to_string()));
+  const std::string text = command.dump();
+  const std::string hash = sha256(text).hex();
+  protocol::PutSourceRequest req;
+  req.model_hash = hash;
+  req.name = name;
+  req.size = text.size();
+  const auto id = c->next_id();
+  REQUIRE(c->send_frame(protocol::MsgType::put_source, id, protocol::encode(req)));
+  REQUIRE(c->send_frame(protocol::MsgType::chunk, id, text, protocol::kFlagEnd));
+  auto r = c->recv(60s);
+  REQUIRE(r.has_value());
+  REQUIRE_MESSAGE(r->header.type == protocol::MsgType::ok, r->body);
   return hash;
 }
 
@@ -89,31 +106,24 @@ std::size_t builds_done(const fs::path& dir) {
   return static_cast<std::size_t>(std::count(s.begin(), s.end(), '\n'));
 }
 
-json status(client::Client& c) {
-  auto s = c.call(protocol::MsgType::status, "{}");
-  REQUIRE_MESSAGE(s.has_value(), (s ? "" : s.error().to_string()));
-  return json::parse(*s);
+json status(Conn& c) { return json::parse(call(c, protocol::MsgType::status, "{}")); }
+
+json stat_of(Conn& c, const Key& key) { return json::parse(call(c, protocol::MsgType::stat, "{\"key\":" + key.to_json() + "}")); }
+
+void build(Conn& c, const Key& key) {
+  auto r = c->call(protocol::MsgType::build, "{\"key\":" + key.to_json() + ",\"wait\":true}");
+  REQUIRE_MESSAGE(r.header.type == protocol::MsgType::ok, r.body);
 }
 
-json stat(client::Client& c, const Key& key) {
-  auto s = c.call(protocol::MsgType::stat, "{\"key\":" + key.to_json() + "}");
-  REQUIRE_MESSAGE(s.has_value(), (s ? "" : s.error().to_string()));
-  return json::parse(*s);
-}
-
-void build(client::Client& c, const Key& key) {
-  auto b = c.call(protocol::MsgType::build, "{\"key\":" + key.to_json() + ",\"wait\":true}");
-  REQUIRE_MESSAGE(b.has_value(), (b ? "" : b.error().to_string()));
-}
-
-// The artifact's bytes, or "" on a miss.
-std::string get(client::Client& c, const Key& key) {
-  auto a = c.get(key);
-  REQUIRE_MESSAGE(a.has_value(), (a ? "" : a.error().to_string()));
-  if (!*a) return {};
-  auto bytes = (*a)->read_all();
-  REQUIRE(bytes.has_value());
-  return std::string(reinterpret_cast<const char*>(bytes->data()), bytes->size());
+// The artifact's bytes (a GET, descriptor delivery), or "" on a miss.
+std::string get(Conn& c, const Key& key) {
+  auto r = c->call(protocol::MsgType::get, "{\"key\":" + key.to_json() + ",\"delivery\":\"fd\"}");
+  REQUIRE_MESSAGE(r.header.type == protocol::MsgType::ok, r.body);
+  if (!json::parse(r.body)["found"].get<bool>()) return {};
+  REQUIRE(r.fd >= 0);
+  std::string bytes = test::read_fd(r.fd);
+  ::close(r.fd);
+  return bytes;
 }
 
 bool wait_until(const std::function<bool()>& pred, std::chrono::milliseconds limit = 30s) {
@@ -125,10 +135,10 @@ bool wait_until(const std::function<bool()>& pred, std::chrono::milliseconds lim
   return pred();
 }
 
-std::uint64_t pending(client::Client& c) { return status(c)["fleet"]["pending_pushes"].get<std::uint64_t>(); }
+std::uint64_t pending(Conn& c) { return status(c)["fleet"]["pending_pushes"].get<std::uint64_t>(); }
 
 // The complete key as the nodes see it (node fields from STATUS).
-Key full_key(client::Client& c, Key k) {
+Key full_key(Conn& c, Key k) {
   auto n = status(c)["node"];
   k.gpu_arch = n["gpu_arch"];
   k.gpu_name = n["gpu_name"];
@@ -165,10 +175,10 @@ TEST_CASE("ABuildsBAndCServeItByteIdenticalWithoutBuildingAndAFreshNodePullsTheS
   CHECK(get(cb, key) == bytes_a);
   CHECK(get(cc, key) == bytes_a);
   CHECK(builds_done(dir.path()) == 1);
-  json sb = stat(cb, key);
+  json sb = stat_of(cb, key);
   CHECK(sb["info"]["origin"] == "registry");
   CHECK(sb["info"]["signer"] == "builder-a");
-  CHECK(stat(ca, key)["info"]["origin"] == "build");
+  CHECK(stat_of(ca, key)["info"]["origin"] == "build");
   CHECK(status(cb)["fleet"]["registry_hits"] == 1);
 
   // A fresh node asked for a region of the same model pulls the source and builds it.
@@ -180,7 +190,7 @@ TEST_CASE("ABuildsBAndCServeItByteIdenticalWithoutBuildingAndAFreshNodePullsTheS
   CHECK_FALSE(get(cd, other).empty());
 
   // skopeo reads the registry: the manifest under the key digest tag.
-  const std::string digest = stat(ca, key)["key_digest"];
+  const std::string digest = stat_of(ca, key)["key_digest"];
   // skopeo's --cert-dir takes every *.crt as a CA and wants a *.cert for every *.key: the CA alone.
   fs::create_directories(dir / "skopeo-certs");
   fs::copy_file(reg.ca(), dir / "skopeo-certs" / "ca.crt");
@@ -332,7 +342,7 @@ TEST_CASE("TamperedUnsignedForeignAndMisboundArtifactsAreRefusedCountedAndRebuil
     CHECK(builds_done(dir.path()) == before + 1);
     std::string got = get(cb, key);
     CHECK(got.find("artifact of") == 0);  // the test worker's bytes, not the planted ones
-    CHECK(stat(cb, key)["info"]["origin"] == "build");
+    CHECK(stat_of(cb, key)["info"]["origin"] == "build");
     CHECK(status(cb)["fleet"]["refusals"][cs.reason].get<int>() >= 1);
   }
   json st = status(cb)["fleet"];
