@@ -168,12 +168,19 @@ Status Fleet::push_artifact(const Digest& key_digest) {
   auto info = store_.stat(key_digest);
   if (!info) return std::move(info).error();
   if (!*info) return {};  // deleted or evicted since: nothing to push
-  // First pusher wins: a key the registry holds is not replaced.
+  // First pusher wins: a key the registry holds, signed by a trusted key, is not replaced.
+  // One unsigned or signed by a stranger is (else whoever planted it first would block it).
   auto existing = registry_.head_manifest(key_digest.hex());
   if (!existing) return std::move(existing).error();
   if (*existing) {
-    spdlog::info("fleet: {} is already in the registry; not pushed again", key_digest.hex().substr(0, 16));
-    return {};
+    Refusal why = Refusal::unsigned_;
+    std::string detail;
+    if (verify("artifact:" + key_digest.hex(), **existing, why, detail)) {
+      spdlog::info("fleet: {} is already in the registry; not pushed again", key_digest.hex().substr(0, 16));
+      return {};
+    }
+    if (why == Refusal::unreachable) return make_error(Errc::unavailable, detail);
+    spdlog::warn("fleet: replacing {} in the registry ({}: {})", key_digest.hex().substr(0, 16), refusal_name(why), detail);
   }
   // The source travels first: a node that lacks it can then build related keys.
   const std::string& model_hash = (*info)->key.model_hash;

@@ -125,7 +125,7 @@ void add_trust(CommandSet& set) {
     if (!(*f)["require_signatures"].get<bool>()) ctx.out << "WARNING: require_signatures = false: unsigned artifacts are accepted\n";
     return 0;
   });
-  trust->add_subcommand("ls", "List the trusted keys (name and base64 public key)");
+  trust->add_subcommand("ls", "List the trusted keys (name and base64 public key)")->fallthrough();
 }
 
 void add_fleet(CommandSet& set) {
@@ -162,7 +162,7 @@ void add_fleet(CommandSet& set) {
     for (const auto& r : (*f)["recent"]) line("  recent", r.get<std::string>());
     return 0;
   });
-  fleet->add_subcommand("status", "Show the fleet tier's state (the default)");
+  fleet->add_subcommand("status", "Show the fleet tier's state (the default)")->fallthrough();
 }
 
 }  // namespace kiln::ctl

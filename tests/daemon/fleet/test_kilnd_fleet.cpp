@@ -353,4 +353,16 @@ TEST_CASE("TamperedUnsignedForeignAndMisboundArtifactsAreRefusedCountedAndRebuil
   CHECK(st["refusals"]["truncated"] == 1);
   CHECK(st["refusals"]["corrupt"] == 2);
   CHECK(b.log().find(test::Registry::kPassword) == std::string::npos);  // credentials never logged
+
+  // A trusted builder replaces what a stranger planted; a pull then gets the signed one.
+  test::KilndProcess a(dir / "a", node_toml(reg, {true, true, dir / "builder-a.pem", {trust_a}}));
+  auto ca = connect(a);
+  CHECK(register_source(ca, dir.path(), "src.json", {{"behavior", "ok"}}) == hash);
+  const Key planted = full_key(ca, client_key(hash, "Unsigned"));
+  build(ca, planted);
+  REQUIRE(wait_until([&] { return pending(ca) == 0 && status(ca)["fleet"]["pushes"].get<int>() >= 1; }));
+  test::KilndProcess c(dir / "c", node_toml(reg, {false, true, {}, {trust_a}}));
+  auto cc = connect(c);
+  CHECK(get(cc, planted) == get(ca, planted));
+  CHECK(stat_of(cc, planted)["info"]["signer"] == "builder-a");
 }
