@@ -71,8 +71,8 @@ for size in 2621440 268435456; do
   t0=$(now); "$KILNCTL" build --socket $T/a.sock $K >/dev/null; t1=$(now)
   while [ "$("$KILNCTL" fleet --json --socket $T/a.sock | sed 's/.*"pending_pushes":\([0-9]*\).*/\1/')" != 0 ]; do sleep 0.02; done
   t2=$(now)
-  t3=$(now); "$KILNCTL" get --socket $T/b.sock $K -o $T/out1 ; t4=$(now)
-  t5=$(now); "$KILNCTL" get --socket $T/b.sock $K -o $T/out2 ; t6=$(now)
+  t3=$(now); "$KILNCTL" get --socket $T/b.sock $K -o $T/out1 >/dev/null; t4=$(now)
+  t5=$(now); "$KILNCTL" get --socket $T/b.sock $K -o $T/out2 >/dev/null; t6=$(now)
   cmp -s $T/out1 $T/out2
   pull=$(ms $t3 $t4) hit=$(ms $t5 $t6) push=$(ms $t1 $t2)
   mbps=$(echo "$size $push" | awk '{printf "%.0f", $1 / 1e6 / ($2 / 1000)}')
