@@ -2,7 +2,8 @@
 # Installs what kiln's tests and benchmarks need on top of a node's packages
 # (ops/install-deps.sh): the test framework, clang for the fuzz targets, and the real
 # peers the tests start on loopback (Redis, the OCI registry, skopeo, a terminal for the
-# progress display). Debian's packages only.
+# progress display; htpasswd from apache2-utils and openssl for the fleet tests' registry).
+# Debian's packages only.
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 "$here/../ops/install-deps.sh"
@@ -11,5 +12,5 @@ if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
 export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get install -y -q --no-install-recommends \
   doctest-dev clang libclang-rt-14-dev \
-  tmux redis-server docker-registry curl skopeo \
+  tmux redis-server docker-registry curl skopeo apache2-utils openssl \
   python3-pytest python3-redis python3-torch

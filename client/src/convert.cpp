@@ -24,6 +24,8 @@ ArtifactInfo from_meta(protocol::ArtifactMeta&& m) {
   info.hits = m.hits;
   info.build_seconds = m.build_seconds;
   info.pinned = m.pinned;
+  info.origin = m.origin;
+  info.signer = m.signer;
   return info;
 }
 

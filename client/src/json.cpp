@@ -19,6 +19,8 @@ nlohmann::json info_json(const ArtifactInfo& info) {
   j["hits"] = info.hits;
   j["build_seconds"] = info.build_seconds;
   j["pinned"] = info.pinned;
+  if (!info.origin.empty()) j["origin"] = info.origin;
+  if (!info.signer.empty()) j["signer"] = info.signer;
   return j;
 }
 

@@ -34,7 +34,8 @@ class TomlReader {
   Status apply(const toml::table& root) {
     check_keys(root, "", {"socket", "store", "io_threads", "store_threads", "hot_set_bytes", "metrics_listen",
                           "log_level", "storage", "limits", "access", "node",
-                          "builds"});  // [builds edit] read by daemon/builds (kiln::build::apply_builds_toml)
+                          "builds",  // [builds edit] read by daemon/builds (kiln::build::apply_builds_toml)
+                          "fleet"});  // read by daemon/fleet (kiln::fleet::apply_fleet_toml)
     path(root, "socket", c_.socket);
     path(root, "store", c_.store);
     uint(root, "io_threads", c_.io_threads, 1, 64);

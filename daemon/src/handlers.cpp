@@ -151,6 +151,19 @@ asio::awaitable<Outcome> handle_get(Connection& c, const Request& r) {
   if (!got) co_return fail(got.error());
   if (*got) co_return co_await serve_hit(c, r, *req, **got, false);
 
+  // The fleet's registry, before a miss is answered (a build looks there itself: the
+  // fleet wraps the build service).
+  if (s.fleet && (req->on_miss != proto::OnMiss::build || !s.builds)) {
+    auto* fleet = s.fleet;
+    auto job = [fleet, d](std::function<void(bool)> done) { fleet->fetch(d, std::move(done)); };
+    const bool pulled = co_await await_callback<bool>(job);
+    if (pulled) {
+      got = co_await offload(s.pool, fetch);
+      if (!got) co_return fail(got.error());
+      if (*got) co_return co_await serve_hit(c, r, *req, **got, false);
+    }
+  }
+
   if (req->on_miss == proto::OnMiss::build) {
     if (!s.builds) co_return fail(make_error(Errc::unsupported, "this kilnd has no build service; a miss cannot be built here"));
     if (!req->ref.key)
@@ -202,15 +215,24 @@ asio::awaitable<Outcome> handle_stat(Connection& c, const Request& r) {
   auto& s = c.state();
   auto d = resolve_ref(s, req->ref);
   if (!d) co_return fail(d.error());
-  auto info = co_await offload(s.pool, [&s, d = *d] {
+  std::string signer;
+  auto job = [&s, &signer, d = *d] {
     s.flush_hot_hits();  // hits served from hot copies show in the count
-    return s.store.stat(d);
-  });
+    auto i = s.store.stat(d);
+    if (i && *i && (*i)->origin == "registry") {
+      if (auto sig = s.store.signature("artifact:" + d.hex()); sig && *sig) signer = (*sig)->signer;
+    }
+    return i;
+  };
+  auto info = co_await offload(s.pool, job);
   if (!info) co_return fail(info.error());
   proto::StatReply reply;
   reply.found = info->has_value();
   reply.key_digest = *d;
-  if (*info) reply.info = to_meta(**info);
+  if (*info) {
+    reply.info = to_meta(**info);
+    reply.info->signer = signer;
+  }
   co_return co_await reply_ok(c, r, proto::encode(reply), reply.found ? "found" : "not stored");
 }
 
@@ -305,6 +327,11 @@ asio::awaitable<Outcome> handle_status(Connection& c, const Request& r) {
   reply.build_slots = std::move(gpus.slots);
   reply.builds_note = s.builds ? std::move(gpus.builds_note) : s.builds_off_reason;
   if (!s.builds && reply.builds_note.empty()) reply.builds_note = "builds are disabled on this node";
+  if (s.fleet) {
+    auto* fleet = s.fleet;
+    auto job = [fleet] { return fleet->status_json(); };
+    reply.fleet = co_await offload(s.pool, job);
+  }
   co_return co_await reply_ok(c, r, proto::encode(reply), "");
 }
 

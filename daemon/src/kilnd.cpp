@@ -16,6 +16,8 @@
 #include "kiln/builds/daemon_builds.hpp"  // [builds edit]
 #include "kiln/daemon/config.hpp"
 #include "kiln/daemon/server.hpp"
+#include "kiln/fleet/fleet.hpp"
+#include "kiln/fleet/fleet_build_service.hpp"
 #include "kiln/storage/store.hpp"
 #include "access.hpp"
 
@@ -43,6 +45,11 @@ Config file (TOML; ops/kilnd.toml documents every option with its default):
              admin_users, admin_groups  — names or numeric ids; "*" = anyone
   [node]     gpu_arch, gpu_name, torch_version, torch_git, cuda_version,
              triton_version, platform, machine, cpu_isa ("this node" for keys)
+  [fleet]    registry ("" = no fleet), repository ("kiln"), basic_auth_file, token_file,
+             ca_file, client_cert_file, client_key_file, pull (true), push (true),
+             signing_key_file, signing_key_name (file stem), trusted_keys
+             (["name:base64"]), require_signatures (true), connect_timeout_s (10),
+             io_timeout_s (30), push_retry_min_s (1), push_retry_max_s (300), pull_threads (4)
   [builds]   enabled (true), worker (["python3", ".../kiln_worker"]), work_dir
              (<store>/builds), probe_gpus (true), builds_per_gpu (1),
              build_timeout_s (1800), probe_timeout_s (180), failure_ttl_s (600),
@@ -174,6 +181,14 @@ int kilnd_main(int argc, char** argv) {
       return 2;
     }
   }
+  // [fleet] likewise (daemon/fleet reads it): a bad section stops kilnd before it starts.
+  fleet::FleetConfig fleet_config;
+  if (config.config_file) {
+    if (auto st = fleet::apply_fleet_toml_file(fleet_config, *config.config_file); !st) {
+      std::fprintf(stderr, "kilnd: %s\n", st.error().to_string().c_str());
+      return 2;
+    }
+  }
   // Names in [access] are resolved here too, so --check-config catches an unknown user or
   // group (kilnd resolves them again when it starts serving, and at every reload).
   if (auto policy = AccessPolicy::make(config.access); !policy) {
@@ -220,6 +235,8 @@ int kilnd_main(int argc, char** argv) {
   so.quota_bytes = config.store_options.quota_bytes;
   so.hard_limit_bytes = config.store_options.hard_limit_bytes;
   so.zstd_level = config.store_options.zstd_level;
+  // A build's push is queued in the same transaction that stores it.
+  so.push_outbox = fleet_config.enabled() && fleet_config.push;
   auto opened = storage::Store::open(so);
   if (!opened) {
     spdlog::critical("cannot open the store at {}: {}", config.store.string(), opened.error().to_string());
@@ -239,7 +256,26 @@ int kilnd_main(int argc, char** argv) {
   config.node = builds->node;
   config.builds_off_reason = builds->off_reason;
 
-  auto server = Server::create(config, *the_store, builds->service.get(), *listen_fd);
+  // The fleet tier (daemon/fleet/, kiln::fleet): a miss looks in the registry before a
+  // build; builds are signed and pushed. Destroyed before the builds it wraps.
+  // Declared first, destroyed last: the fleet's threads may still call it while they stop.
+  std::unique_ptr<BuildService> fleet_builds;
+  std::unique_ptr<fleet::Fleet> the_fleet;
+  BuildService* build_service = builds->service.get();
+  if (fleet_config.enabled()) {
+    auto f = fleet::Fleet::start(fleet_config, *the_store);
+    if (!f) {
+      spdlog::critical("cannot start the fleet tier: {}", f.error().to_string());
+      return 1;
+    }
+    the_fleet = std::move(*f);
+    if (build_service) {
+      fleet_builds = fleet::make_fleet_build_service(*build_service, *the_fleet);
+      build_service = fleet_builds.get();
+    }
+  }
+
+  auto server = Server::create(config, *the_store, build_service, *listen_fd, the_fleet.get());
   if (!server) {
     spdlog::critical("cannot start: {}", server.error().to_string());
     return 1;

@@ -238,7 +238,12 @@ asio::awaitable<std::string> Server::Impl::render_metrics() {
     g.push_back({"kiln_builds_available", "1 when this node can build a miss, else 0 (kilnctl status says why).",
                  b.builds_note.empty() ? 1.0 : 0.0});
   }
-  co_return state.metrics.render(g);
+  std::string text = state.metrics.render(g);
+  if (state.fleet) {
+    auto job = [this] { return state.fleet->metrics_text(); };
+    text += co_await offload(state.pool, job);
+  }
+  co_return text;
 }
 
 Server::Server(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -248,13 +253,14 @@ Server::~Server() {
 }
 
 Result<std::unique_ptr<Server>> Server::create(const Config& config, storage::Store& store, BuildService* builds,
-                                               int listen_fd) {
+                                               int listen_fd, FleetService* fleet) {
   KILN_TRY(validate(config));
   auto access = AccessPolicy::make(config.access);
   if (!access) return std::move(access).error();
   auto impl = std::make_unique<Impl>(config, std::move(*access), store, builds);
   impl->state.node = detect_node_fields(config.node);
   impl->state.builds_off_reason = config.builds_off_reason;
+  impl->state.fleet = fleet;
   impl->socket_path = config.socket;
   UniqueFd fd;
   if (listen_fd >= 0) {

@@ -17,6 +17,7 @@
 #include "hot_set.hpp"
 #include "kiln/daemon/build_service.hpp"
 #include "kiln/daemon/config.hpp"
+#include "kiln/daemon/fleet_service.hpp"
 #include "kiln/storage/store.hpp"
 #include "metrics.hpp"
 
@@ -40,6 +41,7 @@ class ServerState {
   asio::thread_pool pool;          // store work: disk, SQLite, zstd
   storage::Store& store;
   BuildService* builds;            // nullptr: builds unsupported
+  FleetService* fleet = nullptr;   // nullptr: no fleet; set before the first connection
   HotSet hot;
   Metrics metrics;
   const std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();

@@ -63,6 +63,7 @@ void print_info(std::ostream& out, const client::ArtifactInfo& info) {
   bs << std::fixed << std::setprecision(2) << info.build_seconds << " s";
   line("build_seconds", bs.str());
   line("pinned", info.pinned ? "yes" : "no");
+  if (!info.origin.empty()) line("origin", info.origin + (info.signer.empty() ? "" : " (signed by " + info.signer + ")"));
 }
 
 std::vector<std::pair<std::string, std::string>> gpu_status_lines(const client::DaemonStatus& s) {

@@ -9,7 +9,7 @@ namespace {
 
 constexpr std::string_view kSelectArtifact =
     "SELECT a.key_json, a.key_digest, a.blob_digest, a.size, COALESCE(b.stored_size, 0), a.created_at, "
-    "a.last_access, a.hits, a.build_seconds, a.pinned FROM artifacts a LEFT JOIN blobs b ON b.digest = a.blob_digest";
+    "a.last_access, a.hits, a.build_seconds, a.pinned, a.origin FROM artifacts a LEFT JOIN blobs b ON b.digest = a.blob_digest";
 
 Error corrupt_row(const std::string& what, const std::string& why) {
   return make_error(Errc::corrupt, "index row " + what + ": " + why + "; run verify to drop it");
@@ -40,6 +40,7 @@ Result<ArtifactInfo> artifact_from_row(const sql::Stmt& st) {
   info.hits = static_cast<std::uint64_t>(st.i64(7));
   info.build_seconds = st.f64(8);
   info.pinned = st.i64(9) != 0;
+  info.origin = st.text(10);
   return info;
 }
 
@@ -92,8 +93,8 @@ Result<std::optional<Digest>> Index::upsert(const ArtifactInfo& info, std::int64
       "INSERT OR REPLACE INTO artifacts (key_digest, kind, model_hash, region, gpu_arch, gpu_name, "
       "torch_version, torch_git, cuda_version, triton_version, platform, machine, cpu_isa, dtype, inputs, call, "
       "compile_options, compile_options_digest, format_version, key_json, blob_digest, size, created_at, "
-      "last_access, hits, build_seconds, pinned, access_seq) VALUES "
-      "(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
+      "last_access, hits, build_seconds, pinned, access_seq, origin) VALUES "
+      "(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
   if (!st) return std::move(st).error();
   int i = 1;
   st->bind(i++, info.key_digest.hex());
@@ -113,6 +114,7 @@ Result<std::optional<Digest>> Index::upsert(const ArtifactInfo& info, std::int64
   st->bind(i++, info.build_seconds);
   st->bind(i++, static_cast<std::int64_t>(info.pinned ? 1 : 0));
   st->bind(i++, access_seq);
+  st->bind(i++, info.origin);
   KILN_TRY(st->run());
   if (*old && (*old)->blob_digest != info.blob_digest) return std::optional<Digest>((*old)->blob_digest);
   return std::optional<Digest>();

@@ -76,6 +76,14 @@ class Index {
   Status put_build(const BuildRecord& record);
   Result<std::optional<BuildRecord>> get_build(const Digest& key_digest);
 
+  // ---- fleet: signatures and the push queue (index_fleet.cpp) ----
+  Status put_signature(const SignatureRecord& record);
+  Result<std::optional<SignatureRecord>> get_signature(const std::string& subject);
+  Status enqueue_push(const std::string& subject, std::int64_t now);
+  Result<std::vector<PushItem>> pending_pushes(std::int64_t due_before, std::size_t limit);
+  Status erase_push(const std::string& subject);
+  Status push_failed(const std::string& subject, std::int64_t next_attempt_at, const std::string& error);
+
  private:
   Index(sql::Db db, bool read_only) : db_(std::move(db)), read_only_(read_only) {}
   // A prepared statement kept for the hot paths (a lookup per read), reset and ready.

@@ -262,6 +262,7 @@ Result<ArtifactInfo> StoreImpl::commit(std::unique_ptr<PutStream> stream, const 
   info.last_access = info.created_at;
   info.build_seconds = meta.build_seconds;
   info.pinned = meta.pin;
+  info.origin = meta.origin;
 
   std::optional<Digest> freed;
   Status indexed = [&]() -> Status {
@@ -277,6 +278,10 @@ Result<ArtifactInfo> StoreImpl::commit(std::unique_ptr<PutStream> stream, const 
       auto release = release_blob_locked(**replaced);
       if (!release) return std::move(release).error();
       if (*release) freed = *replaced;
+    }
+    // The fleet's outbox, in the same transaction: a build is never stored unqueued.
+    if (options_.push_outbox && info.origin == "build") {
+      KILN_TRY(index_.enqueue_push("artifact:" + info.key_digest.hex(), info.created_at));
     }
     return txn->commit();
   }();

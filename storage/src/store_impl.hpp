@@ -41,6 +41,12 @@ class StoreImpl final : public Store {
   Result<std::vector<SourceInfo>> list_sources() override;
   Status record_build(const BuildRecord& record) override;
   Result<std::optional<BuildRecord>> last_build(const Digest& key_digest) override;
+  Status put_signature(const SignatureRecord& record) override;
+  Result<std::optional<SignatureRecord>> signature(const std::string& subject) override;
+  Status enqueue_push(const std::string& subject) override;
+  Result<std::vector<PushItem>> pending_pushes(std::int64_t due_before, std::size_t limit) override;
+  Status push_done(const std::string& subject) override;
+  Status push_failed(const std::string& subject, std::int64_t next_attempt_at, const std::string& error) override;
   const StoreOptions& options() const override { return options_; }
   bool read_only() const override { return read_only_; }
   const VerifyReport& recovery_report() const override { return recovery_; }

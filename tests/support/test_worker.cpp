@@ -7,7 +7,8 @@
 //    "sleep_ms": 0,                 // before doing it
 //    "count_file": "/path",         // a line "<region> <pid>" is appended per build started
 //    "child_pid_file": "/path",     // hang_child: where the hanging child's pid goes
-//    "log": "text"}                 // written to stderr (the build log)
+//    "log": "text",                 // written to stderr (the build log)
+//    "pad_bytes": 0}                // the artifact is this much longer (benchmarks)
 // so that one scheduler can hold sources that behave differently. The toolchain op answers
 // fixed "test" versions, or fails when KILN_TEST_WORKER_TOOLCHAIN=fail. The hash op answers
 // the SHA-256 of the source file as its model hash, with the command's "inputs" and "call"
@@ -104,7 +105,19 @@ int build(const json& req) {
   if (int ms = cmd.value("sleep_ms", 0); ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(ms));
 
   const std::string output = req.value("output", "");
-  const std::string content = "artifact of " + req.value("key_digest", std::string("?")) + " built by pid " + std::to_string(::getpid());
+  std::string content = "artifact of " + req.value("key_digest", std::string("?")) + " built by pid " + std::to_string(::getpid());
+  // "pad_bytes": N makes the artifact N bytes longer (pseudo-random, so zstd cannot shrink
+  // it away), for benchmarks of artifact sizes.
+  if (std::uint64_t pad = cmd.value("pad_bytes", std::uint64_t{0}); pad > 0) {
+    std::uint64_t x = 0x9e3779b97f4a7c15ull ^ pad;
+    content.reserve(content.size() + pad);
+    for (std::uint64_t i = 0; i < pad; ++i) {
+      x ^= x << 13;
+      x ^= x >> 7;
+      x ^= x << 17;
+      content.push_back(static_cast<char>(x));
+    }
+  }
   auto write_artifact = [&] {
     std::ofstream(output, std::ios::binary) << content;
   };

@@ -173,6 +173,7 @@ BuildRunResult run_build(storage::Store& store, const SchedulerOptions& options,
   if (built) {
     storage::PutMeta meta;
     meta.build_seconds = exit.seconds;
+    meta.origin = "build";
     stored = store.put_file(job.key, paths.output, meta);
   }
   const double store_s = since(t_store);

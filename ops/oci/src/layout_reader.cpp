@@ -1,6 +1,6 @@
 #include <sys/stat.h>
 
-#include "descriptor_json.hpp"
+#include "kiln/oci/descriptor_json.hpp"
 #include "kiln/oci/layout.hpp"
 #include "unique_fd.hpp"
 
@@ -186,6 +186,21 @@ Result<std::unique_ptr<LayoutReader>> LayoutReader::open(const fs::path& path) {
   auto reader = std::make_unique<LayoutReaderImpl>(path.string(), std::move(source));
   KILN_TRY(reader->load());
   return std::unique_ptr<LayoutReader>(std::move(reader));
+}
+
+Result<std::string> LayoutReader::read_small_blob(const Descriptor& descriptor, std::uint64_t max_bytes) const {
+  if (descriptor.size > max_bytes) {
+    return make_error(Errc::invalid_argument, "blob " + digest_ref(descriptor.digest) + " of " +
+                                                  std::to_string(descriptor.size) + " bytes is larger than the " +
+                                                  std::to_string(max_bytes) + " allowed for " + descriptor.media_type);
+  }
+  std::string out;
+  out.reserve(descriptor.size);
+  KILN_TRY(read_blob(descriptor, [&](std::span<const std::byte> data) -> Status {
+    out.append(reinterpret_cast<const char*>(data.data()), data.size());
+    return {};
+  }));
+  return out;
 }
 
 }  // namespace kiln::oci

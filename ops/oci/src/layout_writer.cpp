@@ -1,6 +1,6 @@
 #include <set>
 
-#include "descriptor_json.hpp"
+#include "kiln/oci/descriptor_json.hpp"
 #include "kiln/oci/layout.hpp"
 #include "unique_fd.hpp"
 

@@ -13,11 +13,14 @@ using detail::json;
 namespace detail {
 
 json to_json(const ArtifactMeta& m) {
-  return json{{"key", key_json(m.key)},       {"key_digest", m.key_digest.hex()},
+  json j{{"key", key_json(m.key)},       {"key_digest", m.key_digest.hex()},
               {"blob_digest", m.blob_digest.hex()}, {"size", m.size},
               {"stored_size", m.stored_size}, {"created_at", m.created_at},
               {"last_access", m.last_access}, {"hits", m.hits},
               {"build_seconds", m.build_seconds}, {"pinned", m.pinned}};
+  if (!m.origin.empty()) j["origin"] = m.origin;
+  if (!m.signer.empty()) j["signer"] = m.signer;
+  return j;
 }
 
 std::string conv(const json& j, ArtifactMeta& m) {
@@ -25,6 +28,7 @@ std::string conv(const json& j, ArtifactMeta& m) {
   in.req("key", m.key).req("key_digest", m.key_digest).req("blob_digest", m.blob_digest).req("size", m.size);
   in.opt("stored_size", m.stored_size).opt("created_at", m.created_at).opt("last_access", m.last_access);
   in.opt("hits", m.hits).opt("build_seconds", m.build_seconds).opt("pinned", m.pinned);
+  in.opt("origin", m.origin).opt("signer", m.signer);
   return in.error() ? in.error()->message : std::string{};
 }
 
@@ -302,6 +306,10 @@ std::string encode(const StatusReply& m) {
   if (m.metrics) j["metrics"] = *m.metrics;
   put_gpus(j, m.gpus, m.gpu_note, m.build_slots);
   if (!m.builds_note.empty()) j["builds_unavailable"] = m.builds_note;
+  if (!m.fleet.empty()) {
+    auto f = json::parse(m.fleet, nullptr, false);
+    if (!f.is_discarded()) j["fleet"] = std::move(f);
+  }
   return dump(j);
 }
 template <>
@@ -313,6 +321,7 @@ Result<StatusReply> decode<StatusReply>(std::string_view text) {
   in.opt("capabilities", m.capabilities).opt("metrics", m.metrics).opt("draining", m.draining);
   in.opt("gpus", m.gpus).opt("gpu_note", m.gpu_note).opt("build_slots", m.build_slots);
   in.opt("builds_unavailable", m.builds_note);
+  if (auto f = parsed_->find("fleet"); f != parsed_->end() && f->is_object()) m.fleet = f->dump();
   KILN_DECODE_END(m);
 }
 

@@ -41,6 +41,10 @@ struct ArtifactInfo {
   std::uint64_t hits = 0;
   double build_seconds = 0;
   bool pinned = false;
+  // Where the daemon got it: "build", "put", "registry" (pulled from the fleet, its
+  // signature verified), "import"; "" = not recorded. signer: for "registry", the key.
+  std::string origin;
+  std::string signer;
 };
 
 class Artifact {

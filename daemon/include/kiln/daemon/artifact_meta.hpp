@@ -19,6 +19,7 @@ inline protocol::ArtifactMeta to_meta(const storage::ArtifactInfo& i) {
   m.hits = i.hits;
   m.build_seconds = i.build_seconds;
   m.pinned = i.pinned;
+  m.origin = i.origin;
   return m;
 }
 

@@ -19,6 +19,7 @@
 
 #include "kiln/daemon/build_service.hpp"
 #include "kiln/daemon/config.hpp"
+#include "kiln/daemon/fleet_service.hpp"
 #include "kiln/result.hpp"
 #include "kiln/storage/store.hpp"
 
@@ -34,10 +35,13 @@ class Server {
   // another kilnd answers on it) or, when `listen_fd` >= 0, adopts that listening socket.
   // Starts the metrics endpoint if configured. `store` and `builds` are not owned and must
   // outlive the Server; `builds` may be null (build operations answer `unsupported`).
+  // `fleet` (not owned, may be null): a GET miss that is not to be built looks in the
+  // fleet's registry before answering "not found"; STATUS and /metrics include it.
   // Errors: invalid_argument (config, unknown user/group in [access]), busy, io_error,
   // permission_denied (cannot create the socket or chown it).
   static Result<std::unique_ptr<Server>> create(const Config& config, storage::Store& store,
-                                                BuildService* builds = nullptr, int listen_fd = -1);
+                                                BuildService* builds = nullptr, int listen_fd = -1,
+                                                FleetService* fleet = nullptr);
   ~Server();
   Server(const Server&) = delete;
   Server& operator=(const Server&) = delete;

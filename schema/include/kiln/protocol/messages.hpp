@@ -42,6 +42,10 @@ struct ArtifactMeta {
   std::uint64_t hits = 0;
   double build_seconds = 0;
   bool pinned = false;
+  // Where the node got it: "build", "put", "registry" (pulled from the fleet, signature
+  // verified), "import"; "" = not recorded. signer: the trusted key that signed a pull.
+  std::string origin;
+  std::string signer;
 };
 
 struct SourceMeta {
@@ -189,6 +193,8 @@ struct StatusReply {
   std::string gpu_note;
   std::vector<BuildSlotEntry> build_slots;
   std::string builds_note;                 // why this node builds nothing; "" when it can build
+  // The fleet tier's state as JSON object text (schema/protocol.md, "fleet"); "" = no fleet.
+  std::string fleet;
 };
 
 // ---- admin ---------------------------------------------------------------------------

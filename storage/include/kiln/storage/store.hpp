@@ -73,6 +73,10 @@ struct StoreOptions {
   // gives the reserve up and retries; a put first restores it and is refused with
   // no_space until the disk has room for it again. 0 = no reserve.
   std::uint64_t reserve_bytes = 4u << 20;
+  // The fleet's durable outbox: when true, an artifact committed with origin "build" and
+  // a source put_source() registers get a push_queue row in the same transaction, so a
+  // push is never lost between the build and the queue (kilnd sets it for [fleet] push).
+  bool push_outbox = false;
 };
 
 struct ArtifactInfo {
@@ -86,11 +90,34 @@ struct ArtifactInfo {
   std::uint64_t hits = 0;
   double build_seconds = 0;
   bool pinned = false;
+  // Where it came from: "build", "put", "registry", "import"; "" = not recorded (older index).
+  std::string origin;
 };
 
 struct PutMeta {
   double build_seconds = 0;
   bool pin = false;
+  std::string origin = "put";   // see ArtifactInfo::origin
+};
+
+// A signature kept with an entry (schema/signature.md). subject: "artifact:<key digest
+// hex>" or "source:<model hash>".
+struct SignatureRecord {
+  std::string subject;
+  std::string manifest_digest;   // "sha256:<hex>"
+  std::string signer;            // key name
+  std::string signature;         // base64
+  std::string payload;           // the signed bytes
+  std::int64_t created_at = 0;
+};
+
+// One pending push to the fleet's registry.
+struct PushItem {
+  std::string subject;           // as SignatureRecord::subject
+  std::int64_t enqueued_at = 0;
+  std::uint32_t attempts = 0;    // failed attempts so far
+  std::int64_t next_attempt_at = 0;
+  std::string last_error;        // "" until an attempt fails
 };
 
 enum class DryRun { no, yes };
@@ -251,6 +278,19 @@ class Store {
   // Build outcomes and logs, newest kept per key.
   virtual Status record_build(const BuildRecord& record) = 0;
   virtual Result<std::optional<BuildRecord>> last_build(const Digest& key_digest) = 0;
+
+  // ---- the fleet tier's records (schema/sql/0004_fleet.sql) ----
+  // Signatures, one per subject (a new one replaces the old). read_only when read-only.
+  virtual Status put_signature(const SignatureRecord& record) = 0;
+  virtual Result<std::optional<SignatureRecord>> signature(const std::string& subject) = 0;
+  // The durable push queue. enqueue_push keeps an existing row (and its attempts) but
+  // makes it due now. pending_pushes lists rows due by `due_before` (unix seconds; 0 =
+  // all), soonest first. push_done removes the row; push_failed counts an attempt and
+  // sets when the next is due.
+  virtual Status enqueue_push(const std::string& subject) = 0;
+  virtual Result<std::vector<PushItem>> pending_pushes(std::int64_t due_before, std::size_t limit) = 0;
+  virtual Status push_done(const std::string& subject) = 0;
+  virtual Status push_failed(const std::string& subject, std::int64_t next_attempt_at, const std::string& error) = 0;
 
   virtual const StoreOptions& options() const = 0;
 

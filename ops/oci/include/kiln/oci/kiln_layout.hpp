@@ -1,6 +1,7 @@
 // kiln/oci/kiln_layout.hpp — kiln artifacts and sources as OCI manifests
-// (schema/oci-layout.md). Used by `kilnctl export` / `import`, and meant for the fleet
-// registry tier, which pushes the same manifests and blobs.
+// (schema/oci-layout.md) in an image layout. Used by `kilnctl export` / `import`. The
+// mapping itself (manifest bytes, reading rules) is kiln/oci/mapping.hpp, which the
+// fleet's registry client uses too.
 //
 // Thread safety: free functions; they use the writer/reader they are given, which must
 // not be used concurrently.
@@ -14,32 +15,9 @@
 
 #include "kiln/key.hpp"
 #include "kiln/oci/layout.hpp"
+#include "kiln/oci/mapping.hpp"
 
 namespace kiln::oci {
-
-inline constexpr std::string_view kArtifactType = "application/vnd.kiln.artifact.v1";
-inline constexpr std::string_view kSourceArtifactType = "application/vnd.kiln.source.v1";
-inline constexpr std::string_view kKeyConfigType = "application/vnd.kiln.key.v1+json";
-inline constexpr std::string_view kSourceConfigType = "application/vnd.kiln.source.v1+json";
-inline constexpr std::string_view kAotiLayerType = "application/vnd.kiln.aoti.v1";
-inline constexpr std::string_view kMegacacheLayerType = "application/vnd.kiln.megacache.v1";
-inline constexpr std::string_view kSourceLayerType = "application/vnd.kiln.torch-export.v1";
-inline constexpr std::string_view kLayoutFormatVersion = "1";
-
-std::string_view layer_media_type(ArtifactKind kind) noexcept;
-// The tag of a source manifest: "source-<model_hash>".
-std::string source_tag(std::string_view model_hash);
-
-struct ArtifactMeta {
-  std::int64_t created_at = 0;             // unix seconds; 0 = unknown (no created annotation)
-  std::optional<double> build_seconds;     // nullopt = unknown
-};
-
-struct SourceMeta {
-  std::string model_hash;                  // 64 hex
-  std::string name;                        // file name it was registered from; may be empty
-  std::int64_t created_at = 0;
-};
 
 // Adds an artifact: its key config, its layer (streamed from `bytes`, which must produce
 // exactly `size` bytes hashing to `blob_digest`), its manifest, and an index entry tagged

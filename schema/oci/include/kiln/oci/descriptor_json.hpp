@@ -1,11 +1,12 @@
-// Descriptor <-> JSON, shared by the layout writer, reader and the kiln mapping.
+// kiln/oci/descriptor_json.hpp — Descriptor <-> JSON, shared by the layout writer and
+// reader (kiln_oci), the kiln mapping and the registry client. Not installed.
 #pragma once
 
 #include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 
-#include "kiln/oci/layout.hpp"
+#include "kiln/oci/descriptor.hpp"
 
 namespace kiln::oci::detail {
 

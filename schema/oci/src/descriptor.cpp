@@ -1,6 +1,4 @@
-#include "descriptor_json.hpp"
-
-#include "kiln/oci/layout.hpp"
+#include "kiln/oci/descriptor_json.hpp"
 
 namespace kiln::oci {
 
@@ -27,21 +25,6 @@ Result<Digest> parse_digest_ref(std::string_view text) {
     return make_error(Errc::invalid_argument, "digest '" + std::string(text) + "' must be lowercase hex");
   }
   return *d;
-}
-
-Result<std::string> LayoutReader::read_small_blob(const Descriptor& descriptor, std::uint64_t max_bytes) const {
-  if (descriptor.size > max_bytes) {
-    return make_error(Errc::invalid_argument, "blob " + digest_ref(descriptor.digest) + " of " +
-                                                  std::to_string(descriptor.size) + " bytes is larger than the " +
-                                                  std::to_string(max_bytes) + " allowed for " + descriptor.media_type);
-  }
-  std::string out;
-  out.reserve(descriptor.size);
-  KILN_TRY(read_blob(descriptor, [&](std::span<const std::byte> data) -> Status {
-    out.append(reinterpret_cast<const char*>(data.data()), data.size());
-    return {};
-  }));
-  return out;
 }
 
 namespace detail {

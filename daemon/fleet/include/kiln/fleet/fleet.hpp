@@ -1,0 +1,132 @@
+// kiln/fleet/fleet.hpp — a node's membership in a fleet: pulls from the registry (signature
+// and every digest verified, single flight per key), a durable push queue drained in the
+// background with backoff, status and metrics. Implements the server's seam
+// kiln/daemon/fleet_service.hpp.
+//
+// Pull order of checks (schema/signature.md): the manifest under the key-digest tag; its
+// config parsed as a key whose digest must equal the tag and annotation; a signature
+// manifest under cosign's tag sha256-<manifest hex>.sig whose payload names this manifest
+// digest AND this subject, signed by a trusted key; the layer streamed into the store,
+// its size and SHA-256 checked on the way. Anything else is a refusal: logged, counted
+// by reason, never stored; the caller builds instead.
+//
+// Push of "artifact:<key digest>": the artifact's source first (if the registry lacks it),
+// then config and layer blobs, then the signature, then the manifest's tag, so a tag never
+// points at an unsigned manifest. A key the registry already holds is not pushed again.
+//
+// Threads: `pull_threads` pull workers, one pusher. Destroy the Fleet before the Store.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <future>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "kiln/daemon/fleet_service.hpp"
+#include "kiln/fleet/options.hpp"
+#include "kiln/fleet/registry_client.hpp"
+#include "kiln/fleet/signature.hpp"
+#include "kiln/storage/store.hpp"
+
+namespace kiln::fleet {
+
+// Why something from the registry was not used (metrics label, status, logs).
+struct PushParts;  // fleet_push.cpp
+
+enum class Refusal { unsigned_, unknown_signer, bad_signature, wrong_subject, corrupt, truncated, unreachable };
+std::string_view refusal_name(Refusal r) noexcept;
+
+class Fleet final : public daemon::FleetService {
+ public:
+  // Loads the signing key and trust list, builds the HTTP client (files checked now),
+  // starts the pull workers and the pusher. Does not contact the registry.
+  // invalid_argument for bad keys, URL or TLS files (messages never hold secrets).
+  static Result<std::unique_ptr<Fleet>> start(const FleetConfig& config, storage::Store& store);
+  ~Fleet() override;  // stops the threads; a push or pull in progress finishes first
+
+  // FleetService
+  void fetch(const Digest& key_digest, std::function<void(bool)> done) override;
+  std::string status_json() const override;
+  std::string metrics_text() const override;
+
+  // Blocking forms (call from a worker thread, not an event loop). true = now stored.
+  bool pull_artifact(const Digest& key_digest);
+  bool pull_source(const std::string& model_hash);
+  // Runs `job` on a pull worker.
+  void post(std::function<void()> job);
+  // Queues a push (durably) and wakes the pusher; also wakes it for rows the store queued.
+  Status queue_push(const std::string& subject);
+  void wake_pusher();
+
+  const FleetConfig& config() const { return config_; }
+  storage::Store& store() { return store_; }
+
+ private:
+  Fleet(FleetConfig config, storage::Store& store, std::shared_ptr<const HttpClient> http,
+        std::optional<SigningKey> key, TrustList trust);
+
+  struct Verified {
+    std::string signer;
+    storage::SignatureRecord record;
+  };
+  // The signature check; nullopt with `why` set on refusal.
+  std::optional<Verified> verify(const std::string& subject, const Digest& manifest_digest, Refusal& why,
+                                 std::string& detail) const;
+  bool do_pull_artifact(const Digest& key_digest);
+  bool do_pull_source(const std::string& model_hash);
+  void refuse(const std::string& what, Refusal why, const std::string& detail);
+  void note_unreachable(const Error& e);
+  void note_reachable();
+
+  Status push_subject(const std::string& subject);
+  Status push_artifact(const Digest& key_digest);
+  Status push_source(const std::string& model_hash);
+  // Pushes a manifest's blobs, its signature, then its tag.
+  Status push_parts(const std::string& subject, const PushParts& parts);
+  void pusher_loop();
+  void worker_loop();
+
+  FleetConfig config_;
+  storage::Store& store_;
+  RegistryClient registry_;
+  std::optional<SigningKey> key_;
+  TrustList trust_;
+
+  // Single flight: one pull per subject; later callers wait on its future.
+  std::mutex flights_mu_;
+  std::unordered_map<std::string, std::shared_future<bool>> flights_;  // guarded by flights_mu_
+
+  std::mutex work_mu_;
+  std::condition_variable work_cv_;
+  std::deque<std::function<void()>> work_;  // guarded by work_mu_
+  bool stopping_ = false;                   // guarded by work_mu_ and push_mu_
+  std::vector<std::thread> workers_;
+
+  std::mutex push_mu_;
+  std::condition_variable push_cv_;
+  bool push_wake_ = false;  // guarded by push_mu_
+  std::thread pusher_;
+
+  // Counters for metrics and status.
+  std::atomic<std::uint64_t> hits_{0}, misses_{0}, pulls_{0}, pushes_{0}, push_failures_{0};
+  std::atomic<std::uint64_t> bytes_pulled_{0}, bytes_pushed_{0}, sources_pulled_{0}, sources_pushed_{0};
+  std::atomic<bool> reachable_{true};
+  mutable std::mutex status_mu_;
+  // Guarded by status_mu_.
+  std::map<std::string, std::uint64_t> refusals_;
+  std::deque<std::string> recent_;      // newest last: "time pull|refuse|push ..."
+  std::string last_error_;
+  std::int64_t last_contact_ = 0;
+  void remember(std::string line);
+};
+
+}  // namespace kiln::fleet

@@ -1,0 +1,89 @@
+// kiln/fleet/http_client.hpp — a small HTTP/1.1 client for one registry: TCP or TLS
+// (Boost.Beast, OpenSSL), a CA file, an mTLS client certificate, credentials sent in a
+// header and never written to a log or an error, a timeout on every step.
+//
+// Each send() opens its own connection and closes it after the response (registries
+// answer a few requests per artifact; the bytes dominate). Redirects of GET and HEAD are
+// followed (object-store backends send blob reads elsewhere), without credentials when
+// they lead to another host.
+//
+// Thread safety: an HttpClient is immutable after create(); send() may be called from
+// many threads at once. Callbacks run on the calling thread.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "kiln/result.hpp"
+
+namespace kiln::fleet {
+
+struct HttpOptions {
+  std::string base_url;                        // "https://host:port" or "http://host:port"
+  std::filesystem::path ca_file;               // empty = the system's trust store
+  std::filesystem::path client_cert_file;      // mTLS: PEM certificate chain; empty = none
+  std::filesystem::path client_key_file;       // its PEM private key
+  std::string authorization;                   // the Authorization header's value; "" = none
+  // Connecting (resolve, TCP, TLS handshake) must finish within connect_timeout; after
+  // that every read or write must make progress within io_timeout.
+  std::chrono::milliseconds connect_timeout{10'000};
+  std::chrono::milliseconds io_timeout{30'000};
+};
+
+struct HttpRequest {
+  std::string method;                          // "GET", "HEAD", "PUT", "POST", "DELETE"
+  std::string target;                          // "/v2/..." with its query; or an absolute URL
+  std::vector<std::pair<std::string, std::string>> headers;
+  std::string body;                            // a small body, sent as is
+  // A large body instead: `body_size` bytes produced by `body_source`, which fills the
+  // buffer it is given and returns how many bytes it wrote (0 only at the end).
+  std::function<Result<std::size_t>(std::span<std::byte>)> body_source;
+  std::uint64_t body_size = 0;
+};
+
+struct HttpResponse {
+  unsigned status = 0;
+  std::map<std::string, std::string> headers;  // names lowercased
+  std::string body;                            // collected when no sink took it
+  std::string header(const std::string& lower_name) const;
+};
+
+// Receives a 2xx response's body in order; an error stops the transfer.
+using BodySink = std::function<Status(std::span<const std::byte>)>;
+
+class HttpClient {
+ public:
+  // invalid_argument: malformed URL, user:password in the URL (use a credentials file),
+  // unreadable CA or client certificate files (named; their content never printed).
+  static Result<std::shared_ptr<const HttpClient>> create(const HttpOptions& options);
+  virtual ~HttpClient() = default;
+
+  // Sends one request. A 2xx body goes to `sink` when one is given, else into
+  // HttpResponse::body (at most `max_body` bytes: a larger one is io_error). Non-2xx
+  // bodies are kept (truncated to 4 KiB) for the caller's message. A body shorter than
+  // its Content-Length is io_error. Errors: unavailable (resolve or connect failed, TLS
+  // handshake refused), timeout, io_error (connection broke mid-way); the message names
+  // the host and the request's path, never a credential.
+  virtual Result<HttpResponse> send(const HttpRequest& request, const BodySink* sink = nullptr,
+                                    std::uint64_t max_body = 16u << 20) const = 0;
+  virtual const HttpOptions& options() const = 0;
+};
+
+// "Basic base64(user:password)" from a file holding "user:password" (one line).
+// invalid_argument naming the file (not its content) when it is unreadable or malformed.
+Result<std::string> basic_authorization_from_file(const std::filesystem::path& file);
+// "Bearer <token>" from a file holding the token.
+Result<std::string> bearer_authorization_from_file(const std::filesystem::path& file);
+std::string base64_encode(std::span<const std::byte> data);
+std::optional<std::vector<std::byte>> base64_decode(std::string_view text);
+
+}  // namespace kiln::fleet

@@ -1,0 +1,44 @@
+// kiln/fleet/options.hpp — [fleet] in kilnd.toml: the registry the node shares artifacts
+// through, its credentials, and whom the node trusts. Without [fleet] (registry unset) the
+// node shares nothing and behaves as a lone kilnd. ops/kilnd.toml documents every option.
+#pragma once
+
+#include <chrono>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "kiln/result.hpp"
+
+namespace kiln::fleet {
+
+struct FleetConfig {
+  std::string registry;                     // "https://host:port"; "" = no fleet
+  std::string repository = "kiln";
+  std::filesystem::path basic_auth_file;    // "user:password"; "" = none
+  std::filesystem::path token_file;         // a bearer token; "" = none
+  std::filesystem::path ca_file;            // "" = the system's trust store
+  std::filesystem::path client_cert_file;   // mTLS; "" = none
+  std::filesystem::path client_key_file;
+  bool pull = true;                         // a miss looks in the registry before building
+  bool push = true;                         // what this node builds is signed and pushed
+  std::filesystem::path signing_key_file;   // PEM ed25519; required when push = true
+  std::string signing_key_name;             // "" = the key file's stem
+  std::vector<std::string> trusted_keys;    // "name:base64"; the node's own key is trusted too
+  bool require_signatures = true;           // refuse anything from the registry not signed by a trusted key
+  std::chrono::milliseconds connect_timeout{10'000};
+  std::chrono::milliseconds io_timeout{30'000};
+  std::chrono::seconds push_retry_min{1};   // backoff after a failed push, doubling...
+  std::chrono::seconds push_retry_max{300}; // ...up to this
+  unsigned pull_threads = 4;                // pulls at once
+
+  bool enabled() const { return !registry.empty(); }
+};
+
+// Reads [fleet] from a kilnd.toml (text or file) over `config`; on error `config` is
+// unchanged. invalid_argument names the file and the option (never a credential);
+// io_error when the file is unreadable.
+Status apply_fleet_toml(FleetConfig& config, std::string_view toml_text, std::string_view origin);
+Status apply_fleet_toml_file(FleetConfig& config, const std::filesystem::path& file);
+
+}  // namespace kiln::fleet

@@ -1,0 +1,449 @@
+// A node's membership in a fleet: start, pulls. Pushes are in fleet_push.cpp, status and
+// metrics in fleet_status.cpp. See kiln/fleet/fleet.hpp.
+#include "kiln/fleet/fleet.hpp"
+
+#include <ctime>
+
+#include <spdlog/spdlog.h>
+
+#include "kiln/oci/mapping.hpp"
+
+namespace kiln::fleet {
+
+std::string_view refusal_name(Refusal r) noexcept {
+  switch (r) {
+    case Refusal::unsigned_: return "unsigned";
+    case Refusal::unknown_signer: return "unknown_signer";
+    case Refusal::bad_signature: return "bad_signature";
+    case Refusal::wrong_subject: return "wrong_subject";
+    case Refusal::corrupt: return "corrupt";
+    case Refusal::truncated: return "truncated";
+    case Refusal::unreachable: return "unreachable";
+  }
+  return "unknown";
+}
+
+namespace {
+
+std::int64_t unix_now() { return static_cast<std::int64_t>(std::time(nullptr)); }
+
+std::string artifact_subject(const Digest& d) { return "artifact:" + d.hex(); }
+
+}  // namespace
+
+Result<std::unique_ptr<Fleet>> Fleet::start(const FleetConfig& config, storage::Store& store) {
+  if (!config.enabled()) return make_error(Errc::invalid_argument, "fleet: no registry configured");
+  if (!valid_repository(config.repository)) {
+    return make_error(Errc::invalid_argument, "fleet.repository '" + config.repository + "' is not a valid repository name");
+  }
+  HttpOptions ho;
+  ho.base_url = config.registry;
+  ho.ca_file = config.ca_file;
+  ho.client_cert_file = config.client_cert_file;
+  ho.client_key_file = config.client_key_file;
+  ho.connect_timeout = config.connect_timeout;
+  ho.io_timeout = config.io_timeout;
+  if (!config.basic_auth_file.empty()) {
+    auto a = basic_authorization_from_file(config.basic_auth_file);
+    if (!a) return make_error(a.error().code, "fleet: " + a.error().message);
+    ho.authorization = std::move(*a);
+  } else if (!config.token_file.empty()) {
+    auto a = bearer_authorization_from_file(config.token_file);
+    if (!a) return make_error(a.error().code, "fleet: " + a.error().message);
+    ho.authorization = std::move(*a);
+  }
+  auto http = HttpClient::create(ho);
+  if (!http) return make_error(http.error().code, "fleet: " + http.error().message);
+  std::optional<SigningKey> key;
+  if (!config.signing_key_file.empty()) {
+    std::string name = config.signing_key_name.empty() ? config.signing_key_file.stem().string() : config.signing_key_name;
+    auto k = SigningKey::load(config.signing_key_file, name);
+    if (!k) return make_error(k.error().code, "fleet: " + k.error().message);
+    key = std::move(*k);
+  }
+  std::vector<std::string> entries = config.trusted_keys;
+  auto trust = TrustList::parse(entries);
+  if (!trust) return make_error(trust.error().code, "fleet.trusted_keys: " + trust.error().message);
+  // The node trusts its own key: what it signed it built.
+  if (key && !trust->find(key->name())) {
+    entries.push_back(key->public_key().to_string());
+    trust = TrustList::parse(entries);
+    if (!trust) return make_error(trust.error().code, "fleet.trusted_keys: " + trust.error().message);
+  } else if (key && trust->find(key->name())->raw != key->public_key().raw) {
+    return make_error(Errc::invalid_argument, "fleet.trusted_keys: '" + key->name() +
+                                                  "' is listed with another public key than the signing key's");
+  }
+  std::unique_ptr<Fleet> f(new Fleet(config, store, std::move(*http), std::move(key), std::move(*trust)));
+  for (unsigned i = 0; i < config.pull_threads; ++i) f->workers_.emplace_back([p = f.get()] { p->worker_loop(); });
+  if (config.push) f->pusher_ = std::thread([p = f.get()] { p->pusher_loop(); });
+  spdlog::info("fleet: registry {} repository {} (pull {}, push {}{}; {} trusted key(s){})", config.registry,
+               config.repository, config.pull ? "on" : "off", config.push ? "on" : "off",
+               f->key_ ? ", signing as " + f->key_->name() : "", f->trust_.keys().size(),
+               config.require_signatures ? "" : "; UNSIGNED ARTIFACTS ACCEPTED");
+  return f;
+}
+
+Fleet::Fleet(FleetConfig config, storage::Store& store, std::shared_ptr<const HttpClient> http,
+             std::optional<SigningKey> key, TrustList trust)
+    : config_(std::move(config)),
+      store_(store),
+      registry_(std::move(http), config_.repository),
+      key_(std::move(key)),
+      trust_(std::move(trust)) {}
+
+Fleet::~Fleet() {
+  {
+    std::lock_guard l1(work_mu_);
+    std::lock_guard l2(push_mu_);
+    stopping_ = true;
+  }
+  work_cv_.notify_all();
+  push_cv_.notify_all();
+  for (auto& t : workers_) t.join();
+  if (pusher_.joinable()) pusher_.join();
+}
+
+void Fleet::worker_loop() {
+  for (;;) {
+    std::function<void()> job;
+    {
+      std::unique_lock lock(work_mu_);
+      work_cv_.wait(lock, [&] { return stopping_ || !work_.empty(); });
+      if (work_.empty()) return;  // stopping, nothing left
+      job = std::move(work_.front());
+      work_.pop_front();
+    }
+    job();
+  }
+}
+
+void Fleet::post(std::function<void()> job) {
+  {
+    std::lock_guard lock(work_mu_);
+    if (!stopping_) {
+      work_.push_back(std::move(job));
+      job = nullptr;
+    }
+  }
+  if (job) job();  // shutting down: run it here rather than drop a callback
+  else work_cv_.notify_one();
+}
+
+void Fleet::fetch(const Digest& key_digest, std::function<void(bool)> done) {
+  if (!config_.pull) {
+    done(false);
+    return;
+  }
+  post([this, key_digest, done = std::move(done)] { done(pull_artifact(key_digest)); });
+}
+
+void Fleet::remember(std::string line) {
+  char buf[32];
+  std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ ", &tm);
+  std::lock_guard lock(status_mu_);
+  recent_.push_back(buf + line);
+  while (recent_.size() > 20) recent_.pop_front();
+}
+
+void Fleet::refuse(const std::string& what, Refusal why, const std::string& detail) {
+  {
+    std::lock_guard lock(status_mu_);
+    refusals_[std::string(refusal_name(why))] += 1;
+  }
+  spdlog::warn("fleet: refused {} from the registry ({}): {}; it is not served, a local build replaces it", what,
+               refusal_name(why), detail);
+  remember("refused " + what + " (" + std::string(refusal_name(why)) + ")");
+}
+
+void Fleet::note_unreachable(const Error& e) {
+  reachable_ = false;
+  std::lock_guard lock(status_mu_);
+  last_error_ = e.to_string();
+}
+
+void Fleet::note_reachable() {
+  reachable_ = true;
+  std::lock_guard lock(status_mu_);
+  last_contact_ = unix_now();
+}
+
+namespace {
+
+bool is_network(const Error& e) {
+  return e.code == Errc::unavailable || e.code == Errc::timeout || e.code == Errc::permission_denied ||
+         e.code == Errc::busy;
+}
+
+}  // namespace
+
+std::optional<Fleet::Verified> Fleet::verify(const std::string& subject, const Digest& manifest_digest, Refusal& why,
+                                             std::string& detail) const {
+  const std::string sig_tag = "sha256-" + manifest_digest.hex() + ".sig";
+  auto sig = registry_.get_manifest(sig_tag);
+  if (!sig) {
+    why = is_network(sig.error()) ? Refusal::unreachable : Refusal::corrupt;
+    detail = sig.error().message;
+    return std::nullopt;
+  }
+  if (!*sig) {
+    why = Refusal::unsigned_;
+    detail = "no signature under " + sig_tag;
+    return std::nullopt;
+  }
+  auto m = oci::parse_manifest((*sig)->bytes, "signature manifest " + sig_tag);
+  if (!m) {
+    why = Refusal::corrupt;
+    detail = m.error().message;
+    return std::nullopt;
+  }
+  why = Refusal::unsigned_;
+  detail = "no signature layer in " + sig_tag;
+  // Any one layer signed by a trusted key for exactly this manifest and subject will do
+  // (several builders may sign the same manifest).
+  for (const auto& layer : m->layers) {
+    if (layer.media_type != kSimpleSigningType) continue;
+    auto sig_text = layer.annotations.find(std::string(kSignatureAnnotation));
+    if (sig_text == layer.annotations.end()) continue;
+    auto payload = registry_.get_small_blob(layer, 64 << 10);
+    if (!payload) {
+      why = is_network(payload.error()) ? Refusal::unreachable : Refusal::corrupt;
+      detail = payload.error().message;
+      continue;
+    }
+    auto fields = parse_payload(*payload);
+    if (!fields) {
+      why = Refusal::corrupt;
+      detail = fields.error().message;
+      continue;
+    }
+    const PublicKey* k = trust_.find(fields->signer);
+    if (!k) {
+      why = Refusal::unknown_signer;
+      detail = "signed by '" + fields->signer.substr(0, 64) + "', which is not in fleet.trusted_keys";
+      continue;
+    }
+    auto raw = base64_decode(sig_text->second);
+    if (!raw || !verify_signature(*k, *payload, *raw)) {
+      why = Refusal::bad_signature;
+      detail = "the signature by '" + k->name + "' does not verify";
+      continue;
+    }
+    if (fields->manifest_digest != manifest_digest || fields->subject != subject) {
+      why = Refusal::wrong_subject;
+      detail = "the signature by '" + k->name + "' is for " + fields->subject + " / " +
+               oci::digest_ref(fields->manifest_digest) + ", not " + subject;
+      continue;
+    }
+    Verified v;
+    v.signer = k->name;
+    v.record = {subject, oci::digest_ref(manifest_digest), k->name, sig_text->second, *payload, unix_now()};
+    return v;
+  }
+  return std::nullopt;
+}
+
+bool Fleet::pull_artifact(const Digest& key_digest) {
+  const std::string subject = artifact_subject(key_digest);
+  std::promise<bool> promise;
+  std::shared_future<bool> fut;
+  bool leader = false;
+  {
+    std::lock_guard lock(flights_mu_);
+    auto it = flights_.find(subject);
+    if (it != flights_.end()) {
+      fut = it->second;
+    } else {
+      fut = promise.get_future().share();
+      flights_.emplace(subject, fut);
+      leader = true;
+    }
+  }
+  if (!leader) return fut.get();
+  bool got = false;
+  try {
+    got = do_pull_artifact(key_digest);
+  } catch (const std::exception& e) {
+    spdlog::error("fleet: pull of {} failed: {}", key_digest.hex(), e.what());
+  }
+  promise.set_value(got);
+  std::lock_guard lock(flights_mu_);
+  flights_.erase(subject);
+  return got;
+}
+
+bool Fleet::do_pull_artifact(const Digest& key_digest) {
+  const std::string tag = key_digest.hex();
+  const std::string what = "artifact " + tag.substr(0, 16);
+  if (auto have = store_.stat(key_digest); have && *have) return true;  // stored meanwhile
+  auto manifest = registry_.get_manifest(tag);
+  if (!manifest) {
+    if (is_network(manifest.error())) {
+      note_unreachable(manifest.error());
+      spdlog::warn("fleet: cannot look up {} in the registry: {}", what, manifest.error().message);
+    } else {
+      refuse(what, Refusal::corrupt, manifest.error().message);
+    }
+    return false;
+  }
+  note_reachable();
+  if (!*manifest) {
+    misses_++;
+    return false;
+  }
+  const Digest manifest_digest = (*manifest)->digest;
+  auto m = oci::parse_manifest((*manifest)->bytes, "manifest " + tag);
+  if (!m) {
+    refuse(what, Refusal::corrupt, m.error().message);
+    return false;
+  }
+  if (m->config.media_type != oci::kKeyConfigType) {
+    refuse(what, Refusal::corrupt, "its config is " + m->config.media_type + ", not a kiln key");
+    return false;
+  }
+  auto config = registry_.get_small_blob(m->config, 1 << 20);
+  if (!config) {
+    refuse(what, is_network(config.error()) ? Refusal::unreachable : Refusal::corrupt, config.error().message);
+    return false;
+  }
+  auto checked = oci::check_artifact(*m, *config, tag, "manifest " + tag);
+  if (!checked) {
+    refuse(what, Refusal::corrupt, checked.error().message);
+    return false;
+  }
+  std::optional<Verified> verified;
+  Refusal why = Refusal::unsigned_;
+  std::string detail;
+  verified = verify(artifact_subject(key_digest), manifest_digest, why, detail);
+  if (!verified && config_.require_signatures) {
+    refuse(what, why, detail);
+    return false;
+  }
+  auto stream = store_.begin_put();
+  if (!stream) {
+    spdlog::warn("fleet: cannot store {}: {}", what, stream.error().to_string());
+    return false;
+  }
+  auto got = registry_.get_blob(checked->layer, [&](std::span<const std::byte> data) { return (*stream)->write(data); });
+  if (!got) {
+    // The stream is dropped uncommitted: nothing of it is stored.
+    Refusal r = got.error().code == Errc::corrupt ? Refusal::corrupt
+                : is_network(got.error())          ? Refusal::unreachable
+                                                   : Refusal::truncated;
+    refuse(what, r, got.error().message);
+    return false;
+  }
+  storage::PutMeta meta;
+  meta.build_seconds = checked->meta.build_seconds.value_or(0);
+  meta.origin = "registry";
+  auto info = store_.commit(std::move(*stream), checked->key, meta);
+  if (!info) {
+    spdlog::warn("fleet: cannot store {}: {}", what, info.error().to_string());
+    return false;
+  }
+  if (info->blob_digest != checked->layer.digest || info->key_digest != key_digest) {
+    // Cannot happen unless the store and the registry disagree on SHA-256; never serve it.
+    (void)store_.remove(key_digest);
+    refuse(what, Refusal::corrupt, "stored bytes differ from the verified layer");
+    return false;
+  }
+  if (verified) {
+    if (auto st = store_.put_signature(verified->record); !st) {
+      spdlog::warn("fleet: cannot record the signature of {}: {}", what, st.error().to_string());
+    }
+  }
+  hits_++;
+  pulls_++;
+  bytes_pulled_ += info->size;
+  spdlog::info("fleet: pulled {} ({} bytes, signed by {})", what, info->size, verified ? verified->signer : "nobody");
+  remember("pulled " + what + " (" + std::to_string(info->size) + " B, signer " + (verified ? verified->signer : "-") + ")");
+  return true;
+}
+
+bool Fleet::pull_source(const std::string& model_hash) {
+  if (!config_.pull || !oci::is_hex64(model_hash)) return false;
+  const std::string subject = "source:" + model_hash;
+  std::promise<bool> promise;
+  std::shared_future<bool> fut;
+  bool leader = false;
+  {
+    std::lock_guard lock(flights_mu_);
+    auto it = flights_.find(subject);
+    if (it != flights_.end()) {
+      fut = it->second;
+    } else {
+      fut = promise.get_future().share();
+      flights_.emplace(subject, fut);
+      leader = true;
+    }
+  }
+  if (!leader) return fut.get();
+  bool got = false;
+  try {
+    got = do_pull_source(model_hash);
+  } catch (const std::exception& e) {
+    spdlog::error("fleet: pull of source {} failed: {}", model_hash, e.what());
+  }
+  promise.set_value(got);
+  std::lock_guard lock(flights_mu_);
+  flights_.erase(subject);
+  return got;
+}
+
+bool Fleet::do_pull_source(const std::string& model_hash) {
+  const std::string tag = oci::source_tag(model_hash);
+  const std::string what = "source " + model_hash.substr(0, 16);
+  if (auto have = store_.stat_source(model_hash); have && *have) return true;
+  auto manifest = registry_.get_manifest(tag);
+  if (!manifest) {
+    if (is_network(manifest.error())) note_unreachable(manifest.error());
+    else refuse(what, Refusal::corrupt, manifest.error().message);
+    return false;
+  }
+  note_reachable();
+  if (!*manifest) return false;
+  auto m = oci::parse_manifest((*manifest)->bytes, "manifest " + tag);
+  if (!m || m->config.media_type != oci::kSourceConfigType) {
+    refuse(what, Refusal::corrupt, m ? "its config is not a kiln source" : m.error().message);
+    return false;
+  }
+  auto config = registry_.get_small_blob(m->config, 1 << 20);
+  if (!config) {
+    refuse(what, is_network(config.error()) ? Refusal::unreachable : Refusal::corrupt, config.error().message);
+    return false;
+  }
+  auto checked = oci::check_source(*m, *config, tag, "manifest " + tag);
+  if (!checked) {
+    refuse(what, Refusal::corrupt, checked.error().message);
+    return false;
+  }
+  Refusal why = Refusal::unsigned_;
+  std::string detail;
+  auto verified = verify("source:" + model_hash, (*manifest)->digest, why, detail);
+  if (!verified && config_.require_signatures) {
+    refuse(what, why, detail);
+    return false;
+  }
+  auto stream = store_.begin_put();
+  if (!stream) return false;
+  auto got = registry_.get_blob(checked->layer, [&](std::span<const std::byte> data) { return (*stream)->write(data); });
+  if (!got) {
+    refuse(what, got.error().code == Errc::corrupt ? Refusal::corrupt : Refusal::truncated, got.error().message);
+    return false;
+  }
+  auto info = store_.put_source(model_hash, std::move(*stream), checked->meta.name);
+  if (!info) {
+    spdlog::warn("fleet: cannot store {}: {}", what, info.error().to_string());
+    return false;
+  }
+  if (verified) (void)store_.put_signature(verified->record);
+  sources_pulled_++;
+  bytes_pulled_ += info->size;
+  spdlog::info("fleet: pulled {} ({} bytes)", what, info->size);
+  remember("pulled " + what);
+  return true;
+}
+
+}  // namespace kiln::fleet

@@ -1,0 +1,130 @@
+// The fleet in front of the node's builds. See kiln/fleet/fleet_build_service.hpp.
+#include "kiln/fleet/fleet_build_service.hpp"
+
+#include <mutex>
+
+namespace kiln::fleet {
+
+namespace {
+
+// One ensure() through the fleet: first a registry lookup, then (maybe) the inner build.
+class FleetWait final : public daemon::BuildWait {
+ public:
+  explicit FleetWait(std::function<void(Status)> done) : done_(std::move(done)) {}
+
+  void withdraw() override {
+    std::shared_ptr<daemon::BuildWait> inner;
+    std::function<void(Status)> done;
+    {
+      std::lock_guard lock(mu_);
+      withdrawn_ = true;
+      inner = inner_;
+      if (!inner) done = std::move(done_);  // still in the registry phase: answer now
+    }
+    if (inner) inner->withdraw();
+    else if (done) done(make_error(Errc::cancelled, "withdrawn"));
+  }
+  // The registry phase ended with the artifact stored.
+  void finish(Status st) {
+    std::function<void(Status)> done;
+    {
+      std::lock_guard lock(mu_);
+      done = std::move(done_);
+    }
+    if (done) done(std::move(st));
+  }
+  // Hands over to the inner build; false when withdrawn meanwhile (nothing to start).
+  bool withdrawn() {
+    std::lock_guard lock(mu_);
+    return withdrawn_;
+  }
+  void set_inner(std::shared_ptr<daemon::BuildWait> inner) {
+    bool w;
+    {
+      std::lock_guard lock(mu_);
+      inner_ = inner;
+      w = withdrawn_;
+    }
+    if (w) inner->withdraw();
+  }
+  // The inner service's callback.
+  std::function<void(Status)> take_done() {
+    std::lock_guard lock(mu_);
+    return std::move(done_);
+  }
+
+ private:
+  std::mutex mu_;
+  std::function<void(Status)> done_;                 // guarded by mu_; empty once called
+  std::shared_ptr<daemon::BuildWait> inner_;         // guarded by mu_
+  bool withdrawn_ = false;                           // guarded by mu_
+};
+
+class FleetBuildService final : public daemon::BuildService {
+ public:
+  FleetBuildService(daemon::BuildService& inner, Fleet& fleet, BuildCoordinator* coordinator)
+      : inner_(inner), fleet_(fleet), coordinator_(coordinator) {}
+
+  std::shared_ptr<daemon::BuildWait> ensure(const Key& key, const Digest& key_digest, const daemon::EnsureOptions& options,
+                                            std::function<void(Status)> done) override {
+    auto stored = fleet_.store().stat(key_digest);
+    if (options.force || (stored && *stored)) return inner_.ensure(key, key_digest, options, std::move(done));
+    auto wait = std::make_shared<FleetWait>(std::move(done));
+    fleet_.post([this, wait, key, key_digest, options] {
+      if (wait->withdrawn()) return;
+      if (fleet_.config().pull && fleet_.pull_artifact(key_digest)) {
+        wait->finish({});
+        return;
+      }
+      // A node that lacks the key's source takes it from the registry.
+      if (auto src = fleet_.store().stat_source(key.model_hash); src && !*src) (void)fleet_.pull_source(key.model_hash);
+      if (coordinator_) {
+        coordinator_->before_build(key, key_digest, [this, wait, key, key_digest, options](bool build_here) {
+          if (!build_here && fleet_.pull_artifact(key_digest)) {
+            wait->finish({});
+            return;
+          }
+          build(wait, key, key_digest, options);
+        });
+        return;
+      }
+      build(wait, key, key_digest, options);
+    });
+    return wait;
+  }
+
+  Result<protocol::PrewarmReply> submit(const std::vector<Key>& keys, bool force, EventSink on_event) override {
+    return inner_.submit(keys, force, std::move(on_event));
+  }
+  Result<protocol::BuildStatusReply> status(const protocol::BuildStatusRequest& request) override {
+    return inner_.status(request);
+  }
+  protocol::GpuReport gpu_report() const override { return inner_.gpu_report(); }
+
+ private:
+  void build(const std::shared_ptr<FleetWait>& wait, const Key& key, const Digest& key_digest,
+             const daemon::EnsureOptions& options) {
+    if (wait->withdrawn()) return;
+    auto done = wait->take_done();
+    if (!done) return;
+    Fleet* fleet = &fleet_;
+    auto inner = inner_.ensure(key, key_digest, options, [fleet, done = std::move(done)](Status st) {
+      if (st) fleet->wake_pusher();  // the store queued the push with the artifact
+      done(std::move(st));
+    });
+    wait->set_inner(std::move(inner));
+  }
+
+  daemon::BuildService& inner_;
+  Fleet& fleet_;
+  BuildCoordinator* coordinator_;
+};
+
+}  // namespace
+
+std::unique_ptr<daemon::BuildService> make_fleet_build_service(daemon::BuildService& inner, Fleet& fleet,
+                                                               BuildCoordinator* coordinator) {
+  return std::make_unique<FleetBuildService>(inner, fleet, coordinator);
+}
+
+}  // namespace kiln::fleet

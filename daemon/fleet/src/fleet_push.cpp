@@ -1,0 +1,226 @@
+// The fleet's pushes: the durable queue's drain, with backoff. See kiln/fleet/fleet.hpp.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <ctime>
+
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
+#include "kiln/fleet/fleet.hpp"
+#include "kiln/fleet/publish.hpp"
+#include "kiln/oci/mapping.hpp"
+
+namespace kiln::fleet {
+
+// What push_parts sends: a manifest and where its layer's bytes are (a spooled file).
+struct PushParts {
+  oci::ManifestParts manifest;
+  int layer_fd = -1;
+};
+
+namespace {
+
+std::int64_t unix_now() { return static_cast<std::int64_t>(std::time(nullptr)); }
+
+class TempFd {
+ public:
+  explicit TempFd(const std::filesystem::path& dir) {
+    std::string tmpl = (dir / "fleet-push-XXXXXX").string();
+    fd_ = ::mkstemp(tmpl.data());
+    if (fd_ >= 0) ::unlink(tmpl.c_str());  // anonymous: nothing is left behind by a crash
+  }
+  ~TempFd() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  int get() const { return fd_; }
+
+ private:
+  int fd_ = -1;
+};
+
+Status write_all(int fd, std::span<const std::byte> data) {
+  while (!data.empty()) {
+    ssize_t n = ::write(fd, data.data(), data.size());
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return error_from_errno(errno, "write the push spool file");
+    }
+    data = data.subspan(static_cast<std::size_t>(n));
+  }
+  return {};
+}
+
+}  // namespace
+
+Status Fleet::queue_push(const std::string& subject) {
+  KILN_TRY(store_.enqueue_push(subject));
+  wake_pusher();
+  return {};
+}
+
+void Fleet::wake_pusher() {
+  {
+    std::lock_guard lock(push_mu_);
+    push_wake_ = true;
+  }
+  push_cv_.notify_all();
+}
+
+void Fleet::pusher_loop() {
+  std::chrono::seconds pause{0};  // after a failure to reach the registry
+  for (;;) {
+    {
+      std::unique_lock lock(push_mu_);
+      // Wake for new work, for the soonest row coming due, or every 5 s for rows the
+      // store queued (builds) without telling us.
+      auto wait = pause.count() > 0 ? std::chrono::seconds(pause) : std::chrono::seconds(5);
+      if (pause.count() == 0) {
+        lock.unlock();
+        auto due = store_.pending_pushes(unix_now(), 1);
+        lock.lock();
+        if (due && !due->empty()) wait = std::chrono::seconds(0);
+      }
+      push_cv_.wait_for(lock, wait, [&] { return stopping_ || (push_wake_ && pause.count() == 0); });
+      if (stopping_) return;
+      push_wake_ = false;
+    }
+    pause = std::chrono::seconds(0);
+    auto due = store_.pending_pushes(unix_now(), 16);
+    if (!due) {
+      spdlog::warn("fleet: cannot read the push queue: {}", due.error().to_string());
+      pause = config_.push_retry_min;
+      continue;
+    }
+    for (const auto& item : *due) {
+      {
+        std::lock_guard lock(push_mu_);
+        if (stopping_) return;
+      }
+      Status st = push_subject(item.subject);
+      if (st) {
+        if (auto d = store_.push_done(item.subject); !d) {
+          spdlog::warn("fleet: pushed {} but cannot dequeue it: {}", item.subject, d.error().to_string());
+        }
+        continue;
+      }
+      push_failures_++;
+      // Backoff doubles per failed attempt, from push_retry_min to push_retry_max.
+      const unsigned shift = std::min<unsigned>(item.attempts, 20);
+      const auto backoff = std::min<std::int64_t>(config_.push_retry_max.count(), config_.push_retry_min.count() << shift);
+      (void)store_.push_failed(item.subject, unix_now() + backoff, st.error().message);
+      spdlog::warn("fleet: push of {} failed (attempt {}; next in {} s): {}", item.subject, item.attempts + 1, backoff,
+                   st.error().to_string());
+      if (st.error().code == Errc::unavailable || st.error().code == Errc::timeout) {
+        note_unreachable(st.error());
+        pause = std::chrono::seconds(backoff);  // the registry is down: do not churn through the rest
+        break;
+      }
+    }
+  }
+}
+
+Status Fleet::push_subject(const std::string& subject) {
+  if (subject.starts_with("artifact:")) {
+    auto d = Digest::from_hex(subject.substr(9));
+    if (!d) return {};  // malformed row: drop it
+    return push_artifact(*d);
+  }
+  if (subject.starts_with("source:")) return push_source(subject.substr(7));
+  spdlog::warn("fleet: dropping push queue row '{}' (unknown subject)", subject);
+  return {};
+}
+
+Status Fleet::push_parts(const std::string& subject, const PushParts& p) {
+  if (!key_) return make_error(Errc::invalid_argument, "no signing key: set fleet.signing_key_file");
+  const auto& m = p.manifest;
+  KILN_TRY(registry_.push_blob(m.config.digest, m.config_bytes));
+  std::uint64_t off = 0;
+  const int fd = p.layer_fd;
+  KILN_TRY(registry_.push_blob(m.layer.digest, m.layer.size, [&](std::span<std::byte> buf) -> Result<std::size_t> {
+    for (;;) {
+      ssize_t n = ::pread(fd, buf.data(), buf.size(), static_cast<off_t>(off));
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) return error_from_errno(errno, "read the push spool file");
+      off += static_cast<std::uint64_t>(n);
+      return static_cast<std::size_t>(n);
+    }
+  }));
+  // The signature goes up before the tag, so the tag never names an unsigned manifest.
+  auto sig = push_signature(registry_, m.manifest.digest, subject, *key_);
+  if (!sig) return std::move(sig).error();
+  auto md = registry_.put_manifest(m.tag, oci::kImageManifestType, m.manifest_bytes);
+  if (!md) return std::move(md).error();
+  note_reachable();
+  storage::SignatureRecord rec{subject, oci::digest_ref(m.manifest.digest), key_->name(), sig->signature_b64, sig->payload,
+                               unix_now()};
+  if (auto st = store_.put_signature(rec); !st) {
+    spdlog::warn("fleet: cannot record the signature of {}: {}", subject, st.error().to_string());
+  }
+  pushes_++;
+  bytes_pushed_ += m.layer.size;
+  return {};
+}
+
+Status Fleet::push_artifact(const Digest& key_digest) {
+  auto info = store_.stat(key_digest);
+  if (!info) return std::move(info).error();
+  if (!*info) return {};  // deleted or evicted since: nothing to push
+  // First pusher wins: a key the registry holds, signed by a trusted key, is not replaced.
+  // One unsigned or signed by a stranger is (else whoever planted it first would block it).
+  auto existing = registry_.head_manifest(key_digest.hex());
+  if (!existing) return std::move(existing).error();
+  if (*existing) {
+    Refusal why = Refusal::unsigned_;
+    std::string detail;
+    if (verify("artifact:" + key_digest.hex(), **existing, why, detail)) {
+      spdlog::info("fleet: {} is already in the registry; not pushed again", key_digest.hex().substr(0, 16));
+      return {};
+    }
+    if (why == Refusal::unreachable) return make_error(Errc::unavailable, detail);
+    spdlog::warn("fleet: replacing {} in the registry ({}: {})", key_digest.hex().substr(0, 16), refusal_name(why), detail);
+  }
+  // The source travels first: a node that lacks it can then build related keys.
+  const std::string& model_hash = (*info)->key.model_hash;
+  if (auto src = store_.stat_source(model_hash); src && *src) KILN_TRY(push_source(model_hash));
+
+  TempFd spool(store_.options().root);
+  if (spool.get() < 0) return error_from_errno(errno, "create a push spool file in " + store_.options().root.string());
+  auto read = store_.read(key_digest, [&](std::span<const std::byte> d) { return write_all(spool.get(), d); });
+  if (!read) return std::move(read).error();
+  if (!*read) return {};
+  const auto& a = **read;
+  oci::ArtifactMeta meta;
+  meta.created_at = a.created_at;
+  if (a.build_seconds > 0) meta.build_seconds = a.build_seconds;
+  auto parts = oci::artifact_manifest(a.key, meta, a.blob_digest, a.size);
+  if (!parts) return std::move(parts).error();
+  KILN_TRY(push_parts("artifact:" + key_digest.hex(), PushParts{std::move(*parts), spool.get()}));
+  spdlog::info("fleet: pushed artifact {} ({} bytes, signed by {})", key_digest.hex().substr(0, 16), a.size, key_->name());
+  remember("pushed artifact " + key_digest.hex().substr(0, 16));
+  return {};
+}
+
+Status Fleet::push_source(const std::string& model_hash) {
+  if (!oci::is_hex64(model_hash)) return {};
+  auto existing = registry_.head_manifest(oci::source_tag(model_hash));
+  if (!existing) return std::move(existing).error();
+  if (*existing) return {};
+  TempFd spool(store_.options().root);
+  if (spool.get() < 0) return error_from_errno(errno, "create a push spool file in " + store_.options().root.string());
+  auto read = store_.read_source(model_hash, [&](std::span<const std::byte> d) { return write_all(spool.get(), d); });
+  if (!read) return std::move(read).error();
+  if (!*read) return {};
+  oci::SourceMeta meta{model_hash, (*read)->name, (*read)->created_at};
+  auto parts = oci::source_manifest(meta, (*read)->blob_digest, (*read)->size);
+  if (!parts) return std::move(parts).error();
+  KILN_TRY(push_parts("source:" + model_hash, PushParts{std::move(*parts), spool.get()}));
+  sources_pushed_++;
+  spdlog::info("fleet: pushed source {}", model_hash.substr(0, 16));
+  remember("pushed source " + model_hash.substr(0, 16));
+  return {};
+}
+
+}  // namespace kiln::fleet

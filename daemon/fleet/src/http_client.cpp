@@ -1,0 +1,362 @@
+// The registry's HTTP client. See kiln/fleet/http_client.hpp.
+#include "kiln/fleet/http_client.hpp"
+
+#include <openssl/err.h>
+#include <openssl/evp.h>
+
+#include <cctype>
+
+#include <algorithm>
+#include <fstream>
+#include <limits>
+#include <sstream>
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/ssl.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/write.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <boost/beast/ssl.hpp>
+
+namespace kiln::fleet {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+namespace ssl = asio::ssl;
+using asio::use_awaitable;
+
+std::string HttpResponse::header(const std::string& lower_name) const {
+  auto it = headers.find(lower_name);
+  return it == headers.end() ? std::string() : it->second;
+}
+
+std::string base64_encode(std::span<const std::byte> data) {
+  std::string out(4 * ((data.size() + 2) / 3), '\0');
+  int n = EVP_EncodeBlock(reinterpret_cast<unsigned char*>(out.data()),
+                          reinterpret_cast<const unsigned char*>(data.data()), static_cast<int>(data.size()));
+  out.resize(static_cast<std::size_t>(n));
+  return out;
+}
+
+std::optional<std::vector<std::byte>> base64_decode(std::string_view text) {
+  if (text.size() % 4 != 0) return std::nullopt;
+  std::vector<std::byte> out(3 * text.size() / 4);
+  int n = EVP_DecodeBlock(reinterpret_cast<unsigned char*>(out.data()),
+                          reinterpret_cast<const unsigned char*>(text.data()), static_cast<int>(text.size()));
+  if (n < 0) return std::nullopt;
+  std::size_t pad = 0;
+  if (!text.empty() && text.back() == '=') ++pad;
+  if (text.size() > 1 && text[text.size() - 2] == '=') ++pad;
+  out.resize(static_cast<std::size_t>(n) - pad);
+  return out;
+}
+
+namespace {
+
+Result<std::string> read_secret_file(const std::filesystem::path& file, const char* what) {
+  std::ifstream in(file, std::ios::binary);
+  if (!in) return make_error(Errc::invalid_argument, std::string(what) + " file " + file.string() + " cannot be read");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  std::string s = ss.str();
+  while (!s.empty() && (s.back() == '\n' || s.back() == '\r' || s.back() == ' ')) s.pop_back();
+  if (s.empty() || s.find('\n') != std::string::npos) {
+    return make_error(Errc::invalid_argument, std::string(what) + " file " + file.string() + " must hold one non-empty line");
+  }
+  return s;
+}
+
+}  // namespace
+
+Result<std::string> basic_authorization_from_file(const std::filesystem::path& file) {
+  auto s = read_secret_file(file, "basic auth");
+  if (!s) return s;
+  if (s->find(':') == std::string::npos || s->front() == ':') {
+    return make_error(Errc::invalid_argument, "basic auth file " + file.string() + " must hold user:password");
+  }
+  return "Basic " + base64_encode(std::as_bytes(std::span(s->data(), s->size())));
+}
+
+Result<std::string> bearer_authorization_from_file(const std::filesystem::path& file) {
+  auto s = read_secret_file(file, "bearer token");
+  if (!s) return s;
+  return "Bearer " + *s;
+}
+
+namespace {
+
+struct Url {
+  bool tls = false;
+  std::string host, port, target;  // target: path and query, "/" at least
+  bool same_origin(const Url& o) const { return tls == o.tls && host == o.host && port == o.port; }
+  std::string origin() const { return (tls ? "https://" : "http://") + host + ":" + port; }
+};
+
+Result<Url> parse_url(std::string_view text) {
+  Url u;
+  std::string_view rest;
+  if (text.starts_with("https://")) {
+    u.tls = true;
+    rest = text.substr(8);
+  } else if (text.starts_with("http://")) {
+    rest = text.substr(7);
+  } else {
+    return make_error(Errc::invalid_argument, "URL must start with https:// or http://");
+  }
+  std::size_t slash = rest.find('/');
+  std::string_view authority = rest.substr(0, slash);
+  u.target = slash == std::string_view::npos ? "/" : std::string(rest.substr(slash));
+  if (authority.find('@') != std::string_view::npos) {
+    return make_error(Errc::invalid_argument, "URL must not carry credentials; use basic_auth_file or token_file");
+  }
+  if (authority.empty()) return make_error(Errc::invalid_argument, "URL has no host");
+  if (authority.front() == '[') {  // [v6]:port
+    std::size_t close = authority.find(']');
+    if (close == std::string_view::npos) return make_error(Errc::invalid_argument, "URL has a malformed IPv6 host");
+    u.host = std::string(authority.substr(1, close - 1));
+    if (close + 1 < authority.size() && authority[close + 1] == ':') u.port = std::string(authority.substr(close + 2));
+  } else {
+    std::size_t colon = authority.rfind(':');
+    u.host = std::string(authority.substr(0, colon));
+    if (colon != std::string_view::npos) u.port = std::string(authority.substr(colon + 1));
+  }
+  if (u.port.empty()) u.port = u.tls ? "443" : "80";
+  if (u.host.empty() || !std::all_of(u.port.begin(), u.port.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+    return make_error(Errc::invalid_argument, "URL has a malformed host or port");
+  }
+  return u;
+}
+
+// What went wrong, and where, for an error message: never headers.
+struct Failure {
+  std::string phase = "connect";
+  Status status;   // set when a callback (sink or body source) failed
+};
+
+bool connect_phase(const std::string& phase) { return phase == "resolve" || phase == "connect" || phase == "TLS handshake"; }
+
+template <class Stream>
+asio::awaitable<void> exchange(Stream& stream, const HttpOptions& o, const Url& u, const HttpRequest& req,
+                               const std::string& authorization, const BodySink* sink, std::uint64_t max_body,
+                               HttpResponse& out, Failure& f) {
+  auto& lowest = beast::get_lowest_layer(stream);
+  const auto verb = http::string_to_verb(req.method);
+  const std::string host_header = u.host + ":" + u.port;
+  auto set_headers = [&](auto& hr) {
+    hr.set(http::field::host, host_header);
+    hr.set(http::field::user_agent, "kiln/0.1");
+    if (!authorization.empty()) hr.set(http::field::authorization, authorization);
+    for (const auto& [k, v] : req.headers) hr.set(k, v);
+  };
+  f.phase = "send";
+  lowest.expires_after(o.io_timeout);
+  if (req.body_source) {
+    http::request<http::empty_body> hr{verb, u.target, 11};
+    set_headers(hr);
+    hr.content_length(req.body_size);
+    http::request_serializer<http::empty_body> sr{hr};
+    co_await http::async_write_header(stream, sr, use_awaitable);
+    std::vector<std::byte> buf(256 << 10);
+    std::uint64_t sent = 0;
+    while (sent < req.body_size) {
+      auto n = req.body_source(std::span(buf.data(), std::min<std::uint64_t>(buf.size(), req.body_size - sent)));
+      if (!n) {
+        f.status = std::move(n).error();
+        co_return;
+      }
+      if (*n == 0) {
+        f.status = make_error(Errc::internal, "request body ended after " + std::to_string(sent) + " of " +
+                                                  std::to_string(req.body_size) + " bytes");
+        co_return;
+      }
+      lowest.expires_after(o.io_timeout);
+      co_await asio::async_write(stream, asio::buffer(buf.data(), *n), use_awaitable);
+      sent += *n;
+    }
+  } else {
+    http::request<http::string_body> hr{verb, u.target, 11};
+    set_headers(hr);
+    hr.body() = req.body;
+    if (verb != http::verb::get && verb != http::verb::head) hr.prepare_payload();
+    co_await http::async_write(stream, hr, use_awaitable);
+  }
+
+  f.phase = "response";
+  beast::flat_buffer fb;
+  http::response_parser<http::buffer_body> p;
+  p.body_limit(std::numeric_limits<std::uint64_t>::max());
+  if (verb == http::verb::head) p.skip(true);
+  lowest.expires_after(o.io_timeout);
+  co_await http::async_read_header(stream, fb, p, use_awaitable);
+  out.status = p.get().result_int();
+  for (const auto& field : p.get()) {
+    std::string name(field.name_string());
+    std::transform(name.begin(), name.end(), name.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+    out.headers[name] = std::string(field.value());
+  }
+  const bool ok = out.status / 100 == 2;
+  const bool to_sink = sink != nullptr && ok;
+  const std::uint64_t keep = ok ? max_body : 4096;
+  std::vector<char> buf(256 << 10);
+  f.phase = "response body";
+  while (!p.is_done()) {
+    p.get().body().data = buf.data();
+    p.get().body().size = buf.size();
+    lowest.expires_after(o.io_timeout);
+    auto [ec, n] = co_await http::async_read(stream, fb, p, asio::as_tuple(use_awaitable));
+    (void)n;
+    if (ec == http::error::need_buffer) ec = {};
+    if (ec) throw boost::system::system_error(ec);
+    const std::size_t got = buf.size() - p.get().body().size;
+    if (to_sink) {
+      if (auto st = (*sink)(std::as_bytes(std::span(buf.data(), got))); !st) {
+        f.status = std::move(st);
+        co_return;
+      }
+    } else if (out.body.size() + got > keep) {
+      if (ok) {
+        f.status = make_error(Errc::io_error, "response body larger than the " + std::to_string(max_body) + " bytes expected");
+        co_return;
+      }
+      out.body.append(buf.data(), static_cast<std::size_t>(keep - out.body.size()));
+    } else {
+      out.body.append(buf.data(), got);
+    }
+  }
+  f.phase = "done";
+}
+
+class Client final : public HttpClient {
+ public:
+  Client(HttpOptions o, Url base, std::unique_ptr<ssl::context> ctx)
+      : o_(std::move(o)), base_(std::move(base)), ctx_(std::move(ctx)) {}
+  const HttpOptions& options() const override { return o_; }
+
+  Result<HttpResponse> send(const HttpRequest& request, const BodySink* sink, std::uint64_t max_body) const override {
+    std::string target = request.target;
+    for (int hop = 0;; ++hop) {
+      Url u;
+      if (target.starts_with("http://") || target.starts_with("https://")) {
+        auto parsed = parse_url(target);
+        if (!parsed) return make_error(Errc::io_error, "registry redirected to an unusable URL");
+        u = *parsed;
+      } else {
+        u = base_;
+        u.target = target;
+      }
+      if (u.tls && !ctx_) return make_error(Errc::invalid_argument, "registry redirected to https without TLS set up");
+      // Credentials go to the registry only, never to where it redirects.
+      const std::string& auth = u.same_origin(base_) ? o_.authorization : kNone;
+      auto r = send_once(u, request, auth, sink, max_body);
+      if (!r) return r;
+      const bool redirect = r->status == 301 || r->status == 302 || r->status == 303 || r->status == 307 || r->status == 308;
+      if (!redirect || (request.method != "GET" && request.method != "HEAD")) return r;
+      std::string location = r->header("location");
+      if (location.empty() || hop >= 4) return r;
+      target = location.starts_with("/") ? u.origin() + location : location;
+    }
+  }
+
+ private:
+  inline static const std::string kNone;
+
+  Result<HttpResponse> send_once(const Url& u, const HttpRequest& req, const std::string& auth, const BodySink* sink,
+                                 std::uint64_t max_body) const {
+    asio::io_context ioc;
+    HttpResponse out;
+    Failure f;
+    std::exception_ptr eptr;
+    auto run = [&]() -> asio::awaitable<void> {
+      auto ex = co_await asio::this_coro::executor;
+      asio::ip::tcp::resolver resolver(ex);
+      f.phase = "resolve";
+      auto endpoints = co_await resolver.async_resolve(u.host, u.port, use_awaitable);
+      beast::tcp_stream tcp(ex);
+      f.phase = "connect";
+      tcp.expires_after(o_.connect_timeout);
+      co_await tcp.async_connect(endpoints, use_awaitable);
+      if (!u.tls) {
+        co_await exchange(tcp, o_, u, req, auth, sink, max_body, out, f);
+        co_return;
+      }
+      beast::ssl_stream<beast::tcp_stream> tls(std::move(tcp), *ctx_);
+      f.phase = "TLS handshake";
+      if (!SSL_set_tlsext_host_name(tls.native_handle(), u.host.c_str())) {
+        throw boost::system::system_error(boost::system::error_code(static_cast<int>(::ERR_get_error()),
+                                                                    asio::error::get_ssl_category()));
+      }
+      tls.set_verify_callback(ssl::host_name_verification(u.host));
+      beast::get_lowest_layer(tls).expires_after(o_.connect_timeout);
+      co_await tls.async_handshake(ssl::stream_base::client, use_awaitable);
+      co_await exchange(tls, o_, u, req, auth, sink, max_body, out, f);
+    };
+    asio::co_spawn(ioc, run(), [&](std::exception_ptr e) { eptr = e; });
+    ioc.run();
+    const std::string where = req.method + " " + u.origin() + u.target.substr(0, u.target.find('?'));
+    if (eptr) {
+      try {
+        std::rethrow_exception(eptr);
+      } catch (const boost::system::system_error& e) {
+        const auto ec = e.code();
+        if (ec == beast::error::timeout) {
+          return make_error(Errc::timeout, where + ": no progress in " + f.phase + " within " +
+                                               std::to_string((connect_phase(f.phase) ? o_.connect_timeout : o_.io_timeout).count()) + " ms");
+        }
+        const Errc code = connect_phase(f.phase) ? Errc::unavailable : Errc::io_error;
+        std::string what = ec == http::error::partial_message ? "connection closed before the whole body arrived"
+                                                               : ec.message();
+        return make_error(code, where + ": " + f.phase + ": " + what);
+      } catch (const std::exception& e) {
+        return make_error(Errc::io_error, where + ": " + f.phase + ": " + e.what());
+      }
+    }
+    if (!f.status) return make_error(f.status.error().code, where + ": " + f.status.error().message);
+    return out;
+  }
+
+  HttpOptions o_;
+  Url base_;
+  std::unique_ptr<ssl::context> ctx_;
+};
+
+}  // namespace
+
+Result<std::shared_ptr<const HttpClient>> HttpClient::create(const HttpOptions& options) {
+  auto base = parse_url(options.base_url);
+  if (!base) {
+    // A URL with user:password in it is not echoed: the message must not carry the secret.
+    const bool secret = options.base_url.find('@') != std::string::npos;
+    return make_error(Errc::invalid_argument,
+                      "registry URL" + (secret ? std::string() : " '" + options.base_url + "'") + ": " + base.error().message);
+  }
+  if (base->target != "/" && !base->target.empty()) {
+    return make_error(Errc::invalid_argument, "registry URL must have no path (the repository is configured apart)");
+  }
+  std::unique_ptr<ssl::context> ctx;
+  if (base->tls || !options.ca_file.empty()) {
+    ctx = std::make_unique<ssl::context>(ssl::context::tls_client);
+    boost::system::error_code ec;
+    ctx->set_verify_mode(ssl::verify_peer, ec);
+    if (!options.ca_file.empty()) {
+      ctx->load_verify_file(options.ca_file.string(), ec);
+      if (ec) return make_error(Errc::invalid_argument, "CA file " + options.ca_file.string() + ": " + ec.message());
+    } else {
+      ctx->set_default_verify_paths(ec);
+    }
+    if (!options.client_cert_file.empty()) {
+      ctx->use_certificate_chain_file(options.client_cert_file.string(), ec);
+      if (ec) return make_error(Errc::invalid_argument, "client certificate " + options.client_cert_file.string() + ": " + ec.message());
+      ctx->use_private_key_file(options.client_key_file.string(), ssl::context::pem, ec);
+      if (ec) return make_error(Errc::invalid_argument, "client key " + options.client_key_file.string() + ": " + ec.message());
+    }
+  }
+  return std::shared_ptr<const HttpClient>(std::make_shared<Client>(options, std::move(*base), std::move(ctx)));
+}
+
+}  // namespace kiln::fleet

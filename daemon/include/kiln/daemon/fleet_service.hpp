@@ -1,0 +1,37 @@
+// kiln/daemon/fleet_service.hpp — the seam between the socket server and the fleet tier
+// (daemon/fleet/): the OCI registry a fleet of nodes shares artifacts through. The server
+// calls it; kiln_daemon_fleet implements it.
+//
+// Without a FleetService (nullptr) a miss is a miss (or a build) and STATUS reports no
+// fleet. Builds reach the registry through the BuildService the fleet wraps
+// (kiln/fleet/fleet_build_service.hpp), not through this interface.
+//
+// Thread safety: every method may be called from any thread, concurrently, and must not
+// block on the network: fetch() reports through its callback, from any thread.
+#pragma once
+
+#include <functional>
+#include <string>
+
+#include "kiln/digest.hpp"
+
+namespace kiln::daemon {
+
+class FleetService {
+ public:
+  virtual ~FleetService() = default;
+
+  // Looks for `key_digest` in the registry: pulls it, verifies its signature and every
+  // digest, and stores it. done(true) once it is in the local store; done(false) when the
+  // registry lacks it, pulls are off, the registry cannot be reached, or what it holds was
+  // refused (each logged and counted). Concurrent fetches of one key share one pull.
+  virtual void fetch(const Digest& key_digest, std::function<void(bool stored)> done) = 0;
+
+  // The fleet's state for STATUS, as a JSON object (schema/protocol.md, "fleet"). Cheap:
+  // no network call (reachability is the last request's outcome).
+  virtual std::string status_json() const = 0;
+  // Prometheus text lines (kiln_fleet_*), appended to kilnd's /metrics.
+  virtual std::string metrics_text() const = 0;
+};
+
+}  // namespace kiln::daemon

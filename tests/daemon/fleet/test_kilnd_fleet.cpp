@@ -1,0 +1,368 @@
+// The fleet end to end: Debian's docker-registry on loopback (TLS from a test CA, htpasswd
+// auth) and several real kilnd processes with the test worker as their build worker.
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <fstream>
+#include <functional>
+#include <thread>
+
+#include <doctest/doctest.h>
+#include <nlohmann/json.hpp>
+
+#include "support/kilnd_process.hpp"
+#include "support/raw_client.hpp"
+#include "kiln/protocol/messages.hpp"
+#include "kiln/fleet/publish.hpp"
+#include "kiln/fleet/registry_client.hpp"
+#include "kiln/fleet/signature.hpp"
+#include "kiln/oci/mapping.hpp"
+#include "registry_fixture.hpp"
+#include "temp_dir.hpp"
+
+using namespace kiln;
+using namespace std::chrono_literals;
+using json = nlohmann::json;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct NodeOpts {
+  bool push = true;
+  bool pull = true;
+  fs::path key_file;                  // empty = no signing key
+  std::vector<std::string> trusted;
+};
+
+std::string node_toml(const test::Registry& reg, const NodeOpts& o) {
+  std::ostringstream t;
+  t << "[builds]\nworker = [\"" << KILN_TEST_WORKER << "\"]\nprobe_gpus = false\nfailure_ttl_s = 0\n"
+    << "[[builds.slots]]\nname = \"gpu0\"\ngpu_arch = \"sm_test\"\ngpu_name = \"Test GPU\"\n"
+    << "[fleet]\nregistry = \"" << reg.url() << "\"\nrepository = \"kiln/test\"\n"
+    << "basic_auth_file = \"" << reg.auth_file().string() << "\"\nca_file = \"" << reg.ca().string() << "\"\n"
+    << "push = " << (o.push ? "true" : "false") << "\npull = " << (o.pull ? "true" : "false") << "\n"
+    << "push_retry_min_s = 1\npush_retry_max_s = 1\nconnect_timeout_s = 2\nio_timeout_s = 5\n";
+  if (!o.key_file.empty()) t << "signing_key_file = \"" << o.key_file.string() << "\"\n";
+  t << "trusted_keys = [";
+  for (std::size_t i = 0; i < o.trusted.size(); ++i) t << (i ? ", " : "") << "\"" << o.trusted[i] << "\"";
+  t << "]\n";
+  return t.str();
+}
+
+// A signing key written where kilnd reads it; returns its trust-list entry.
+std::string make_key(const fs::path& dir, const std::string& name) {
+  auto k = fleet::SigningKey::generate(name);
+  REQUIRE(k.has_value());
+  std::ofstream(dir / (name + ".pem")) << k->private_pem();
+  return k->public_key().to_string();
+}
+
+using Conn = std::unique_ptr<test::RawClient>;
+
+Conn connect(const test::KilndProcess& k) {
+  auto c = std::make_unique<test::RawClient>(k.socket());
+  c->hello();
+  return c;
+}
+
+// A request and its OK reply's body; fails the test on an error reply.
+std::string call(Conn& c, protocol::MsgType type, const std::string& body) {
+  auto r = c->call(type, body);
+  REQUIRE_MESSAGE(r.header.type == protocol::MsgType::ok, r.body);
+  return r.body;
+}
+
+Key client_key(const std::string& hash, const std::string& region = "Block") {
+  Key k;
+  k.kind = ArtifactKind::aoti;
+  k.model_hash = hash;
+  k.region = region;
+  k.dtype = "bfloat16";
+  k.inputs = {{{Dim::fixed(1), Dim::fixed(64)}, "bfloat16", "strided"}};
+  return k;
+}
+
+std::string register_source(Conn& c, const fs::path& dir, const std::string& name, json command) {
+  command["count_file"] = (dir / "builds.txt").string();
+  const std::string text = command.dump();
+  const std::string hash = sha256(text).hex();
+  protocol::PutSourceRequest req;
+  req.model_hash = hash;
+  req.name = name;
+  req.size = text.size();
+  const auto id = c->next_id();
+  REQUIRE(c->send_frame(protocol::MsgType::put_source, id, protocol::encode(req)));
+  REQUIRE(c->send_frame(protocol::MsgType::chunk, id, text, protocol::kFlagEnd));
+  auto r = c->recv(60s);
+  REQUIRE(r.has_value());
+  REQUIRE_MESSAGE(r->header.type == protocol::MsgType::ok, r->body);
+  return hash;
+}
+
+std::size_t builds_done(const fs::path& dir) {
+  std::string s = test::slurp(dir / "builds.txt");
+  return static_cast<std::size_t>(std::count(s.begin(), s.end(), '\n'));
+}
+
+json status(Conn& c) { return json::parse(call(c, protocol::MsgType::status, "{}")); }
+
+json stat_of(Conn& c, const Key& key) { return json::parse(call(c, protocol::MsgType::stat, "{\"key\":" + key.to_json() + "}")); }
+
+void build(Conn& c, const Key& key) {
+  auto r = c->call(protocol::MsgType::build, "{\"key\":" + key.to_json() + ",\"wait\":true}");
+  REQUIRE_MESSAGE(r.header.type == protocol::MsgType::ok, r.body);
+}
+
+// The artifact's bytes (a GET, descriptor delivery), or "" on a miss.
+std::string get(Conn& c, const Key& key) {
+  auto r = c->call(protocol::MsgType::get, "{\"key\":" + key.to_json() + ",\"delivery\":\"fd\"}");
+  REQUIRE_MESSAGE(r.header.type == protocol::MsgType::ok, r.body);
+  if (!json::parse(r.body)["found"].get<bool>()) return {};
+  REQUIRE(r.fd >= 0);
+  std::string bytes = test::read_fd(r.fd);
+  ::close(r.fd);
+  return bytes;
+}
+
+bool wait_until(const std::function<bool()>& pred, std::chrono::milliseconds limit = 30s) {
+  auto deadline = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(100ms);
+  }
+  return pred();
+}
+
+std::uint64_t pending(Conn& c) { return status(c)["fleet"]["pending_pushes"].get<std::uint64_t>(); }
+
+// The complete key as the nodes see it (node fields from STATUS).
+Key full_key(Conn& c, Key k) {
+  auto n = status(c)["node"];
+  k.gpu_arch = n["gpu_arch"];
+  k.gpu_name = n["gpu_name"];
+  k.torch_version = n["torch_version"];
+  k.torch_git = n["torch_git"];
+  k.cuda_version = n["cuda_version"];
+  k.triton_version = n["triton_version"];
+  k.platform = n["platform"];
+  k.machine = n["machine"];
+  k.cpu_isa = n["cpu_isa"];
+  return k;
+}
+
+}  // namespace
+
+TEST_CASE("ABuildsBAndCServeItByteIdenticalWithoutBuildingAndAFreshNodePullsTheSource") {
+  test::TempDir dir;
+  test::Registry reg(dir / "registry");
+  const std::string trust_a = make_key(dir.path(), "builder-a");
+  test::KilndProcess a(dir / "a", node_toml(reg, {true, true, dir / "builder-a.pem", {trust_a}}));
+  test::KilndProcess b(dir / "b", node_toml(reg, {false, true, {}, {trust_a}}));
+  test::KilndProcess c(dir / "c", node_toml(reg, {false, true, {}, {trust_a}}));
+  auto ca = connect(a);
+  auto cb = connect(b);
+  auto cc = connect(c);
+
+  const std::string hash = register_source(ca, dir.path(), "src.json", {{"behavior", "ok"}});
+  const Key key = client_key(hash);
+  build(ca, key);
+  const std::string bytes_a = get(ca, key);
+  REQUIRE_FALSE(bytes_a.empty());
+  REQUIRE(wait_until([&] { return pending(ca) == 0 && status(ca)["fleet"]["pushes"].get<int>() >= 2; }));
+
+  CHECK(get(cb, key) == bytes_a);
+  CHECK(get(cc, key) == bytes_a);
+  CHECK(builds_done(dir.path()) == 1);
+  json sb = stat_of(cb, key);
+  CHECK(sb["info"]["origin"] == "registry");
+  CHECK(sb["info"]["signer"] == "builder-a");
+  CHECK(stat_of(ca, key)["info"]["origin"] == "build");
+  CHECK(status(cb)["fleet"]["registry_hits"] == 1);
+
+  // A fresh node asked for a region of the same model pulls the source and builds it.
+  test::KilndProcess d(dir / "d", node_toml(reg, {false, true, {}, {trust_a}}));
+  auto cd = connect(d);
+  const Key other = client_key(hash, "Other");
+  build(cd, other);
+  CHECK(builds_done(dir.path()) == 2);
+  CHECK_FALSE(get(cd, other).empty());
+
+  // skopeo reads the registry: the manifest under the key digest tag.
+  const std::string digest = stat_of(ca, key)["key_digest"];
+  // skopeo's --cert-dir takes every *.crt as a CA and wants a *.cert for every *.key: the CA alone.
+  fs::create_directories(dir / "skopeo-certs");
+  fs::copy_file(reg.ca(), dir / "skopeo-certs" / "ca.crt");
+  std::string raw = test::sh("skopeo inspect --raw --cert-dir " + (dir / "skopeo-certs").string() + " --creds " +
+                             test::Registry::kUser + ":" + test::Registry::kPassword + " docker://127.0.0.1:" +
+                             std::to_string(reg.port()) + "/kiln/test:" + digest);
+  json manifest = json::parse(raw);
+  CHECK(manifest["annotations"]["org.kiln.key.digest"] == digest);
+  CHECK(manifest["artifactType"] == "application/vnd.kiln.artifact.v1");
+
+  // The documented openssl recipe (schema/signature.md) verifies the signature.
+  const std::string mdigest = sha256(raw).hex();
+  json sig = json::parse(reg.curl("/v2/kiln/test/manifests/sha256-" + mdigest + ".sig",
+                                  "-H 'Accept: application/vnd.oci.image.manifest.v1+json'"));
+  const auto& layer = sig["layers"][0];
+  std::ofstream(dir / "payload.json", std::ios::binary)
+      << reg.curl("/v2/kiln/test/blobs/" + layer["digest"].get<std::string>());
+  std::ofstream(dir / "sig.b64") << layer["annotations"]["dev.cosignproject.cosign/signature"].get<std::string>() << "\n";
+  auto pub = fleet::PublicKey::parse(trust_a);
+  REQUIRE(pub.has_value());
+  std::ofstream(dir / "pub.pem") << pub->to_pem();
+  std::string d0 = dir.path().string();
+  std::string out = test::sh("cd " + d0 + " && base64 -d sig.b64 > sig.bin && openssl pkeyutl -verify -pubin -inkey pub.pem"
+                             " -rawin -in payload.json -sigfile sig.bin");
+  CHECK(out.find("Signature Verified Successfully") != std::string::npos);
+  json payload = json::parse(test::slurp(dir / "payload.json"));
+  CHECK(payload["critical"]["image"]["docker-manifest-digest"] == "sha256:" + mdigest);
+  CHECK(payload["optional"]["org.kiln.subject"] == "artifact:" + digest);
+}
+
+TEST_CASE("RegistryDownHitsGoOnMissesBuildAndPushesQueueDurablyAndDrainWhenItReturns") {
+  test::TempDir dir;
+  test::Registry reg(dir / "registry");
+  const std::string trust_a = make_key(dir.path(), "builder-a");
+  const std::string toml_a = node_toml(reg, {true, true, dir / "builder-a.pem", {trust_a}});
+  auto a = std::make_unique<test::KilndProcess>(dir / "a", toml_a);
+  auto ca = connect(*a);
+  const std::string hash = register_source(ca, dir.path(), "src.json", {{"behavior", "ok"}});
+  const Key k1 = client_key(hash, "One");
+  build(ca, k1);
+  REQUIRE(wait_until([&] { return pending(ca) == 0; }));
+
+  reg.stop();
+  CHECK_FALSE(get(ca, k1).empty());                     // hits go on
+  const Key k2 = client_key(hash, "Two"), k3 = client_key(hash, "Three");
+  build(ca, k2);                                        // misses build locally
+  build(ca, k3);
+  CHECK(builds_done(dir.path()) == 3);
+  CHECK(wait_until([&] { return pending(ca) == 2 && status(ca)["fleet"]["failing_pushes"] == 2; }));
+  CHECK(status(ca)["fleet"]["reachable"] == false);
+
+  // Killed with pushes pending: none lost.
+  a->signal(SIGKILL);
+  a->wait(10s);
+  a.reset();
+  a = std::make_unique<test::KilndProcess>(dir / "a", toml_a);
+  ca = connect(*a);
+  CHECK(pending(ca) == 2);
+
+  reg.start();
+  REQUIRE(wait_until([&] { return pending(ca) == 0; }));
+  test::KilndProcess b(dir / "b", node_toml(reg, {false, true, {}, {trust_a}}));
+  auto cb = connect(b);
+  CHECK(get(cb, k2) == get(ca, k2));
+  CHECK(get(cb, k3) == get(ca, k3));
+  CHECK(builds_done(dir.path()) == 3);
+}
+
+namespace {
+
+// Publishes `bytes` as the artifact for `key` straight to the registry, the way a
+// misbehaving or hostile party could: optionally signed by `signer` for `subject`, under `tag`.
+oci::ManifestParts publish(const fleet::RegistryClient& reg, const Key& key, const std::string& bytes,
+                           const fleet::SigningKey* signer, std::string subject = {}, std::string tag = {}) {
+  auto parts = oci::artifact_manifest(key, {}, sha256(bytes), bytes.size());
+  REQUIRE(parts.has_value());
+  REQUIRE(reg.push_blob(parts->config.digest, parts->config_bytes).has_value());
+  REQUIRE(reg.push_blob(parts->layer.digest, bytes).has_value());
+  if (signer) {
+    if (subject.empty()) subject = "artifact:" + parts->tag;
+    REQUIRE(fleet::push_signature(reg, parts->manifest.digest, subject, *signer).has_value());
+  }
+  auto put = reg.put_manifest(tag.empty() ? parts->tag : tag, oci::kImageManifestType, parts->manifest_bytes);
+  REQUIRE_MESSAGE(put.has_value(), (put ? "" : put.error().to_string()));
+  return *parts;
+}
+
+}  // namespace
+
+TEST_CASE("TamperedUnsignedForeignAndMisboundArtifactsAreRefusedCountedAndRebuilt") {
+  test::TempDir dir;
+  test::Registry reg(dir / "registry");
+  const std::string trust_a = make_key(dir.path(), "builder-a");
+  auto key_a = fleet::SigningKey::load(dir / "builder-a.pem", "builder-a");
+  REQUIRE(key_a.has_value());
+  auto mallory = fleet::SigningKey::generate("mallory");
+  REQUIRE(mallory.has_value());
+  fleet::HttpOptions ho;
+  ho.base_url = reg.url();
+  ho.ca_file = reg.ca();
+  ho.authorization = *fleet::basic_authorization_from_file(reg.auth_file());
+  auto http = fleet::HttpClient::create(ho);
+  REQUIRE(http.has_value());
+  fleet::RegistryClient rc(*http, "kiln/test");
+
+  test::KilndProcess b(dir / "b", node_toml(reg, {false, true, {}, {trust_a}}));
+  auto cb = connect(b);
+  const std::string hash = register_source(cb, dir.path(), "src.json", {{"behavior", "ok"}});
+  const std::string evil = "evil native code";
+
+  struct Case {
+    const char* region;
+    const char* reason;
+    std::function<void(const Key&)> plant;
+  };
+  std::vector<Case> cases = {
+      {"Unsigned", "unsigned", [&](const Key& k) { publish(rc, k, evil, nullptr); }},
+      {"Foreign", "unknown_signer", [&](const Key& k) { publish(rc, k, evil, &*mallory); }},
+      {"Misbound", "wrong_subject",
+       [&](const Key& k) { publish(rc, k, evil, &*key_a, "artifact:" + std::string(64, '0')); }},
+      {"Retagged", "corrupt",
+       [&](const Key& k) {
+         // A validly signed artifact of another key, tagged as this one.
+         Key other = k;
+         other.region = "Elsewhere";
+         auto p = publish(rc, other, evil, &*key_a);
+         REQUIRE(rc.put_manifest(k.digest()->hex(), oci::kImageManifestType, p.manifest_bytes).has_value());
+       }},
+      {"Tampered", "corrupt",
+       [&](const Key& k) {
+         const std::string bytes = "tampered bytes!!";
+         auto p = publish(rc, k, bytes, &*key_a);
+         std::string f = reg.blob_file(p.layer.digest.hex()).string();
+         test::sh("printf 'TAMPERED bytes!!' > " + f);
+       }},
+      {"Truncated", "truncated",
+       [&](const Key& k) {
+         const std::string bytes = "bytes that get cut short";
+         auto p = publish(rc, k, bytes, &*key_a);
+         test::sh("truncate -s 5 " + reg.blob_file(p.layer.digest.hex()).string());
+       }},
+  };
+  for (const auto& cs : cases) {
+    CAPTURE(cs.region);
+    const Key key = full_key(cb, client_key(hash, cs.region));
+    cs.plant(key);
+    const auto before = builds_done(dir.path());
+    build(cb, key);  // looks in the registry, refuses, builds here
+    CHECK(builds_done(dir.path()) == before + 1);
+    std::string got = get(cb, key);
+    CHECK(got.find("artifact of") == 0);  // the test worker's bytes, not the planted ones
+    CHECK(stat_of(cb, key)["info"]["origin"] == "build");
+    CHECK(status(cb)["fleet"]["refusals"][cs.reason].get<int>() >= 1);
+  }
+  json st = status(cb)["fleet"];
+  CHECK(st["registry_hits"] == 0);
+  CHECK(st["refusals"]["unsigned"] == 1);
+  CHECK(st["refusals"]["unknown_signer"] == 1);
+  CHECK(st["refusals"]["wrong_subject"] == 1);
+  CHECK(st["refusals"]["truncated"] == 1);
+  CHECK(st["refusals"]["corrupt"] == 2);
+  CHECK(b.log().find(test::Registry::kPassword) == std::string::npos);  // credentials never logged
+
+  // A trusted builder replaces what a stranger planted; a pull then gets the signed one.
+  test::KilndProcess a(dir / "a", node_toml(reg, {true, true, dir / "builder-a.pem", {trust_a}}));
+  auto ca = connect(a);
+  CHECK(register_source(ca, dir.path(), "src.json", {{"behavior", "ok"}}) == hash);
+  const Key planted = full_key(ca, client_key(hash, "Unsigned"));
+  build(ca, planted);
+  REQUIRE(wait_until([&] { return pending(ca) == 0 && status(ca)["fleet"]["pushes"].get<int>() >= 1; }));
+  test::KilndProcess c(dir / "c", node_toml(reg, {false, true, {}, {trust_a}}));
+  auto cc = connect(c);
+  CHECK(get(cc, planted) == get(ca, planted));
+  CHECK(stat_of(cc, planted)["info"]["signer"] == "builder-a");
+}
