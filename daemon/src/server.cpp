@@ -25,6 +25,7 @@
 #include "offload.hpp"
 #include "sd_notify.hpp"
 #include "server_state.hpp"
+#include "torch_cache_listener.hpp"
 #include "unix_listener.hpp"
 
 namespace kiln::daemon {
@@ -48,6 +49,7 @@ struct Server::Impl {
   asio::signal_set signals;
   asio::steady_timer drain_timer;
   std::unique_ptr<MetricsHttp> metrics_http;
+  std::unique_ptr<TorchCacheListener> torch_cache;  // null unless [torch_cache] names a socket or address
   std::filesystem::path socket_path;
   bool created_socket = false;
   bool draining = false;          // on `strand`
@@ -146,6 +148,7 @@ void Server::Impl::begin_drain(const char* why) {
   acceptor.close(ec);
   if (created_socket) ::unlink(socket_path.c_str());  // new clients fail fast instead of hanging
   if (metrics_http) metrics_http->stop();
+  if (torch_cache) torch_cache->stop();
   std::vector<std::shared_ptr<Connection>> live;
   {
     std::lock_guard lock(conns_mu);
@@ -241,7 +244,7 @@ Result<std::unique_ptr<Server>> Server::create(const Config& config, storage::St
   if (listen_fd >= 0) {
     fd.reset(listen_fd);
   } else {
-    auto made = create_unix_listener(config);
+    auto made = create_unix_listener(config.socket, config.access);
     if (!made) return std::move(made).error();
     fd = std::move(*made);
     impl->created_socket = true;
@@ -256,6 +259,11 @@ Result<std::unique_ptr<Server>> Server::create(const Config& config, storage::St
     if (!m) return std::move(m).error();
     impl->metrics_http = std::move(*m);
     impl->state.metrics_url = impl->metrics_http->url();
+  }
+  if (config.torch_cache.enabled()) {
+    auto t = TorchCacheListener::create(impl->io, impl->state, config);
+    if (!t) return std::move(t).error();
+    impl->torch_cache = std::move(*t);
   }
   Impl* raw = impl.get();
   impl->state.reload = [raw] { return raw->reload(); };
@@ -276,6 +284,7 @@ Status Server::run(const RunOptions& options) {
     asio::co_spawn(im.strand, im.signal_loop(), asio::detached);
   }
   asio::co_spawn(im.strand, im.accept_loop(), asio::detached);
+  if (im.torch_cache) im.torch_cache->start();
   auto cfg = im.state.config();
   spdlog::info("kilnd listening on {} (store {}, {} io threads, {} store threads{}{})", im.socket_path.string(),
                cfg->store.string(), cfg->io_threads, cfg->store_threads, im.state.builds ? "" : ", builds unavailable",

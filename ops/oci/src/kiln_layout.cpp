@@ -84,7 +84,12 @@ Result<Descriptor> add_manifest_blob(LayoutWriter& writer, const Descriptor& con
 }  // namespace
 
 std::string_view layer_media_type(ArtifactKind kind) noexcept {
-  return kind == ArtifactKind::aoti ? kAotiLayerType : kMegacacheLayerType;
+  switch (kind) {
+    case ArtifactKind::aoti: return kAotiLayerType;
+    case ArtifactKind::megacache: return kMegacacheLayerType;
+    case ArtifactKind::torch_cache: return kTorchCacheLayerType;
+  }
+  return kMegacacheLayerType;
 }
 
 std::string source_tag(std::string_view model_hash) { return "source-" + std::string(model_hash); }
@@ -98,7 +103,9 @@ Result<Descriptor> write_artifact(LayoutWriter& writer, const Key& key, const Ar
   auto layer = writer.add_blob(layer_media_type(key.kind), blob_digest, size, bytes);
   if (!layer) return std::move(layer).error();
   layer->annotations[std::string(kTitle)] =
-      file_title(key.region, key.kind == ArtifactKind::aoti ? ".pt2" : ".megacache");
+      file_title(key.region, key.kind == ArtifactKind::aoti          ? ".pt2"
+                             : key.kind == ArtifactKind::torch_cache ? ".json"
+                                                                     : ".megacache");
 
   std::map<std::string, std::string> ann;
   ann[std::string(kFormatVersion)] = std::string(kLayoutFormatVersion);
