@@ -100,13 +100,14 @@ class TomlReader {
     }
     if (auto* t = table(root, "torch_cache")) {
       auto& tc = c_.torch_cache;
-      check_keys(*t, "torch_cache.", {"socket", "listen", "password", "max_value_bytes"});
+      check_keys(*t, "torch_cache.", {"socket", "listen", "password", "max_value_bytes", "memory_bytes"});
       std::string sock;
       str(*t, "socket", sock, "torch_cache.");
       tc.socket = sock;
       str(*t, "listen", tc.listen, "torch_cache.");
       str(*t, "password", tc.password, "torch_cache.");
       size(*t, "max_value_bytes", tc.max_value_bytes, "torch_cache.");
+      size(*t, "memory_bytes", tc.memory_bytes, "torch_cache.");
     }
     if (err_) return *err_;
     return {};

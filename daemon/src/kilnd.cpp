@@ -43,8 +43,8 @@ Config file (TOML; ops/kilnd.toml documents every option with its default):
   [node]     gpu_arch, gpu_name, torch_version, torch_git, cuda_version,
              triton_version, platform, machine, cpu_isa ("this node" for keys)
   [torch_cache] socket ("" = off), listen ("" = off; loopback only), password (""),
-             max_value_bytes ("512MiB"): torch.compile's remote caches over the Redis
-             protocol (GET needs read, SET write)
+             max_value_bytes ("512MiB"), memory_bytes ("512MiB"): torch.compile's remote
+             caches over the Redis protocol (GET needs read, SET write)
   [builds]   enabled (true), worker (["python3", ".../kiln_worker"]), work_dir
              (<store>/builds), probe_gpus (true), builds_per_gpu (1),
              build_timeout_s (1800), probe_timeout_s (180), failure_ttl_s (600),

@@ -202,6 +202,7 @@ Status Server::Impl::reload() {
       fresh.metrics_listen != cur->metrics_listen || fresh.store_options.quota_bytes != cur->store_options.quota_bytes)
     spdlog::warn("reload: thread counts, metrics_listen and [storage] take effect at the next restart");
   state.hot.set_capacity(fresh.hot_set_bytes);
+  state.torch_values.set_capacity(fresh.torch_cache.memory_bytes);
   spdlog::set_level(spdlog::level::from_str(fresh.log_level));
   state.set_config(std::make_shared<const Config>(fresh),
                    std::make_shared<const AccessPolicy>(std::move(*access)));
@@ -222,6 +223,8 @@ asio::awaitable<std::string> Server::Impl::render_metrics() {
   }
   g.push_back({"kiln_hot_set_bytes", "Bytes held as uncompressed hot copies.", double(state.hot.bytes())});
   g.push_back({"kiln_hot_set_entries", "Artifacts held as uncompressed hot copies.", double(state.hot.entries())});
+  g.push_back({"kiln_torch_cache_memory_bytes", "Bytes of torch.compile cache values held in memory.",
+               double(state.torch_values.bytes())});
   g.push_back({"kiln_uptime_seconds", "Seconds since kilnd started.", double(state.uptime_s())});
   co_return state.metrics.render(g);
 }

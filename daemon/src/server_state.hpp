@@ -19,6 +19,7 @@
 #include "kiln/daemon/config.hpp"
 #include "kiln/storage/store.hpp"
 #include "metrics.hpp"
+#include "value_cache.hpp"
 
 namespace kiln::daemon {
 
@@ -33,6 +34,7 @@ class ServerState {
         store(the_store),
         builds(build_service),
         hot(config->hot_set_bytes),
+        torch_values(config->torch_cache.memory_bytes),
         config_(std::move(config)),
         access_(std::make_shared<const AccessPolicy>(std::move(access))) {}
 
@@ -41,6 +43,7 @@ class ServerState {
   storage::Store& store;
   BuildService* builds;            // nullptr: builds unsupported
   HotSet hot;
+  ValueCache torch_values;         // torch.compile cache values (daemon/src/torch_cache_backend.cpp)
   Metrics metrics;
   const std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
   std::atomic<bool> draining{false};
@@ -50,6 +53,16 @@ class ServerState {
   std::function<Status()> reload;  // set by Server: re-read the config file
   std::function<void()> on_last_connection_closed;  // set by Server: ends a drain early
   NodeFields node;                 // "this node": set before the first connection, then read-only
+
+  // An artifact was deleted, replaced or quarantined: no copy of it may be served again.
+  void forget_copies(const Digest& key_digest) {
+    hot.erase(key_digest);
+    torch_values.erase(key_digest);
+  }
+  void forget_all_copies() {
+    hot.clear();
+    torch_values.clear();
+  }
 
   std::shared_ptr<const Config> config() const {
     std::lock_guard lock(mu_);

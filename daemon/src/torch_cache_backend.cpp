@@ -1,11 +1,8 @@
 // GET and SET of torch.compile's cache entries over the store (see torch_cache_backend.hpp).
 #include "torch_cache_backend.hpp"
 
-#include <sys/mman.h>
-
 #include <spdlog/spdlog.h>
 
-#include "artifact_copy.hpp"
 #include "offload.hpp"
 
 namespace kiln::daemon {
@@ -15,41 +12,32 @@ using torch_cache::SetOutcome;
 using torch_cache::Value;
 using TorchOp = Metrics::TorchOp;
 
-namespace {
-
-// The bytes of a verified copy: kept in memory when small, else mapped from its sealed
-// memfd (read-only; the seals guarantee the bytes cannot change under the mapping).
-Result<Value> value_of(const std::shared_ptr<const ArtifactCopy>& copy) {
-  if (copy->size == 0) return Value{{}, copy};
-  if (copy->bytes.size() == copy->size)
-    return Value{std::as_bytes(std::span<const char>(copy->bytes.data(), copy->bytes.size())), copy};
-  void* p = ::mmap(nullptr, copy->size, PROT_READ, MAP_SHARED, copy->memfd.get(), 0);
-  if (p == MAP_FAILED) return error_from_errno(errno, "map the hot copy of a torch cache entry");
-  const std::size_t size = copy->size;
-  // The mapping holds the copy too, so its memfd outlives the mapping.
-  std::shared_ptr<const void> keep(p, [size, copy](const void* q) { ::munmap(const_cast<void*>(q), size); });
-  return Value{std::span<const std::byte>(static_cast<const std::byte*>(p), size), std::move(keep)};
-}
-
-}  // namespace
-
 asio::awaitable<Result<std::optional<Value>>> TorchCacheBackend::get(const torch_cache::TorchKey& key) {
   auto& s = state_;
   const Digest d = key.digest;
-  std::optional<HotHit> hit = s.hot.find(d);
-  bool hot = hit.has_value();
-  if (!hit) {
-    auto fetch = [&s, d] { return s.hot.get_or_make(d, [&s, d] { return make_copy_or_null(s.store, d); }); };
-    auto got = co_await offload(s.pool, fetch);
-    if (!got) {
-      if (got.error().code != Errc::corrupt) co_return std::move(got).error();
-      // Quarantined by the store: for a cache, a miss (torch compiles and writes it again).
-      spdlog::warn("torch cache: {} was damaged and quarantined; answered as a miss", key.text.substr(0, 200));
-    } else {
-      hit = std::move(*got);
-    }
+  ValueCache::Bytes value = s.torch_values.find(d);
+  const bool hot = value != nullptr;
+  if (!value) {
+    const std::uint64_t generation = s.torch_values.generation();
+    // Runs on the store pool: reads and verifies the entry (a damaged one is quarantined
+    // by the store and answered as a miss: torch compiles and writes it again).
+    auto read = [&s, d, text = &key.text]() -> Result<ValueCache::Bytes> {
+      auto out = std::make_shared<std::vector<std::byte>>();
+      auto info = s.store.read_into(d, *out);
+      if (!info) {
+        if (info.error().code != Errc::corrupt) return std::move(info).error();
+        spdlog::warn("torch cache: {} was damaged and quarantined; answered as a miss", text->substr(0, 200));
+        return ValueCache::Bytes();
+      }
+      if (!*info) return ValueCache::Bytes();
+      return ValueCache::Bytes(std::move(out));
+    };
+    auto got = co_await offload(s.pool, read);
+    if (!got) co_return std::move(got).error();
+    value = std::move(*got);
+    if (value) s.torch_values.insert(d, value, generation);
   }
-  if (!hit) {
+  if (!value) {
     s.metrics.record_get(false, false);
     s.metrics.record_torch(TorchOp::get_miss);
     spdlog::debug("torch cache GET {}: miss", key.text.substr(0, 200));
@@ -57,12 +45,11 @@ asio::awaitable<Result<std::optional<Value>>> TorchCacheBackend::get(const torch
   }
   s.metrics.record_get(true, hot);
   s.metrics.record_torch(TorchOp::get_hit);
-  if (hot) s.note_hot_hit(d);
-  auto v = value_of(hit->copy);
-  if (!v) co_return std::move(v).error();
-  s.metrics.add_bytes_served(v->bytes.size());
-  spdlog::debug("torch cache GET {}: hit {} {}B", key.text.substr(0, 200), hot ? "hot" : "cold", v->bytes.size());
-  co_return std::optional<Value>(std::move(*v));
+  if (hot) s.note_hot_hit(d);  // a read from the store counted its own hit
+  s.metrics.add_bytes_served(value->size());
+  spdlog::debug("torch cache GET {}: hit {} {}B", key.text.substr(0, 200), hot ? "hot" : "cold", value->size());
+  std::span<const std::byte> bytes(value->data(), value->size());
+  co_return std::optional<Value>(Value{bytes, std::move(value)});
 }
 
 asio::awaitable<Result<SetOutcome>> TorchCacheBackend::set(const torch_cache::TorchKey& key,
@@ -81,11 +68,17 @@ asio::awaitable<Result<SetOutcome>> TorchCacheBackend::set(const torch_cache::To
     }
     auto put = s.store.put_bytes(k->key, value);
     if (!put) return std::move(put).error();
+    s.forget_copies(k->digest);  // a copy of the old value must not be served
+    if (k->overwrite == torch_cache::Overwrite::never) {
+      // Written through: the next process asks for it soon. Only for entries that never
+      // change, so two racing writers cannot leave the older value here.
+      auto copy = std::make_shared<const std::vector<std::byte>>(value.begin(), value.end());
+      s.torch_values.insert(k->digest, std::move(copy), s.torch_values.generation());
+    }
     return SetOutcome::stored;
   };
   auto done = co_await offload(s.pool, store);
   if (!done) co_return std::move(done).error();
-  if (*done == SetOutcome::stored) s.hot.erase(key.digest);  // a copy of the old value must not be served
   s.metrics.record_torch(*done == SetOutcome::stored ? TorchOp::set_stored
                          : *done == SetOutcome::kept ? TorchOp::set_kept
                                                      : TorchOp::set_condition);

@@ -12,12 +12,13 @@ namespace kiln::daemon {
 class TorchCacheBackend final : public torch_cache::Backend {
  public:
   explicit TorchCacheBackend(ServerState& state) : state_(state) {}
-  // A hit from the hot set is answered without leaving the connection's thread; otherwise
-  // the store pool reads and verifies the entry (a damaged entry is quarantined and
-  // answered as a miss: torch then compiles). Hits and misses count in the store's stats.
+  // A value held in memory (ServerState::torch_values) is answered without leaving the
+  // connection's thread; otherwise the store pool reads and verifies the entry (a damaged
+  // one is quarantined and answered as a miss: torch then compiles) and keeps it in
+  // memory. Hits and misses count in the store's stats.
   asio::awaitable<Result<std::optional<torch_cache::Value>>> get(const torch_cache::TorchKey& key) override;
-  // Stores durably before answering. An entry that is never overwritten and is already
-  // stored is kept (outcome kept). Errors: the store's (read_only, quota_exceeded,
+  // Stores durably before answering; copies of an older value are forgotten. An entry
+  // that is never overwritten and is already stored is kept (outcome kept). Errors: the store's (read_only, quota_exceeded,
   // no_space, io_error): the connection closes and the client sees no acknowledgement.
   asio::awaitable<Result<torch_cache::SetOutcome>> set(const torch_cache::TorchKey& key,
                                                        std::span<const std::byte> value,

@@ -61,6 +61,7 @@ struct TorchCacheConfig {
                                        // [access] gives "*"
   std::string password;                // "" = no AUTH; else GET/SET need AUTH first
   std::uint64_t max_value_bytes = 512ull << 20;  // one SET's value (Redis's own limit)
+  std::uint64_t memory_bytes = 512ull << 20;     // recently used values kept in memory
 
   bool enabled() const { return !socket.empty() || !listen.empty(); }
 };
