@@ -287,8 +287,8 @@ Status Server::run(const RunOptions& options) {
     asio::co_spawn(im.strand, im.signal_loop(), asio::detached);
   }
   asio::co_spawn(im.strand, im.accept_loop(), asio::detached);
-  if (im.torch_cache) im.torch_cache->start();
   auto cfg = im.state.config();
+  if (im.torch_cache) im.torch_cache->start(cfg->io_threads);
   spdlog::info("kilnd listening on {} (store {}, {} io threads, {} store threads{}{})", im.socket_path.string(),
                cfg->store.string(), cfg->io_threads, cfg->store_threads, im.state.builds ? "" : ", builds unavailable",
                im.state.metrics_url.empty() ? "" : ", metrics " + im.state.metrics_url);
@@ -297,6 +297,7 @@ Status Server::run(const RunOptions& options) {
   for (unsigned i = 1; i < cfg->io_threads; ++i) threads.emplace_back([&im] { im.io.run(); });
   im.io.run();
   for (auto& t : threads) t.join();
+  if (im.torch_cache) im.torch_cache->join();
   im.state.pool.join();
   spdlog::info("kilnd stopped cleanly");
   return {};

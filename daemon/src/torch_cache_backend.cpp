@@ -66,7 +66,7 @@ asio::awaitable<Result<SetOutcome>> TorchCacheBackend::set(const torch_cache::To
       if (condition == SetCondition::if_present && !exists) return SetOutcome::condition;
       if (exists && k->overwrite == torch_cache::Overwrite::never) return SetOutcome::kept;
     }
-    auto put = s.store.put_bytes(k->key, value);
+    auto put = s.store.put_bytes(k->kiln_key(), value);
     if (!put) return std::move(put).error();
     s.forget_copies(k->digest);  // a copy of the old value must not be served
     if (k->overwrite == torch_cache::Overwrite::never) {

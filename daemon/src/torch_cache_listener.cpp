@@ -22,6 +22,8 @@ TorchCacheListener::TorchCacheListener(asio::io_context& io, ServerState& state)
 
 TorchCacheListener::~TorchCacheListener() {
   if (created_socket_ && !stopped_) ::unlink(socket_path_.c_str());
+  stop();
+  join();
 }
 
 Result<std::unique_ptr<TorchCacheListener>> TorchCacheListener::create(asio::io_context& io, ServerState& state,
@@ -59,7 +61,13 @@ Result<std::unique_ptr<TorchCacheListener>> TorchCacheListener::create(asio::io_
   return l;
 }
 
-void TorchCacheListener::start() {
+void TorchCacheListener::start(unsigned threads) {
+  for (unsigned i = 0; i < std::max(1u, threads); ++i) {
+    auto loop = std::make_unique<Loop>();
+    Loop* raw = loop.get();
+    loop->thread = std::thread([raw] { raw->io.run(); });
+    loops_.push_back(std::move(loop));
+  }
   if (unix_.is_open()) {
     asio::co_spawn(strand_, accept_unix(), asio::detached);
     spdlog::info("torch cache (Redis protocol) listening on {}", socket_path_.string());
@@ -78,9 +86,22 @@ void TorchCacheListener::stop() {
     unix_.close(ec);
     tcp_.close(ec);
   });
-  std::lock_guard lock(conns_mu_);
-  for (auto& w : conns_)
-    if (auto c = w.lock()) c->close();
+  {
+    std::lock_guard lock(conns_mu_);
+    for (auto& w : conns_)
+      if (auto c = w.lock()) c->close();
+  }
+  // Each loop's thread returns once its connections have ended.
+  for (auto& l : loops_) asio::post(l->io, [raw = l.get()] { raw->guard.reset(); });
+}
+
+void TorchCacheListener::join() {
+  for (auto& l : loops_)
+    if (l->thread.joinable()) l->thread.join();
+}
+
+asio::io_context& TorchCacheListener::next_loop() {
+  return loops_[next_loop_.fetch_add(1) % loops_.size()]->io;
 }
 
 void TorchCacheListener::serve(torch_cache::Socket socket, const PeerCred* cred, std::string peer) {
@@ -119,7 +140,7 @@ void TorchCacheListener::serve(torch_cache::Socket socket, const PeerCred* cred,
 asio::awaitable<void> TorchCacheListener::accept_unix() {
   for (;;) {
     error_code ec;
-    asio::local::stream_protocol::socket sock(asio::make_strand(io_));
+    asio::local::stream_protocol::socket sock(io_);
     co_await unix_.async_accept(sock, asio::redirect_error(asio::use_awaitable, ec));
     if (ec) {
       if (!unix_.is_open() || ec == asio::error::operation_aborted) co_return;
@@ -131,10 +152,9 @@ asio::awaitable<void> TorchCacheListener::accept_unix() {
       spdlog::warn("torch cache connection refused: {}", cred.error().to_string());
       continue;
     }
-    auto ex = sock.get_executor();
     int fd = sock.release(ec);
     if (ec) continue;
-    torch_cache::Socket gs(ex, generic::stream_protocol(AF_UNIX, SOCK_STREAM), fd);
+    torch_cache::Socket gs(next_loop(), generic::stream_protocol(AF_UNIX, SOCK_STREAM), fd);
     serve(std::move(gs), &*cred, "uid=" + std::to_string(cred->uid) + " pid=" + std::to_string(cred->pid));
   }
 }
@@ -142,7 +162,7 @@ asio::awaitable<void> TorchCacheListener::accept_unix() {
 asio::awaitable<void> TorchCacheListener::accept_tcp() {
   for (;;) {
     error_code ec;
-    asio::ip::tcp::socket sock(asio::make_strand(io_));
+    asio::ip::tcp::socket sock(io_);
     co_await tcp_.async_accept(sock, asio::redirect_error(asio::use_awaitable, ec));
     if (ec) {
       if (!tcp_.is_open() || ec == asio::error::operation_aborted) co_return;
@@ -152,11 +172,10 @@ asio::awaitable<void> TorchCacheListener::accept_tcp() {
     sock.set_option(asio::ip::tcp::no_delay(true), ec);
     auto remote = sock.remote_endpoint(ec);
     std::string peer = ec ? std::string("tcp") : remote.address().to_string() + ":" + std::to_string(remote.port());
-    auto ex = sock.get_executor();
     auto family = remote.protocol().family();
     int fd = sock.release(ec);
     if (ec) continue;
-    torch_cache::Socket gs(ex, generic::stream_protocol(family, SOCK_STREAM), fd);
+    torch_cache::Socket gs(next_loop(), generic::stream_protocol(family, SOCK_STREAM), fd);
     serve(std::move(gs), nullptr, std::move(peer));
   }
 }

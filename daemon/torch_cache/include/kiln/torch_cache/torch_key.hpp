@@ -38,8 +38,9 @@ struct TorchKey {
   std::string text;      // the key as the client sent it
   std::string cache_id;  // "fx-graph-v1", "dynamo-pgo", ...; "" when not torch's form
   Overwrite overwrite = Overwrite::last_writer_wins;
-  Key key;               // kind torch_cache, see schema/torch-cache.md
-  Digest digest;         // key.digest()
+  Digest digest;         // kiln_key().digest(), computed without building the Key (a GET's hot path)
+  // The kiln key: kind torch_cache, see schema/torch-cache.md.
+  Key kiln_key() const;
 };
 
 // The cache id of a key of torch's form `pt2:<cache id>::...`, or "" for any other key.
