@@ -40,14 +40,15 @@ asio::awaitable<Result<std::optional<Value>>> TorchCacheBackend::get(const torch
   if (!value) {
     s.metrics.record_get(false, false);
     s.metrics.record_torch(TorchOp::get_miss);
-    spdlog::debug("torch cache GET {}: miss", key.text.substr(0, 200));
+    if (spdlog::should_log(spdlog::level::debug)) spdlog::debug("torch cache GET {}: miss", key.text.substr(0, 200));
     co_return std::optional<Value>();
   }
   s.metrics.record_get(true, hot);
   s.metrics.record_torch(TorchOp::get_hit);
   if (hot) s.note_hot_hit(d);  // a read from the store counted its own hit
   s.metrics.add_bytes_served(value->size());
-  spdlog::debug("torch cache GET {}: hit {} {}B", key.text.substr(0, 200), hot ? "hot" : "cold", value->size());
+  if (spdlog::should_log(spdlog::level::debug))
+    spdlog::debug("torch cache GET {}: hit {} {}B", key.text.substr(0, 200), hot ? "hot" : "cold", value->size());
   std::span<const std::byte> bytes(value->data(), value->size());
   co_return std::optional<Value>(Value{bytes, std::move(value)});
 }
@@ -82,7 +83,8 @@ asio::awaitable<Result<SetOutcome>> TorchCacheBackend::set(const torch_cache::To
   s.metrics.record_torch(*done == SetOutcome::stored ? TorchOp::set_stored
                          : *done == SetOutcome::kept ? TorchOp::set_kept
                                                      : TorchOp::set_condition);
-  spdlog::debug("torch cache SET {} {}B: {}", key.text.substr(0, 200), value.size(),
+  if (spdlog::should_log(spdlog::level::debug))
+    spdlog::debug("torch cache SET {} {}B: {}", key.text.substr(0, 200), value.size(),
                 *done == SetOutcome::stored ? "stored" : *done == SetOutcome::kept ? "kept" : "condition not met");
   co_return *done;
 }

@@ -7,7 +7,8 @@ Prints GET (hits) and SET p50/p99 in microseconds for 4 KiB, 1.2 MB and 10 MB va
 the ratio kilnd/redis (below 1: kilnd is faster). Keys are of torch's FX-graph form, each
 SET a new key; values are shaped as torch's (JSON around base64). Not a test: run it by hand, commit its output to RESULTS-torch-cache.md.
 
-    /usr/bin/python3 tests/bench/bench_torch_cache.py --kilnd build/daemon/kilnd
+    /usr/bin/python3 tests/bench/bench_torch_cache.py --kilnd build/daemon/kilnd \
+        [--kilnd-before /path/to/an/earlier/kilnd]
 """
 
 import argparse
@@ -74,7 +75,8 @@ def measure(url, label, size, n):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--kilnd", required=True)
+    ap.add_argument("--kilnd", required=True, help="the kilnd to measure")
+    ap.add_argument("--kilnd-before", default="", help="an earlier kilnd, measured in the same run (before/after)")
     ap.add_argument("--redis-server", default="/usr/bin/redis-server")
     ap.add_argument("--machine", default="")
     args = ap.parse_args()
@@ -87,21 +89,27 @@ def main():
                                "--appendonly", "no", "--dir", work], stdout=subprocess.DEVNULL,
                               stderr=subprocess.DEVNULL)
         procs.append(rp)
-        torch_sock = os.path.join(work, "torch.sock")
-        with open(os.path.join(work, "kilnd.toml"), "w") as f:
-            f.write('log_level = "warn"\n[torch_cache]\nsocket = "%s"\n' % torch_sock)
-        kp = subprocess.Popen([args.kilnd, "--config", os.path.join(work, "kilnd.toml"), "--socket",
-                               os.path.join(work, "kiln.sock"), "--store", os.path.join(work, "store")],
-                              stdout=subprocess.DEVNULL, stderr=open(os.path.join(work, "kilnd.log"), "w"))
-        procs.append(kp)
+        kilnds = [("kilnd", args.kilnd)] + ([("before", args.kilnd_before)] if args.kilnd_before else [])
+        socks = {}
+        for name, binary in kilnds:
+            d = os.path.join(work, name)
+            os.mkdir(d)
+            socks[name] = os.path.join(d, "torch.sock")
+            with open(os.path.join(d, "kilnd.toml"), "w") as f:
+                f.write('log_level = "warn"\n[torch_cache]\nsocket = "%s"\n' % socks[name])
+            kp = subprocess.Popen([binary, "--config", os.path.join(d, "kilnd.toml"), "--socket",
+                                   os.path.join(d, "kiln.sock"), "--store", os.path.join(d, "store")],
+                                  stdout=subprocess.DEVNULL, stderr=open(os.path.join(d, "kilnd.log"), "w"))
+            procs.append(kp)
+            wait_for_socket(socks[name], kp, name)
         wait_for_socket(redis_sock, rp, "redis-server")
-        wait_for_socket(torch_sock, kp, "kilnd")
         redis_version = subprocess.run([args.redis_server, "--version"], capture_output=True, text=True).stdout.split()
         rows = []
         for label, size, n in SIZES:
-            red = measure("unix://" + redis_sock, "redis", size, n)
-            kil = measure("unix://" + torch_sock, "kilnd", size, n)
-            rows.append((label, n, red, kil))
+            res = {"redis": measure("unix://" + redis_sock, "redis", size, n)}
+            for name, _ in kilnds:
+                res[name] = measure("unix://" + socks[name], name, size, n)
+            rows.append((label, n, res))
 
         now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
         print("# kilnd torch cache (Redis protocol) beside redis-server\n")
@@ -112,13 +120,17 @@ def main():
               "zstd 3, hot set 2 GiB), [torch_cache] socket. SET: a new key each time, durable "
               "(fsynced) in kilnd, in memory in redis. GET: hits, second pass over the keys.\n"
               % (redis.__version__, " ".join(redis_version[2:3])))
-        print("| value | n | op | redis p50 / p99 us | kilnd p50 / p99 us | kilnd/redis p50 | kilnd/redis p99 |")
-        print("|---|---|---|---|---|---|---|")
-        for label, n, red, kil in rows:
+        names = [name for name, _ in kilnds]
+        head = "| value | n | op | redis p50 / p99 us | " + " | ".join(
+            "%s p50 / p99 us | %s/redis p50 | %s/redis p99" % (n_, n_, n_) for n_ in names) + " |"
+        print(head)
+        print("|" + "---|" * (4 + 3 * len(names)))
+        for label, n, res in rows:
             for op in ("get", "set"):
-                print("| %s | %d | %s | %.0f / %.0f | %.0f / %.0f | %.2fx | %.2fx |" % (
-                    label, n, op.upper(), red[op][0], red[op][1], kil[op][0], kil[op][1],
-                    kil[op][0] / red[op][0], kil[op][1] / red[op][1]))
+                red = res["redis"][op]
+                cells = ["%.0f / %.0f | %.2fx | %.2fx" % (res[k][op][0], res[k][op][1], res[k][op][0] / red[0],
+                                                          res[k][op][1] / red[1]) for k in names]
+                print("| %s | %d | %s | %.0f / %.0f | %s |" % (label, n, op.upper(), red[0], red[1], " | ".join(cells)))
     finally:
         for p in procs:
             if p.poll() is None:

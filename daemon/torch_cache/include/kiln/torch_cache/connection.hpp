@@ -78,12 +78,17 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void close();
 
  private:
+  using Clock = std::chrono::steady_clock;
   asio::awaitable<void> run();
+  asio::awaitable<void> watchdog();  // closes the socket once deadline_ passes
   asio::awaitable<bool> flush();
-  void arm(std::chrono::milliseconds timeout);
+  void arm(std::chrono::milliseconds timeout);  // a deadline for the read or write about to start
+  void disarm();
 
   Socket socket_;
   asio::steady_timer timer_;
+  Clock::time_point deadline_ = Clock::time_point::max();  // on the connection's executor
+  bool timed_out_ = false;
   Backend& backend_;
   ConnectionOptions options_;
   RequestParser parser_;
