@@ -33,7 +33,7 @@ class TomlReader {
 
   Status apply(const toml::table& root) {
     check_keys(root, "", {"socket", "store", "io_threads", "store_threads", "hot_set_bytes", "metrics_listen",
-                          "log_level", "storage", "limits", "access", "node",
+                          "log_level", "storage", "limits", "access", "node", "torch_cache",
                           "builds",  // [builds edit] read by daemon/builds (kiln::build::apply_builds_toml)
                           "fleet"});  // read by daemon/fleet (kiln::fleet::apply_fleet_toml)
     path(root, "socket", c_.socket);
@@ -98,6 +98,17 @@ class TomlReader {
       str(*t, "platform", n.platform, "node.");
       str(*t, "machine", n.machine, "node.");
       str(*t, "cpu_isa", n.cpu_isa, "node.");
+    }
+    if (auto* t = table(root, "torch_cache")) {
+      auto& tc = c_.torch_cache;
+      check_keys(*t, "torch_cache.", {"socket", "listen", "password", "max_value_bytes", "memory_bytes"});
+      std::string sock;
+      str(*t, "socket", sock, "torch_cache.");
+      tc.socket = sock;
+      str(*t, "listen", tc.listen, "torch_cache.");
+      str(*t, "password", tc.password, "torch_cache.");
+      size(*t, "max_value_bytes", tc.max_value_bytes, "torch_cache.");
+      size(*t, "memory_bytes", tc.memory_bytes, "torch_cache.");
     }
     if (err_) return *err_;
     return {};
@@ -260,6 +271,21 @@ Status apply_toml_file(Config& config, const std::filesystem::path& file) {
   return {};
 }
 
+static Status check_loopback(const char* option, const std::string& listen, const char* example) {
+  if (listen.empty()) return {};
+  auto bad = [&](const std::string& m) { return make_error(Errc::invalid_argument, std::string(option) + " " + m); };
+  auto colon = listen.rfind(':');
+  if (colon == std::string::npos) return bad(std::string("must be host:port, e.g. ") + example);
+  auto host = listen.substr(0, colon);
+  if (host != "127.0.0.1" && host != "localhost" && host != "[::1]" && host != "::1")
+    return bad("must be a loopback address (127.0.0.1 or [::1]); got " + host);
+  auto port = listen.substr(colon + 1);
+  char* end = nullptr;
+  long p = std::strtol(port.c_str(), &end, 10);
+  if (port.empty() || *end || p < 0 || p > 65535) return bad("port must be 0..65535");
+  return {};
+}
+
 Status validate(const Config& c) {
   auto bad = [](std::string m) { return make_error(Errc::invalid_argument, std::move(m)); };
   if (c.socket.empty()) return bad("socket path is empty");
@@ -269,17 +295,16 @@ Status validate(const Config& c) {
     return bad("limits.max_frame_bytes must be within 64 KiB .. 64 MiB");
   static const std::set<std::string> levels{"trace", "debug", "info", "warn", "error", "critical", "off"};
   if (!levels.count(c.log_level)) return bad("log_level must be one of trace, debug, info, warn, error, off");
-  if (!c.metrics_listen.empty()) {
-    auto colon = c.metrics_listen.rfind(':');
-    if (colon == std::string::npos) return bad("metrics_listen must be host:port, e.g. 127.0.0.1:9464");
-    auto host = c.metrics_listen.substr(0, colon);
-    if (host != "127.0.0.1" && host != "localhost" && host != "[::1]" && host != "::1")
-      return bad("metrics_listen must be a loopback address (127.0.0.1 or [::1]); got " + host);
-    auto port = c.metrics_listen.substr(colon + 1);
-    char* end = nullptr;
-    long p = std::strtol(port.c_str(), &end, 10);
-    if (port.empty() || *end || p < 0 || p > 65535) return bad("metrics_listen port must be 0..65535");
+  KILN_TRY(check_loopback("metrics_listen", c.metrics_listen, "127.0.0.1:9464"));
+  const auto& tc = c.torch_cache;
+  if (!tc.socket.empty()) {
+    if (tc.socket.string().size() >= 108)
+      return bad("torch_cache.socket " + tc.socket.string() + " is longer than 107 bytes (a Unix socket limit)");
+    if (tc.socket == c.socket) return bad("torch_cache.socket must differ from socket (" + c.socket.string() + ")");
   }
+  KILN_TRY(check_loopback("torch_cache.listen", tc.listen, "127.0.0.1:6379"));
+  if (tc.max_value_bytes < 1024 || tc.max_value_bytes > (1ull << 32))
+    return bad("torch_cache.max_value_bytes must be within 1 KiB .. 4 GiB");
   return {};
 }
 

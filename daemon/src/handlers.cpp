@@ -274,7 +274,7 @@ asio::awaitable<Outcome> handle_key_op(Connection& c, const Request& r) {
   });
   if (!existed) co_return fail(existed.error());
   if (!*existed) co_return fail(make_error(Errc::not_found, "no artifact with key digest " + digest.hex()));
-  if (type == MsgType::del) s.hot.erase(digest);
+  if (type == MsgType::del) s.forget_copies(digest);
   else s.hot.set_pinned(digest, type == MsgType::pin);
   co_return co_await reply_ok(c, r, proto::encode(proto::KeyOpReply{digest}), digest.hex().substr(0, 16));
 }
@@ -431,7 +431,7 @@ asio::awaitable<Outcome> commit_upload(Connection& c, std::uint32_t id, const st
   auto job = [&s, shared] { return s.store.commit(std::move(shared->stream), shared->key, shared->meta); };
   auto info = co_await offload(s.pool, job);
   if (!info) co_return fail(info.error());
-  s.hot.erase(shared->key_digest);  // a copy of the replaced artifact must not be served
+  s.forget_copies(shared->key_digest);  // a copy of the replaced artifact must not be served
   proto::PutReply reply{to_meta(*info)};
   co_return co_await reply_ok(c, r, proto::encode(reply), std::to_string(info->size) + "B " + info->key_digest.hex().substr(0, 16));
 }

@@ -48,7 +48,7 @@ asio::awaitable<Outcome> handle_evict(Connection& c, const Request& r) {
   reply.pinned_kept = rep->pinned_kept;
   reply.dry_run = req->dry_run;
   for (const auto& a : rep->removed) {
-    if (!req->dry_run) s.hot.erase(a.key_digest);
+    if (!req->dry_run) s.forget_copies(a.key_digest);  // hot copies and the torch cache's values
     reply.removed.push_back(to_meta(a));
   }
   const std::string note = std::to_string(reply.evicted) + (req->dry_run ? " would be evicted" : " evicted");
@@ -61,7 +61,7 @@ asio::awaitable<Outcome> handle_verify(Connection& c, const Request& r) {
   auto& s = c.state();
   auto rep = co_await offload(s.pool, [&s] { return s.store.verify(); });
   if (!rep) co_return fail(rep.error());
-  for (const auto& d : rep->corrupt) s.hot.erase(d);
+  for (const auto& d : rep->corrupt) s.forget_copies(d);
   // The first VERIFY also reports what the store's start-up recovery repaired: those
   // findings are gone from disk by now, and an operator checking after a restart must
   // see them (kilnd logged them too).
@@ -97,7 +97,7 @@ asio::awaitable<Outcome> handle_gc(Connection& c, const Request& r) {
     return reply;
   });
   if (!res) co_return fail(res.error());
-  s.hot.clear();
+  s.forget_all_copies();
   co_return co_await reply_ok(c, r, proto::encode(*res), std::to_string(res->evicted) + " evicted");
 }
 
@@ -174,7 +174,7 @@ asio::awaitable<Outcome> handle_build(Connection& c, const Request& r) {
   auto info = co_await offload(s.pool, [&s, digest] { return s.store.stat(digest); });
   if (!info) co_return fail(info.error());
   if (!*info) co_return fail(make_error(Errc::internal, "build of " + digest.hex() + " reported done but is not stored"));
-  s.hot.erase(digest);
+  s.forget_copies(digest);
   proto::BuildReply reply;
   reply.state = "done";
   reply.key_digest = digest;

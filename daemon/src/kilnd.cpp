@@ -50,6 +50,9 @@ Config file (TOML; ops/kilnd.toml documents every option with its default):
              signing_key_file, signing_key_name (file stem), trusted_keys
              (["name:base64"]), require_signatures (true), connect_timeout_s (10),
              io_timeout_s (30), push_retry_min_s (1), push_retry_max_s (300), pull_threads (4)
+  [torch_cache] socket ("" = off), listen ("" = off; loopback only), password (""),
+             max_value_bytes ("512MiB"), memory_bytes ("512MiB"): torch.compile's remote
+             caches over the Redis protocol (GET needs read, SET write)
   [builds]   enabled (true), worker (["python3", ".../kiln_worker"]), work_dir
              (<store>/builds), probe_gpus (true), builds_per_gpu (1),
              build_timeout_s (1800), probe_timeout_s (180), failure_ttl_s (600),

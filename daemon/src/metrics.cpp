@@ -83,6 +83,19 @@ std::string Metrics::render(const std::vector<Gauge>& gauges) const {
   counter("kiln_connections_total", "Connections accepted.", connections_total_);
   counter("kiln_connections_refused_total", "Connections refused (limit reached or no role).", connections_refused_);
   counter("kiln_protocol_errors_total", "Connections closed for a malformed frame.", protocol_errors_);
+  os << "# HELP kiln_torch_cache_requests_total torch.compile cache (Redis protocol) GET and SET, by outcome.\n"
+        "# TYPE kiln_torch_cache_requests_total counter\n";
+  static constexpr const char* kTorchOps[][2] = {{"get", "hit"},        {"get", "miss"}, {"set", "stored"},
+                                                 {"set", "kept"},       {"set", "condition"}};
+  for (std::size_t i = 0; i < 5; ++i)
+    os << "kiln_torch_cache_requests_total{op=\"" << kTorchOps[i][0] << "\",outcome=\"" << kTorchOps[i][1] << "\"} "
+       << torch_[i].load(std::memory_order_relaxed) << "\n";
+  counter("kiln_torch_cache_closed_total",
+          "torch.compile cache connections kilnd closed (refused role, bad request, timeout, store error).",
+          torch_[static_cast<std::size_t>(TorchOp::closed_on_error)]);
+  os << "# HELP kiln_torch_cache_connections Open torch.compile cache connections.\n"
+        "# TYPE kiln_torch_cache_connections gauge\nkiln_torch_cache_connections "
+     << torch_connections_.load(std::memory_order_relaxed) << "\n";
   os << "# HELP kiln_connections Open client connections.\n# TYPE kiln_connections gauge\nkiln_connections "
      << connections_.load(std::memory_order_relaxed) << "\n";
   for (const auto& g : gauges) {

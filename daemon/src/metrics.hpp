@@ -34,6 +34,13 @@ class Metrics {
   void connection_refused() { connections_refused_.fetch_add(1, std::memory_order_relaxed); }
   void protocol_violation() { protocol_errors_.fetch_add(1, std::memory_order_relaxed); }
 
+  // torch.compile's remote caches (the Redis listener).
+  enum class TorchOp { get_hit, get_miss, set_stored, set_kept, set_condition, closed_on_error, kCount };
+  void record_torch(TorchOp op) { torch_[static_cast<std::size_t>(op)].fetch_add(1, std::memory_order_relaxed); }
+  std::uint64_t torch(TorchOp op) const { return torch_[static_cast<std::size_t>(op)].load(std::memory_order_relaxed); }
+  void torch_connection_opened() { torch_connections_.fetch_add(1, std::memory_order_relaxed); }
+  void torch_connection_closed() { torch_connections_.fetch_sub(1, std::memory_order_relaxed); }
+
   std::uint64_t connections() const { return connections_.load(std::memory_order_relaxed); }
   std::uint64_t requests() const;
   std::uint64_t bytes_served() const { return bytes_served_.load(std::memory_order_relaxed); }
@@ -54,6 +61,8 @@ class Metrics {
   std::array<std::atomic<double>, kOps> latency_sum_{};
   Counter hits_{0}, misses_{0}, hot_hits_{0}, bytes_served_{0};
   Counter connections_{0}, connections_total_{0}, connections_refused_{0}, protocol_errors_{0};
+  std::array<Counter, static_cast<std::size_t>(TorchOp::kCount)> torch_{};
+  Counter torch_connections_{0};
 };
 
 }  // namespace kiln::daemon

@@ -25,6 +25,7 @@
 #include "offload.hpp"
 #include "sd_notify.hpp"
 #include "server_state.hpp"
+#include "torch_cache_listener.hpp"
 #include "unix_listener.hpp"
 
 namespace kiln::daemon {
@@ -48,6 +49,7 @@ struct Server::Impl {
   asio::signal_set signals;
   asio::steady_timer drain_timer;
   std::unique_ptr<MetricsHttp> metrics_http;
+  std::unique_ptr<TorchCacheListener> torch_cache;  // null unless [torch_cache] names a socket or address
   std::filesystem::path socket_path;
   bool created_socket = false;
   bool draining = false;          // on `strand`
@@ -146,6 +148,7 @@ void Server::Impl::begin_drain(const char* why) {
   acceptor.close(ec);
   if (created_socket) ::unlink(socket_path.c_str());  // new clients fail fast instead of hanging
   if (metrics_http) metrics_http->stop();
+  if (torch_cache) torch_cache->stop();
   std::vector<std::shared_ptr<Connection>> live;
   {
     std::lock_guard lock(conns_mu);
@@ -199,6 +202,7 @@ Status Server::Impl::reload() {
       fresh.metrics_listen != cur->metrics_listen || fresh.store_options.quota_bytes != cur->store_options.quota_bytes)
     spdlog::warn("reload: thread counts, metrics_listen and [storage] take effect at the next restart");
   state.hot.set_capacity(fresh.hot_set_bytes);
+  state.torch_values.set_capacity(fresh.torch_cache.memory_bytes);
   spdlog::set_level(spdlog::level::from_str(fresh.log_level));
   state.set_config(std::make_shared<const Config>(fresh),
                    std::make_shared<const AccessPolicy>(std::move(*access)));
@@ -219,6 +223,8 @@ asio::awaitable<std::string> Server::Impl::render_metrics() {
   }
   g.push_back({"kiln_hot_set_bytes", "Bytes held as uncompressed hot copies.", double(state.hot.bytes())});
   g.push_back({"kiln_hot_set_entries", "Artifacts held as uncompressed hot copies.", double(state.hot.entries())});
+  g.push_back({"kiln_torch_cache_memory_bytes", "Bytes of torch.compile cache values held in memory.",
+               double(state.torch_values.bytes())});
   g.push_back({"kiln_uptime_seconds", "Seconds since kilnd started.", double(state.uptime_s())});
   if (state.builds) {
     const auto b = state.builds->gpu_report();
@@ -266,7 +272,7 @@ Result<std::unique_ptr<Server>> Server::create(const Config& config, storage::St
   if (listen_fd >= 0) {
     fd.reset(listen_fd);
   } else {
-    auto made = create_unix_listener(config);
+    auto made = create_unix_listener(config.socket, config.access);
     if (!made) return std::move(made).error();
     fd = std::move(*made);
     impl->created_socket = true;
@@ -281,6 +287,11 @@ Result<std::unique_ptr<Server>> Server::create(const Config& config, storage::St
     if (!m) return std::move(m).error();
     impl->metrics_http = std::move(*m);
     impl->state.metrics_url = impl->metrics_http->url();
+  }
+  if (config.torch_cache.enabled()) {
+    auto t = TorchCacheListener::create(impl->io, impl->state, config);
+    if (!t) return std::move(t).error();
+    impl->torch_cache = std::move(*t);
   }
   Impl* raw = impl.get();
   impl->state.reload = [raw] { return raw->reload(); };
@@ -302,6 +313,7 @@ Status Server::run(const RunOptions& options) {
   }
   asio::co_spawn(im.strand, im.accept_loop(), asio::detached);
   auto cfg = im.state.config();
+  if (im.torch_cache) im.torch_cache->start(cfg->io_threads);
   spdlog::info("kilnd listening on {} (store {}, {} io threads, {} store threads{}{})", im.socket_path.string(),
                cfg->store.string(), cfg->io_threads, cfg->store_threads, im.state.builds ? "" : ", builds unavailable",
                im.state.metrics_url.empty() ? "" : ", metrics " + im.state.metrics_url);
@@ -310,6 +322,7 @@ Status Server::run(const RunOptions& options) {
   for (unsigned i = 1; i < cfg->io_threads; ++i) threads.emplace_back([&im] { im.io.run(); });
   im.io.run();
   for (auto& t : threads) t.join();
+  if (im.torch_cache) im.torch_cache->join();
   im.state.pool.join();
   spdlog::info("kilnd stopped cleanly");
   return {};

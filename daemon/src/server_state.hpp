@@ -20,6 +20,7 @@
 #include "kiln/daemon/fleet_service.hpp"
 #include "kiln/storage/store.hpp"
 #include "metrics.hpp"
+#include "value_cache.hpp"
 
 namespace kiln::daemon {
 
@@ -34,6 +35,7 @@ class ServerState {
         store(the_store),
         builds(build_service),
         hot(config->hot_set_bytes),
+        torch_values(config->torch_cache.memory_bytes),
         config_(std::move(config)),
         access_(std::make_shared<const AccessPolicy>(std::move(access))) {}
 
@@ -43,6 +45,7 @@ class ServerState {
   BuildService* builds;            // nullptr: builds unsupported
   FleetService* fleet = nullptr;   // nullptr: no fleet; set before the first connection
   HotSet hot;
+  ValueCache torch_values;         // torch.compile cache values (daemon/src/torch_cache_backend.cpp)
   Metrics metrics;
   const std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
   std::atomic<bool> draining{false};
@@ -53,6 +56,16 @@ class ServerState {
   std::function<void()> on_last_connection_closed;  // set by Server: ends a drain early
   NodeFields node;                 // "this node": set before the first connection, then read-only
   std::string builds_off_reason;   // why `builds` is null; set with `node`
+
+  // An artifact was deleted, replaced or quarantined: no copy of it may be served again.
+  void forget_copies(const Digest& key_digest) {
+    hot.erase(key_digest);
+    torch_values.erase(key_digest);
+  }
+  void forget_all_copies() {
+    hot.clear();
+    torch_values.clear();
+  }
 
   std::shared_ptr<const Config> config() const {
     std::lock_guard lock(mu_);

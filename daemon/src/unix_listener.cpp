@@ -36,8 +36,7 @@ bool someone_listens(const std::filesystem::path& path) {
 
 }  // namespace
 
-Result<UniqueFd> create_unix_listener(const Config& config) {
-  const auto& path = config.socket;
+Result<UniqueFd> create_unix_listener(const std::filesystem::path& path, const AccessConfig& access) {
   if (path.string().size() >= sizeof(sockaddr_un{}.sun_path))
     return make_error(Errc::invalid_argument, "socket path " + path.string() + " is too long for a Unix socket");
   std::error_code ec;
@@ -64,23 +63,23 @@ Result<UniqueFd> create_unix_listener(const Config& config) {
   int bind_errno = errno;
   ::umask(old);
   if (rc != 0) return error_from_errno(bind_errno, "bind " + path.string());
-  if (::chmod(path.c_str(), config.access.socket_mode) != 0) return error_from_errno(errno, "chmod " + path.string());
-  if (!config.access.socket_group.empty()) {
+  if (::chmod(path.c_str(), access.socket_mode) != 0) return error_from_errno(errno, "chmod " + path.string());
+  if (!access.socket_group.empty()) {
     gid_t gid;
     char* end = nullptr;
-    unsigned long n = std::strtoul(config.access.socket_group.c_str(), &end, 10);
+    unsigned long n = std::strtoul(access.socket_group.c_str(), &end, 10);
     if (*end == 0) {
       gid = static_cast<gid_t>(n);
     } else {
       std::vector<char> buf(65536);
       group gr{};
       group* out = nullptr;
-      if (::getgrnam_r(config.access.socket_group.c_str(), &gr, buf.data(), buf.size(), &out) != 0 || !out)
-        return make_error(Errc::invalid_argument, "access.socket_group: unknown group \"" + config.access.socket_group + "\"");
+      if (::getgrnam_r(access.socket_group.c_str(), &gr, buf.data(), buf.size(), &out) != 0 || !out)
+        return make_error(Errc::invalid_argument, "access.socket_group: unknown group \"" + access.socket_group + "\"");
       gid = out->gr_gid;
     }
     if (::chown(path.c_str(), static_cast<uid_t>(-1), gid) != 0)
-      return error_from_errno(errno, "chown socket to group " + config.access.socket_group);
+      return error_from_errno(errno, "chown socket to group " + access.socket_group);
   }
   if (::listen(fd.get(), 512) != 0) return error_from_errno(errno, "listen " + path.string());
   return fd;

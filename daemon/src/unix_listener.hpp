@@ -10,6 +10,7 @@ namespace kiln::daemon {
 // Creates the socket's folder if missing (mode 0755 for root, 0700 for a user), removes
 // a stale socket file (one nobody answers on), binds, applies access.socket_mode and
 // access.socket_group, and listens. busy if a live server answers on the path.
-Result<UniqueFd> create_unix_listener(const Config& config);
+// `path` is kilnd's socket or the torch cache's ([torch_cache] socket).
+Result<UniqueFd> create_unix_listener(const std::filesystem::path& path, const AccessConfig& access);
 
 }  // namespace kiln::daemon

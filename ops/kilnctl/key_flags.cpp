@@ -17,7 +17,7 @@ std::string flag_name(std::string_view field) {
 }
 
 const char* field_help(std::string_view field) {
-  if (field == "kind") return "Artifact kind: aoti or megacache";
+  if (field == "kind") return "Artifact kind: aoti, megacache or torch_cache";
   if (field == "model_hash") return "64 hex: the block's exported graph (not its weights)";
   if (field == "region") return "Block class name (e.g. FluxSingleTransformerBlock) or 'full'";
   if (field == "dtype") return "Compute dtype, e.g. bfloat16";

@@ -220,6 +220,7 @@ std::string_view to_string(ArtifactKind kind) noexcept {
   switch (kind) {
     case ArtifactKind::aoti: return "aoti";
     case ArtifactKind::megacache: return "megacache";
+    case ArtifactKind::torch_cache: return "torch_cache";
   }
   return "unknown";
 }
@@ -227,8 +228,9 @@ std::string_view to_string(ArtifactKind kind) noexcept {
 Result<ArtifactKind> parse_artifact_kind(std::string_view text) {
   if (text == "aoti") return ArtifactKind::aoti;
   if (text == "megacache") return ArtifactKind::megacache;
-  return make_error(Errc::invalid_argument,
-                    "key.kind: unknown artifact kind '" + std::string(text) + "' (expected aoti or megacache)");
+  if (text == "torch_cache") return ArtifactKind::torch_cache;
+  return make_error(Errc::invalid_argument, "key.kind: unknown artifact kind '" + std::string(text) +
+                                                "' (expected aoti, megacache or torch_cache)");
 }
 
 const std::vector<std::string>& key_field_names() {

@@ -85,6 +85,37 @@ TEST_CASE("validation refuses a non-loopback metrics address and out-of-range fr
   CHECK_FALSE(validate(c));
 }
 
+TEST_CASE("[torch_cache] is off by default, read from TOML, and refuses a non-loopback address") {
+  Config c = default_config();
+  CHECK_FALSE(c.torch_cache.enabled());
+  auto st = apply_toml_text(c, R"(
+[torch_cache]
+socket = "/tmp/kiln-torch.sock"
+listen = "127.0.0.1:0"
+password = "pw"
+max_value_bytes = "64MiB"
+memory_bytes = "1GiB"
+)", "t.toml");
+  REQUIRE(st);
+  CHECK(c.torch_cache.enabled());
+  CHECK(c.torch_cache.socket == "/tmp/kiln-torch.sock");
+  CHECK(c.torch_cache.listen == "127.0.0.1:0");
+  CHECK(c.torch_cache.password == "pw");
+  CHECK(c.torch_cache.max_value_bytes == 64ull << 20);
+  CHECK(c.torch_cache.memory_bytes == 1ull << 30);
+  CHECK(validate(c));
+  c.torch_cache.listen = "0.0.0.0:6379";
+  auto bad = validate(c);
+  REQUIRE_FALSE(bad);
+  CHECK(bad.error().message.find("torch_cache.listen") != std::string::npos);
+  c.torch_cache.listen = "";
+  c.torch_cache.socket = c.socket;
+  CHECK_FALSE(validate(c));
+  auto unknown = apply_toml_text(c, "[torch_cache]\nport = 6379\n", "t.toml");
+  REQUIRE_FALSE(unknown);
+  CHECK(unknown.error().message.find("torch_cache.port") != std::string::npos);
+}
+
 TEST_CASE("sizes parse with binary and decimal units") {
   CHECK(*parse_size("4096") == 4096);
   CHECK(*parse_size("2GiB") == 2ull << 30);

@@ -188,7 +188,9 @@ Status Fleet::push_artifact(const Digest& key_digest) {
 
   TempFd spool(store_.options().root);
   if (spool.get() < 0) return error_from_errno(errno, "create a push spool file in " + store_.options().root.string());
-  auto read = store_.read(key_digest, [&](std::span<const std::byte> d) { return write_all(spool.get(), d); });
+  // A push is not a use of the artifact: no hit counted, last access left alone.
+  auto read = store_.read(
+      key_digest, [&](std::span<const std::byte> d) { return write_all(spool.get(), d); }, storage::Access::quiet);
   if (!read) return std::move(read).error();
   if (!*read) return {};
   const auto& a = **read;

@@ -22,11 +22,11 @@ struct LsArgs {
 };
 
 void print_table(std::ostream& out, const std::vector<client::ArtifactInfo>& items) {
-  out << std::left << std::setw(14) << "DIGEST" << std::setw(10) << "KIND" << std::setw(30) << "REGION"
+  out << std::left << std::setw(14) << "DIGEST" << std::setw(12) << "KIND" << std::setw(30) << "REGION"
       << std::setw(10) << "DTYPE" << std::setw(10) << "GPU_ARCH" << std::setw(11) << "SIZE" << std::setw(7) << "HITS"
       << std::setw(4) << "PIN" << "LAST ACCESS\n";
   for (const auto& i : items) {
-    out << std::setw(14) << i.key_digest.hex().substr(0, 12) << std::setw(10) << to_string(i.key.kind)
+    out << std::setw(14) << i.key_digest.hex().substr(0, 12) << std::setw(12) << to_string(i.key.kind)
         << std::setw(30) << i.key.region << std::setw(10) << i.key.dtype << std::setw(10) << i.key.gpu_arch
         << std::setw(11) << format_bytes(i.size) << std::setw(7) << i.hits << std::setw(4)
         << (i.pinned ? "yes" : "-") << format_time(i.last_access) << "\n";

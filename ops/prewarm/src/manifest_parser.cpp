@@ -219,7 +219,8 @@ Status Ctx::build_fields(const toml::table& t, const std::string& field, BuildSp
     b.kinds.clear();
     for (std::size_t i = 0; i < kinds->size(); ++i) {
       auto k = parse_artifact_kind((*kinds)[i]);
-      if (!k) return err(n, field + ".kind", "'" + (*kinds)[i] + "' is not a kind (aoti or megacache)");
+      if (!k || *k == ArtifactKind::torch_cache)  // torch_cache entries are written by torch, never built
+        return err(n, field + ".kind", "'" + (*kinds)[i] + "' is not a kind kiln builds (aoti or megacache)");
       b.kinds.push_back(*k);
     }
   }

@@ -32,7 +32,9 @@ namespace kiln {
 // invalidates every artifact built under an older one.
 inline constexpr std::uint32_t kKeyFormatVersion = 2;
 
-enum class ArtifactKind { aoti, megacache };
+// torch_cache: one entry of torch.compile's own remote caches, stored under torch's key
+// (schema/torch-cache.md); written by the torch cache listener, never built.
+enum class ArtifactKind { aoti, megacache, torch_cache };
 std::string_view to_string(ArtifactKind kind) noexcept;
 Result<ArtifactKind> parse_artifact_kind(std::string_view text);
 

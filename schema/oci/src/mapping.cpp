@@ -97,7 +97,12 @@ Status check_one_layer(const ParsedManifest& m, std::string_view want, const std
 }  // namespace
 
 std::string_view layer_media_type(ArtifactKind kind) noexcept {
-  return kind == ArtifactKind::aoti ? kAotiLayerType : kMegacacheLayerType;
+  switch (kind) {
+    case ArtifactKind::aoti: return kAotiLayerType;
+    case ArtifactKind::megacache: return kMegacacheLayerType;
+    case ArtifactKind::torch_cache: return kTorchCacheLayerType;
+  }
+  return kMegacacheLayerType;
 }
 
 std::string source_tag(std::string_view model_hash) { return "source-" + std::string(model_hash); }
@@ -117,7 +122,10 @@ Result<ManifestParts> artifact_manifest(const Key& key, const ArtifactMeta& meta
   std::string config_bytes = key.to_json();
   Descriptor config = blob_descriptor(kKeyConfigType, config_bytes);
   Descriptor layer{std::string(layer_media_type(key.kind)), blob_digest, size, {}, {}};
-  layer.annotations[std::string(kTitle)] = file_title(key.region, key.kind == ArtifactKind::aoti ? ".pt2" : ".megacache");
+  layer.annotations[std::string(kTitle)] =
+      file_title(key.region, key.kind == ArtifactKind::aoti          ? ".pt2"
+                             : key.kind == ArtifactKind::torch_cache ? ".json"
+                                                                     : ".megacache");
 
   std::map<std::string, std::string> ann;
   ann[std::string(kFormatVersion)] = std::string(kLayoutFormatVersion);

@@ -51,6 +51,21 @@ struct StoreConfig {
   int zstd_level = 3;
 };
 
+// torch.compile's own remote caches, served over the Redis protocol (schema/torch-cache.md).
+// Off unless a socket or a loopback address is given. Roles come from [access] (GET needs
+// read, SET write); the socket file gets access.socket_mode and access.socket_group.
+struct TorchCacheConfig {
+  std::filesystem::path socket;        // Unix socket; "" = none
+  std::string listen;                  // "127.0.0.1:6379"; "" = none; loopback only. TCP
+                                       // peers have no credentials: they get the roles
+                                       // [access] gives "*"
+  std::string password;                // "" = no AUTH; else GET/SET need AUTH first
+  std::uint64_t max_value_bytes = 512ull << 20;  // one SET's value (Redis's own limit)
+  std::uint64_t memory_bytes = 512ull << 20;     // recently used values kept in memory
+
+  bool enabled() const { return !socket.empty() || !listen.empty(); }
+};
+
 struct Config {
   std::filesystem::path socket;
   std::filesystem::path store;
@@ -65,6 +80,7 @@ struct Config {
   StoreConfig store_options;
   NodeFields node;                     // "this node"; empty fields are detected or left unknown
   std::string builds_off_reason;       // set by kilnd at start when it has no build service
+  TorchCacheConfig torch_cache;
 };
 
 // Built-in defaults for the current user (see above), before any file or flag.

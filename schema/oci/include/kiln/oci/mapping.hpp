@@ -24,6 +24,8 @@ inline constexpr std::string_view kKeyConfigType = "application/vnd.kiln.key.v1+
 inline constexpr std::string_view kSourceConfigType = "application/vnd.kiln.source.v1+json";
 inline constexpr std::string_view kAotiLayerType = "application/vnd.kiln.aoti.v1";
 inline constexpr std::string_view kMegacacheLayerType = "application/vnd.kiln.megacache.v1";
+// One of torch.compile's own cache entries, as torch stores it (schema/torch-cache.md).
+inline constexpr std::string_view kTorchCacheLayerType = "application/vnd.kiln.torch-cache.v1";
 inline constexpr std::string_view kSourceLayerType = "application/vnd.kiln.torch-export.v1";
 inline constexpr std::string_view kLayoutFormatVersion = "1";
 

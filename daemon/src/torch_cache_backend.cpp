@@ -1,0 +1,97 @@
+// GET and SET of torch.compile's cache entries over the store (see torch_cache_backend.hpp).
+#include "torch_cache_backend.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include "offload.hpp"
+
+namespace kiln::daemon {
+
+using torch_cache::SetCondition;
+using torch_cache::SetOutcome;
+using torch_cache::Value;
+using TorchOp = Metrics::TorchOp;
+
+asio::awaitable<Result<std::optional<Value>>> TorchCacheBackend::get(const torch_cache::TorchKey& key) {
+  auto& s = state_;
+  const Digest d = key.digest;
+  ValueCache::Bytes value = s.torch_values.find(d);
+  const bool hot = value != nullptr;
+  if (!value) {
+    const std::uint64_t generation = s.torch_values.generation();
+    // Runs on the store pool: reads and verifies the entry (a damaged one is quarantined
+    // by the store and answered as a miss: torch compiles and writes it again).
+    auto read = [&s, d, text = &key.text]() -> Result<ValueCache::Bytes> {
+      auto out = std::make_shared<std::vector<std::byte>>();
+      auto info = s.store.read_into(d, *out);
+      if (!info) {
+        if (info.error().code != Errc::corrupt) return std::move(info).error();
+        spdlog::warn("torch cache: {} was damaged and quarantined; answered as a miss", text->substr(0, 200));
+        return ValueCache::Bytes();
+      }
+      if (!*info) return ValueCache::Bytes();
+      return ValueCache::Bytes(std::move(out));
+    };
+    auto got = co_await offload(s.pool, read);
+    if (!got) co_return std::move(got).error();
+    value = std::move(*got);
+    if (value) s.torch_values.insert(d, value, generation);
+  }
+  if (!value) {
+    s.metrics.record_get(false, false);
+    s.metrics.record_torch(TorchOp::get_miss);
+    if (spdlog::should_log(spdlog::level::debug)) spdlog::debug("torch cache GET {}: miss", key.text.substr(0, 200));
+    co_return std::optional<Value>();
+  }
+  s.metrics.record_get(true, hot);
+  s.metrics.record_torch(TorchOp::get_hit);
+  if (hot) s.note_hot_hit(d);  // a read from the store counted its own hit
+  s.metrics.add_bytes_served(value->size());
+  if (spdlog::should_log(spdlog::level::debug))
+    spdlog::debug("torch cache GET {}: hit {} {}B", key.text.substr(0, 200), hot ? "hot" : "cold", value->size());
+  std::span<const std::byte> bytes(value->data(), value->size());
+  co_return std::optional<Value>(Value{bytes, std::move(value)});
+}
+
+asio::awaitable<Result<SetOutcome>> TorchCacheBackend::set(const torch_cache::TorchKey& key,
+                                                           std::span<const std::byte> value, SetCondition condition) {
+  auto& s = state_;
+  const torch_cache::TorchKey* k = &key;
+  // Runs on the store pool; `key` and `value` stay valid until this coroutine resumes.
+  auto store = [&s, k, value, condition]() -> Result<SetOutcome> {
+    if (condition != SetCondition::always || k->overwrite == torch_cache::Overwrite::never) {
+      auto found = s.store.stat(k->digest);
+      if (!found) return std::move(found).error();
+      bool exists = found->has_value();
+      if (condition == SetCondition::if_absent && exists) return SetOutcome::condition;
+      if (condition == SetCondition::if_present && !exists) return SetOutcome::condition;
+      if (exists && k->overwrite == torch_cache::Overwrite::never) return SetOutcome::kept;
+    }
+    auto put = s.store.put_bytes(k->kiln_key(), value);
+    if (!put) return std::move(put).error();
+    s.forget_copies(k->digest);  // a copy of the old value must not be served
+    if (k->overwrite == torch_cache::Overwrite::never) {
+      // Written through: the next process asks for it soon. Only for entries that never
+      // change, so two racing writers cannot leave the older value here.
+      auto copy = std::make_shared<const std::vector<std::byte>>(value.begin(), value.end());
+      s.torch_values.insert(k->digest, std::move(copy), s.torch_values.generation());
+    }
+    return SetOutcome::stored;
+  };
+  auto done = co_await offload(s.pool, store);
+  if (!done) co_return std::move(done).error();
+  s.metrics.record_torch(*done == SetOutcome::stored ? TorchOp::set_stored
+                         : *done == SetOutcome::kept ? TorchOp::set_kept
+                                                     : TorchOp::set_condition);
+  if (spdlog::should_log(spdlog::level::debug))
+    spdlog::debug("torch cache SET {} {}B: {}", key.text.substr(0, 200), value.size(),
+                *done == SetOutcome::stored ? "stored" : *done == SetOutcome::kept ? "kept" : "condition not met");
+  co_return *done;
+}
+
+void TorchCacheBackend::closed_on_error(const std::string& peer, const std::string& why) {
+  state_.metrics.record_torch(TorchOp::closed_on_error);
+  spdlog::warn("torch cache connection from {} closed: {}", peer, why);
+}
+
+}  // namespace kiln::daemon

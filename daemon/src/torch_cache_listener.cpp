@@ -1,0 +1,183 @@
+// The torch.compile cache listener (see torch_cache_listener.hpp).
+#include "torch_cache_listener.hpp"
+
+#include <unistd.h>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <spdlog/spdlog.h>
+
+#include "unix_listener.hpp"
+
+namespace kiln::daemon {
+
+using boost::system::error_code;
+namespace generic = asio::generic;
+
+TorchCacheListener::TorchCacheListener(asio::io_context& io, ServerState& state)
+    : io_(io), state_(state), backend_(state), strand_(asio::make_strand(io)), unix_(strand_), tcp_(strand_) {}
+
+TorchCacheListener::~TorchCacheListener() {
+  if (created_socket_ && !stopped_) ::unlink(socket_path_.c_str());
+  stop();
+  join();
+}
+
+Result<std::unique_ptr<TorchCacheListener>> TorchCacheListener::create(asio::io_context& io, ServerState& state,
+                                                                      const Config& config) {
+  std::unique_ptr<TorchCacheListener> l(new TorchCacheListener(io, state));
+  const auto& tc = config.torch_cache;
+  error_code ec;
+  if (!tc.socket.empty()) {
+    auto fd = create_unix_listener(tc.socket, config.access);
+    if (!fd) return make_error(fd.error().code, "torch_cache.socket: " + fd.error().message);
+    l->unix_.assign(asio::local::stream_protocol(), fd->get(), ec);
+    if (ec) return make_error(Errc::io_error, "torch_cache.socket: " + ec.message());
+    fd->release();
+    l->socket_path_ = tc.socket;
+    l->created_socket_ = true;
+  }
+  if (!tc.listen.empty()) {
+    auto colon = tc.listen.rfind(':');
+    std::string host = tc.listen.substr(0, colon);
+    if (host == "localhost") host = "127.0.0.1";
+    if (host.size() > 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
+    auto addr = asio::ip::make_address(host, ec);
+    if (ec || !addr.is_loopback())
+      return make_error(Errc::invalid_argument, "torch_cache.listen: " + tc.listen + " is not a loopback address");
+    asio::ip::tcp::endpoint ep(addr, static_cast<unsigned short>(std::stoi(tc.listen.substr(colon + 1))));
+    l->tcp_.open(ep.protocol(), ec);
+    if (!ec) l->tcp_.set_option(asio::socket_base::reuse_address(true), ec);
+    if (!ec) l->tcp_.bind(ep, ec);
+    if (!ec) l->tcp_.listen(512, ec);
+    if (ec) return make_error(Errc::io_error, "torch_cache.listen " + tc.listen + ": " + ec.message());
+    auto bound = l->tcp_.local_endpoint(ec);
+    l->tcp_address_ = (addr.is_v6() ? "[" + addr.to_string() + "]" : addr.to_string()) + ":" +
+                      std::to_string(bound.port());
+  }
+  return l;
+}
+
+void TorchCacheListener::start(unsigned threads) {
+  for (unsigned i = 0; i < std::max(1u, threads); ++i) {
+    auto loop = std::make_unique<Loop>();
+    Loop* raw = loop.get();
+    loop->thread = std::thread([raw] { raw->io.run(); });
+    loops_.push_back(std::move(loop));
+  }
+  if (unix_.is_open()) {
+    asio::co_spawn(strand_, accept_unix(), asio::detached);
+    spdlog::info("torch cache (Redis protocol) listening on {}", socket_path_.string());
+  }
+  if (tcp_.is_open()) {
+    asio::co_spawn(strand_, accept_tcp(), asio::detached);
+    spdlog::info("torch cache (Redis protocol) listening on {}", tcp_address_);
+  }
+}
+
+void TorchCacheListener::stop() {
+  if (stopped_.exchange(true)) return;
+  if (created_socket_) ::unlink(socket_path_.c_str());  // new clients fail fast
+  asio::post(strand_, [this] {
+    error_code ec;
+    unix_.close(ec);
+    tcp_.close(ec);
+  });
+  {
+    std::lock_guard lock(conns_mu_);
+    for (auto& w : conns_)
+      if (auto c = w.lock()) c->close();
+  }
+  // Each loop's thread returns once its connections have ended.
+  for (auto& l : loops_) asio::post(l->io, [raw = l.get()] { raw->guard.reset(); });
+}
+
+void TorchCacheListener::join() {
+  for (auto& l : loops_)
+    if (l->thread.joinable()) l->thread.join();
+}
+
+asio::io_context& TorchCacheListener::next_loop() {
+  return loops_[next_loop_.fetch_add(1) % loops_.size()]->io;
+}
+
+void TorchCacheListener::serve(torch_cache::Socket socket, const PeerCred* cred, std::string peer) {
+  auto cfg = state_.config();
+  if (open_.load() >= cfg->limits.max_connections) {
+    state_.metrics.connection_refused();
+    spdlog::warn("torch cache connection from {} refused: {} open (limits.max_connections)", peer, open_.load());
+    return;  // closed by the socket's destructor
+  }
+  PeerCred anonymous{0, static_cast<uid_t>(-1), static_cast<gid_t>(-1), {}};
+  auto role = state_.access()->role_of(cred ? *cred : anonymous);
+  torch_cache::ConnectionOptions o;
+  o.session.can_read = role >= protocol::Role::read;
+  o.session.can_write = role >= protocol::Role::write;
+  o.session.password = cfg->torch_cache.password;
+  o.limits.max_bulk_bytes = cfg->torch_cache.max_value_bytes;
+  o.idle_timeout = cfg->limits.idle_timeout;
+  o.request_timeout = cfg->limits.request_timeout;
+  ++open_;
+  state_.metrics.torch_connection_opened();
+  spdlog::debug("torch cache connection from {} (role {})", peer, protocol::role_name(role));
+  auto conn = std::make_shared<torch_cache::Connection>(std::move(socket), backend_, std::move(o), std::move(peer),
+                                                        [this] {
+                                                          --open_;
+                                                          state_.metrics.torch_connection_closed();
+                                                        });
+  {
+    std::lock_guard lock(conns_mu_);
+    conns_.remove_if([](const std::weak_ptr<torch_cache::Connection>& w) { return w.expired(); });
+    conns_.push_back(conn);
+  }
+  if (stopped_) conn->close();
+  conn->start();
+}
+
+asio::awaitable<void> TorchCacheListener::accept_unix() {
+  for (;;) {
+    error_code ec;
+    asio::local::stream_protocol::socket sock(io_);
+    co_await unix_.async_accept(sock, asio::redirect_error(asio::use_awaitable, ec));
+    if (ec) {
+      if (!unix_.is_open() || ec == asio::error::operation_aborted) co_return;
+      spdlog::warn("torch cache accept failed: {}", ec.message());
+      continue;
+    }
+    auto cred = peer_credentials(sock.native_handle());
+    if (!cred) {
+      spdlog::warn("torch cache connection refused: {}", cred.error().to_string());
+      continue;
+    }
+    int fd = sock.release(ec);
+    if (ec) continue;
+    torch_cache::Socket gs(next_loop(), generic::stream_protocol(AF_UNIX, SOCK_STREAM), fd);
+    serve(std::move(gs), &*cred, "uid=" + std::to_string(cred->uid) + " pid=" + std::to_string(cred->pid));
+  }
+}
+
+asio::awaitable<void> TorchCacheListener::accept_tcp() {
+  for (;;) {
+    error_code ec;
+    asio::ip::tcp::socket sock(io_);
+    co_await tcp_.async_accept(sock, asio::redirect_error(asio::use_awaitable, ec));
+    if (ec) {
+      if (!tcp_.is_open() || ec == asio::error::operation_aborted) co_return;
+      spdlog::warn("torch cache accept failed: {}", ec.message());
+      continue;
+    }
+    sock.set_option(asio::ip::tcp::no_delay(true), ec);
+    auto remote = sock.remote_endpoint(ec);
+    std::string peer = ec ? std::string("tcp") : remote.address().to_string() + ":" + std::to_string(remote.port());
+    auto family = remote.protocol().family();
+    int fd = sock.release(ec);
+    if (ec) continue;
+    torch_cache::Socket gs(next_loop(), generic::stream_protocol(family, SOCK_STREAM), fd);
+    serve(std::move(gs), nullptr, std::move(peer));
+  }
+}
+
+}  // namespace kiln::daemon

@@ -1,0 +1,199 @@
+"""Debian's redis-py (python3-redis) against a real kilnd's torch cache socket.
+
+What torch.compile does through redis-py (torch/_inductor/remote_cache.py): Redis.from_url
+with a unix:// URL, get() and set(key, value, ex=ttl) of JSON values of 0.1-10 MB. And what
+torch relies on: a refusal reaches it as redis.exceptions.ConnectionError (the only error
+torch catches), never as a ResponseError.
+
+Run by ctest: /usr/bin/python3 test_redis_py.py --kilnd <path> (see CMakeLists.txt).
+"""
+
+import argparse
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+import redis
+
+KILND = None
+FX_KEY = "pt2:fx-graph-v1::fabcdef0123456789:c1"
+
+
+class Kilnd:
+    """A kilnd on a fresh store with [torch_cache] on a short socket path."""
+
+    def __init__(self, extra_toml=""):
+        self.dir = tempfile.mkdtemp(prefix="kiln-py-", dir="/tmp")
+        self.torch_sock = os.path.join(self.dir, "torch.sock")
+        config = os.path.join(self.dir, "kilnd.toml")
+        with open(config, "w") as f:
+            f.write('[torch_cache]\nsocket = "%s"\nmax_value_bytes = "64MiB"\n%s' % (self.torch_sock, extra_toml))
+        self.log = open(os.path.join(self.dir, "kilnd.log"), "w")
+        self.proc = subprocess.Popen(
+            [KILND, "--config", config, "--socket", os.path.join(self.dir, "kiln.sock"),
+             "--store", os.path.join(self.dir, "store")],
+            stdout=self.log, stderr=self.log)
+        deadline = time.monotonic() + 20
+        while True:
+            if self.proc.poll() is not None:
+                raise RuntimeError("kilnd exited: " + self.read_log())
+            try:
+                with socket.socket(socket.AF_UNIX) as s:
+                    s.connect(self.torch_sock)
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise RuntimeError("kilnd did not listen within 20 s: " + self.read_log())
+                time.sleep(0.02)
+
+    def url(self):
+        return "unix://" + self.torch_sock
+
+    def read_log(self):
+        with open(os.path.join(self.dir, "kilnd.log")) as f:
+            return f.read()
+
+    def stop(self):
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            code = self.proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            raise
+        return code
+
+    def cleanup(self, keep):
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self.log.close()
+        if keep:
+            print("kilnd folder kept: " + self.dir, file=sys.stderr)
+        else:
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class KilndCase(unittest.TestCase):
+    extra_toml = ""
+
+    def setUp(self):
+        self.kilnd = Kilnd(self.extra_toml)
+
+    def tearDown(self):
+        self.kilnd.cleanup(keep=not getattr(self._outcome, "success", False))
+
+
+class RoundTrips(KilndCase):
+    def test_get_set_round_trips_of_small_and_large_values(self):
+        r = redis.Redis.from_url(self.kilnd.url())
+        self.assertTrue(r.ping())
+        self.assertIsNone(r.get(FX_KEY))
+        for size in (100, 1_200_000, 10_000_000):
+            value = os.urandom(size)
+            key = "pt2:fx-graph-v1::size%d:c1" % size
+            self.assertTrue(r.set(key, value, ex=3600))
+            self.assertEqual(r.get(key), value)
+            self.assertEqual(r.get(key), value)  # hot
+        r.close()
+
+    def test_a_new_client_sees_what_another_stored(self):
+        a = redis.Redis.from_url(self.kilnd.url())
+        b = redis.Redis.from_url(self.kilnd.url())
+        a.set(FX_KEY, b'{"data": "xyz"}')
+        self.assertEqual(b.get(FX_KEY), b'{"data": "xyz"}')
+
+    def test_nx_and_xx_as_redis_answers_them(self):
+        r = redis.Redis.from_url(self.kilnd.url())
+        pgo = "pt2:dynamo-pgo::code-state:c1"
+        self.assertIsNone(r.set(pgo, b"1", xx=True))
+        self.assertTrue(r.set(pgo, b"1", nx=True))
+        self.assertIsNone(r.set(pgo, b"2", nx=True))
+        self.assertTrue(r.set(pgo, b"3", xx=True))
+        self.assertEqual(r.get(pgo), b"3")
+
+    def test_pipelined_commands(self):
+        r = redis.Redis.from_url(self.kilnd.url())
+        p = r.pipeline(transaction=False)
+        p.set("pt2:fx-graph-v1::p1:c1", b"a").set("pt2:fx-graph-v1::p2:c1", b"b")
+        p.get("pt2:fx-graph-v1::p1:c1").get("pt2:fx-graph-v1::none:c1").get("pt2:fx-graph-v1::p2:c1")
+        self.assertEqual(p.execute(), [True, True, b"a", None, b"b"])
+
+    def test_resp3_when_this_redis_py_speaks_it(self):
+        try:
+            r = redis.Redis.from_url(self.kilnd.url(), protocol=3)
+            r.ping()
+        except TypeError:
+            self.skipTest("redis-py %s has no protocol=3 (RESP3 is covered by test_kilnd_torch_cache)"
+                          % redis.__version__)
+        self.assertIsNone(r.get(FX_KEY))
+        r.set(FX_KEY, b"v")
+        self.assertEqual(r.get(FX_KEY), b"v")
+
+    def test_entries_survive_a_restart(self):
+        r = redis.Redis.from_url(self.kilnd.url())
+        r.set(FX_KEY, b"kept")
+        r.close()
+        self.assertEqual(self.kilnd.stop(), 0)
+        d = self.kilnd.dir
+        # The same folder, a new kilnd: reuse the config and store.
+        self.kilnd.log = open(os.path.join(d, "kilnd.log"), "a")
+        self.kilnd.proc = subprocess.Popen(
+            [KILND, "--config", os.path.join(d, "kilnd.toml"), "--socket", os.path.join(d, "kiln.sock"),
+             "--store", os.path.join(d, "store")],
+            stdout=self.kilnd.log, stderr=self.kilnd.log)
+        deadline = time.monotonic() + 20
+        r = redis.Redis.from_url(self.kilnd.url())
+        while True:
+            try:
+                self.assertEqual(r.get(FX_KEY), b"kept")
+                break
+            except redis.exceptions.ConnectionError:
+                self.assertLess(time.monotonic(), deadline, "kilnd did not come back")
+                time.sleep(0.05)
+        r.close()
+
+
+class ReaderOnly(KilndCase):
+    extra_toml = '[access]\ntrust_owner = false\nread_users = ["%d"]\n' % os.getuid()
+
+    def test_set_without_the_write_role_is_a_connection_error_not_a_response_error(self):
+        r = redis.Redis.from_url(self.kilnd.url())
+        self.assertIsNone(r.get(FX_KEY))
+        with self.assertRaises(redis.exceptions.ConnectionError):
+            r.set(FX_KEY, b"v")
+
+
+class NoRole(KilndCase):
+    extra_toml = '[access]\ntrust_owner = false\nread_users = []\n'
+
+    def test_get_without_the_read_role_is_a_connection_error(self):
+        r = redis.Redis.from_url(self.kilnd.url())
+        with self.assertRaises(redis.exceptions.ConnectionError):
+            r.get(FX_KEY)
+
+
+class Password(KilndCase):
+    extra_toml = 'password = "hunter2"\n'
+
+    def test_auth_from_the_url(self):
+        ok = redis.Redis.from_url("unix://:hunter2@" + self.kilnd.torch_sock)
+        ok.set(FX_KEY, b"v")
+        self.assertEqual(ok.get(FX_KEY), b"v")
+        with self.assertRaises(redis.exceptions.ConnectionError):  # AuthenticationError is one
+            redis.Redis.from_url("unix://:wrong@" + self.kilnd.torch_sock).get(FX_KEY)
+        with self.assertRaises(redis.exceptions.ConnectionError):
+            redis.Redis.from_url(self.kilnd.url()).get(FX_KEY)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--kilnd", required=True)
+    args, rest = parser.parse_known_args()
+    KILND = args.kilnd
+    unittest.main(argv=[sys.argv[0]] + rest, verbosity=2)
