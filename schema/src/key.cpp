@@ -261,6 +261,7 @@ Result<std::string> Key::canonical_encoding() const {
   if (!is_lower_hex64(model_hash)) return field_error("model_hash", "must be 64 lowercase hex characters");
   for (const auto& f : kStringFields) {
     if (f.member == &Key::compile_options) continue;
+    if (f.member == &Key::cpu_isa && kind == ArtifactKind::megacache) continue;  // normalized to "any"
     KILN_TRY(check_text(f.name, this->*f.member, true));
   }
   KILN_TRY(check_inputs(inputs));

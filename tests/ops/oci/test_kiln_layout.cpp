@@ -48,7 +48,9 @@ TEST_CASE("ArtifactsAndSourcesRoundTripWithTheirKeysAndBytes") {
     CHECK(x.layer.media_type == "application/vnd.kiln.aoti.v1");
     CHECK(x.layer.annotations.at("org.opencontainers.image.title") == "FluxTransformerBlock.pt2");
     CHECK(read_all(**r, x.layer) == a1);
-    CHECK(c->artifacts[1].key == k2);
+    Key k2_read = k2;
+    REQUIRE(k2_read.normalize());  // a megacache key reads back with cpu_isa "any"
+    CHECK(c->artifacts[1].key == k2_read);
     CHECK(c->artifacts[1].layer.media_type == "application/vnd.kiln.megacache.v1");
     CHECK(!c->artifacts[1].meta.build_seconds);
     CHECK(read_all(**r, c->artifacts[1].layer) == a2);
