@@ -227,6 +227,9 @@ class Core {
         {"cpu_isa", {&key.cpu_isa, &n.cpu_isa}},
     };
     for (const auto& [name, vals] : fields) {
+      // A megacache key's cpu_isa is "any" (schema/key.md): torch's own key for those
+      // entries has no CPU ISA, so any host builds and serves them.
+      if (std::string_view(name) == "cpu_isa" && *vals.first == "any") continue;
       // Compared in canonical spelling (schema/key.md): "AVX512" from a probe is "avx512".
       if (canonical_node_value(name, *vals.first) != canonical_node_value(name, *vals.second))
         return make_error(Errc::unsupported, std::string("cannot build here: key.") + name + " is \"" + *vals.first +
