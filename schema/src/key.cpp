@@ -102,7 +102,9 @@ Status check_inputs(const std::vector<TensorSpec>& inputs) {
   return {};
 }
 
-Result<std::string> canonical_options(const std::string& options) { return canonical_compile_options(options); }
+Result<std::string> canonical_options(const std::string& options, ArtifactKind kind) {
+  return canonical_compile_options(options, kind);
+}
 
 // Appends "<name>=<byte length>:<value>\n": length-prefixed, so no value can forge the
 // boundary of another.
@@ -283,7 +285,9 @@ Result<std::string> Key::canonical_encoding() const {
 }
 
 Status Key::normalize() {
-  if (!dtype.empty()) {
+  // A torch_cache key's dtype is "-" (schema/torch-cache.md): torch's own key already
+  // hashes what the entry depends on.
+  if (!dtype.empty() && !(kind == ArtifactKind::torch_cache && dtype == "-")) {
     auto d = canonical_dtype(dtype, "dtype");
     if (!d) return std::move(d).error();
     dtype = std::move(*d);
@@ -306,7 +310,7 @@ Status Key::normalize() {
       this->*m = canonical_node_value(name, this->*m);
     }
   }
-  auto options = canonical_compile_options(compile_options);
+  auto options = canonical_compile_options(compile_options, kind);
   if (!options) return std::move(options).error();
   compile_options = std::move(*options);
   auto c = canonical_call(call, inputs.size());
@@ -342,7 +346,7 @@ Result<Digest> Key::digest() const {
 }
 
 Result<Digest> Key::compile_options_digest() const {
-  auto options = canonical_options(compile_options);
+  auto options = canonical_options(compile_options, kind);
   if (!options) return std::move(options).error();
   return sha256(*options);
 }
@@ -355,7 +359,7 @@ std::map<std::string, std::string> Key::fields() const {
   out["inputs"] = inputs_text ? *inputs_text : std::string();
   // Malformed options are shown as given: fields() is for display and filtering and
   // never fails; canonical_encoding() is where they are rejected.
-  auto options = canonical_options(compile_options);
+  auto options = canonical_options(compile_options, kind);
   out["compile_options"] = options ? *options : compile_options;
   auto c = canonical_call(call, inputs.size());
   out["call"] = c ? *c : call;
@@ -431,7 +435,7 @@ Result<Key> Key::from_json(std::string_view text) {
     } else {
       return field_error("compile_options", std::string("must be an object, got ") + opt_it->type_name());
     }
-    auto canonical = canonical_options(options_text);
+    auto canonical = canonical_options(options_text, key.kind);
     if (!canonical) return std::move(canonical).error();
     key.compile_options = std::move(*canonical);
   }

@@ -159,7 +159,7 @@ Status canonical_numerics(json& numerics) {
 
 }  // namespace
 
-Result<std::string> canonical_compile_options(std::string_view text) {
+Result<std::string> canonical_compile_options(std::string_view text, ArtifactKind kind) {
   if (text.empty()) return value_error("compile_options", "is required and empty (use {} for none)");
   if (text.size() > kMaxOptionsBytes) return value_error("compile_options", "is longer than 64 KiB");
   auto parsed = detail::parse_strict_json(text, "key.compile_options");
@@ -167,6 +167,12 @@ Result<std::string> canonical_compile_options(std::string_view text) {
   json doc = std::move(*parsed);
   if (!doc.is_object()) return value_error("compile_options", std::string("must be a JSON object, got ") + doc.type_name());
   json out = json::object();
+  if (kind == ArtifactKind::torch_cache) {
+    if (doc.size() != 1 || !(doc.contains("torch_key") || doc.contains("torch_key_hex")) || !doc.begin()->is_string())
+      return value_error("compile_options", "of a torch_cache key must be {\"torch_key\": text} or {\"torch_key_hex\": hex}");
+    out = std::move(doc);
+    doc = json::object();
+  }
   for (auto& [name, v] : doc.items()) {
     const std::string f = "compile_options." + name;
     if (name == "mode") {

@@ -267,3 +267,30 @@ TEST_CASE("a megacache key does not depend on the host's CPU ISA") {
   aoti_avx2.cpu_isa = "avx2";
   CHECK(digest_of(aoti) != digest_of(aoti_avx2));  // an AOTI wrapper is host code
 }
+
+TEST_CASE("a torch_cache key's options are torch's own key, and only a torch_cache key's") {
+  using kiln::ArtifactKind;
+  auto t = kiln::canonical_compile_options(R"({"torch_key":"pt2:fx-graph-v1::abc:c1"})", ArtifactKind::torch_cache);
+  REQUIRE(t);
+  CHECK(*t == R"({"torch_key":"pt2:fx-graph-v1::abc:c1"})");
+  CHECK(kiln::canonical_compile_options(R"({"torch_key_hex":"00ff"})", ArtifactKind::torch_cache));
+  for (const char* bad : {R"({})", R"({"mode":"default"})", R"({"torch_key":1})",
+                          R"({"torch_key":"a","torch_key_hex":"00"})"}) {
+    CAPTURE(bad);
+    auto r = kiln::canonical_compile_options(bad, ArtifactKind::torch_cache);
+    REQUIRE_FALSE(r);
+    CHECK(r.error().message.find("of a torch_cache key must be") != std::string::npos);
+  }
+  CHECK_FALSE(kiln::canonical_compile_options(R"({"torch_key":"a"})", ArtifactKind::aoti));
+  kiln::Key k;
+  k.kind = ArtifactKind::torch_cache;
+  k.dtype = "-";
+  k.compile_options = R"({"torch_key":"pt2:x"})";
+  auto ok = k.normalize();  // "-" is a torch_cache key's dtype
+  CHECK_MESSAGE(ok, (ok ? "" : ok.error().message));
+  k.kind = ArtifactKind::aoti;
+  k.compile_options = "{}";
+  auto no = k.normalize();
+  REQUIRE_FALSE(no);
+  CHECK(no.error().message.find("key.dtype") != std::string::npos);
+}

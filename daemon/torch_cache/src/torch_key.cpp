@@ -105,6 +105,8 @@ Result<TorchKey> map_torch_key(std::string_view redis_key) {
                         "platform", "machine", "cpu_isa", "dtype"})
     append_field(enc, f, "-");
   append_field(enc, "inputs", "[]");
+  static const std::string call = positional_call(0);  // no inputs: the empty positional call
+  append_field(enc, "call", call);
   append_field(enc, "compile_options", options_of(redis_key));
   append_field(enc, "format_version", std::to_string(kKeyFormatVersion));
   t.digest = sha256(enc);

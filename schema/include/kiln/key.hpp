@@ -150,8 +150,10 @@ Result<std::string> canonical_layout(std::string_view text, std::string_view fie
 std::string canonical_node_value(std::string_view field, std::string_view text);
 // compile_options JSON -> canonical JSON: known members only (mode, inductor, dynamic,
 // numerics), mode "default", an empty inductor and numerics equal to torch's defaults
-// dropped, so {"mode":"default"} and {} are one key.
-Result<std::string> canonical_compile_options(std::string_view text);
+// dropped, so {"mode":"default"} and {} are one key. For kind torch_cache the options are
+// torch's own key instead (schema/torch-cache.md): exactly one string member, "torch_key"
+// or "torch_key_hex".
+Result<std::string> canonical_compile_options(std::string_view text, ArtifactKind kind = ArtifactKind::aoti);
 // call JSON -> canonical JSON, checked against the number of inputs (tensor leaves
 // numbered 0..n-1 in canonical traversal order). Empty text = the positional call.
 Result<std::string> canonical_call(std::string_view text, std::size_t n_inputs);
