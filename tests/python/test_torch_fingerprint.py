@@ -63,6 +63,24 @@ def test_different_for_what_the_graph_depends_on():
     assert fp(trained, x(1, 4, 8)) != fp(evaled, x(1, 4, 8))
 
 
+def test_a_size_one_dimension_stride_does_not_split_a_fingerprint():
+    # diffusers' FLUX: the first single-stream block gets fresh tensors, the others slices
+    # of a concatenation (batch stride 6*8 against 4*8 here). One graph serves both.
+    whole = x(1, 6, 8)
+    sliced = whole[:, 2:]
+    assert sliced.stride() == (48, 8, 1)
+    fresh = sliced.contiguous()
+    assert fp(Block(), sliced) == fp(Block(), fresh)
+    sig = capture((sliced,), {"temb": sliced, "extra": [sliced]})
+    assert sig.guard == capture((fresh,), {"temb": fresh, "extra": [fresh]}).guard
+    view = sig.args[0]
+    assert view.stride() == (32, 8, 1) and view.data_ptr() == sliced.data_ptr() and torch.equal(view, sliced)
+    assert sig.kwargs["temb"].stride() == (32, 8, 1) and sig.kwargs["extra"][0].stride() == (32, 8, 1)
+    assert list(sig.kwargs) == ["temb", "extra"]  # the caller's order, for the block
+    # A real stride difference still splits it.
+    assert fp(Block(), x(1, 8, 4).transpose(1, 2)) != fp(Block(), x(1, 4, 8))
+
+
 def test_an_attribute_object_of_another_class_changes_it():
     class ProcA:
         def __call__(self, x):

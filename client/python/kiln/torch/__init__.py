@@ -106,7 +106,7 @@ def _make_call(state):
             first = next(iter(bs.constants.values()), None)
             if first is None or first.device == bs.device:
                 try:
-                    out = entry.package.call(bs.constants, args, kwargs)
+                    out = entry.package.call(bs.constants, sig.args, sig.kwargs)
                     entry.calls["compiled"] += 1
                     return out
                 except Exception as ex:  # never fail the caller because of kiln
