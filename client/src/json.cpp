@@ -63,6 +63,11 @@ std::string to_json(const DaemonStatus& s) {
   if (!s.gpu_note.empty()) j["gpu_note"] = s.gpu_note;
   j["can_build"] = s.builds_unavailable.empty();
   if (!s.builds_unavailable.empty()) j["builds_unavailable"] = s.builds_unavailable;
+  if (!s.torch_cache_socket.empty() || !s.torch_cache_listen.empty()) {
+    auto& t = j["torch_cache"] = nlohmann::json::object();
+    if (!s.torch_cache_socket.empty()) t["socket"] = s.torch_cache_socket;
+    if (!s.torch_cache_listen.empty()) t["listen"] = s.torch_cache_listen;
+  }
   j["build_slots"] = nlohmann::json::array();
   for (const auto& b : s.build_slots)
     j["build_slots"].push_back({{"name", b.name}, {"gpu_arch", b.gpu_arch}, {"gpu_name", b.gpu_name},

@@ -327,6 +327,8 @@ asio::awaitable<Outcome> handle_status(Connection& c, const Request& r) {
   reply.build_slots = std::move(gpus.slots);
   reply.builds_note = s.builds ? std::move(gpus.builds_note) : s.builds_off_reason;
   if (!s.builds && reply.builds_note.empty()) reply.builds_note = "builds are disabled on this node";
+  reply.torch_cache_socket = cfg->torch_cache.socket.string();
+  reply.torch_cache_listen = cfg->torch_cache.listen;
   if (s.fleet) {
     auto* fleet = s.fleet;
     auto job = [fleet] { return fleet->status_json(); };

@@ -45,6 +45,11 @@ void add_status(CommandSet& set) {
     line("your roles", roles.empty() ? "(none)" : roles);
     line("capabilities", caps);
     if (!s->metrics.empty()) line("metrics", s->metrics);
+    // torch.compile's caches: the URL to give torch (TORCHINDUCTOR_REDIS_URL).
+    std::string torch_cache;
+    if (!s->torch_cache_socket.empty()) torch_cache = "unix://" + s->torch_cache_socket;
+    if (!s->torch_cache_listen.empty()) torch_cache += (torch_cache.empty() ? "redis://" : ", redis://") + s->torch_cache_listen;
+    line("torch cache", torch_cache.empty() ? "not served" : torch_cache);
     for (const auto& [name, value] : s->node) line(name, value.empty() ? "(unknown)" : value);
     line("store size", format_bytes(store->stored_bytes) + " in " + std::to_string(store->entries) + " artifact(s)" +
                            (store->quota_bytes ? ", quota " + format_bytes(store->quota_bytes) : ", no quota") +

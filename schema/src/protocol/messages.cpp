@@ -306,6 +306,12 @@ std::string encode(const StatusReply& m) {
   if (m.metrics) j["metrics"] = *m.metrics;
   put_gpus(j, m.gpus, m.gpu_note, m.build_slots);
   if (!m.builds_note.empty()) j["builds_unavailable"] = m.builds_note;
+  if (!m.torch_cache_socket.empty() || !m.torch_cache_listen.empty()) {
+    json t = json::object();
+    if (!m.torch_cache_socket.empty()) t["socket"] = m.torch_cache_socket;
+    if (!m.torch_cache_listen.empty()) t["listen"] = m.torch_cache_listen;
+    j["torch_cache"] = std::move(t);
+  }
   if (!m.fleet.empty()) {
     auto f = json::parse(m.fleet, nullptr, false);
     if (!f.is_discarded()) j["fleet"] = std::move(f);
@@ -321,6 +327,10 @@ Result<StatusReply> decode<StatusReply>(std::string_view text) {
   in.opt("capabilities", m.capabilities).opt("metrics", m.metrics).opt("draining", m.draining);
   in.opt("gpus", m.gpus).opt("gpu_note", m.gpu_note).opt("build_slots", m.build_slots);
   in.opt("builds_unavailable", m.builds_note);
+  if (auto t = parsed_->find("torch_cache"); t != parsed_->end() && t->is_object()) {
+    if (auto s = t->find("socket"); s != t->end() && s->is_string()) m.torch_cache_socket = s->get<std::string>();
+    if (auto l = t->find("listen"); l != t->end() && l->is_string()) m.torch_cache_listen = l->get<std::string>();
+  }
   if (auto f = parsed_->find("fleet"); f != parsed_->end() && f->is_object()) m.fleet = f->dump();
   KILN_DECODE_END(m);
 }

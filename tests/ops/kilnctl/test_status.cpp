@@ -84,3 +84,26 @@ TEST_CASE("StatusSaysWhyANodeCannotBuild") {
   CHECK(s["can_build"] == false);
   CHECK(s["builds_unavailable"].get<std::string>().find(missing) != std::string::npos);
 }
+
+TEST_CASE("StatusSaysWhereTorchCompilesCachesAreServed") {
+  test::TempDir dir;
+  const auto sock = (dir.path() / "tc.sock").string();
+  test::KilndProcess d(dir.path(), builds_toml(1) + "\n[torch_cache]\nsocket = \"" + sock + "\"\n");
+  REQUIRE_MESSAGE(d.start(), d.log());
+  Run human = kilnctl({"status"}, d.socket());
+  REQUIRE_MESSAGE(human.code == 0, human.err);
+  auto tc = lines_starting(human.out, "torch cache");
+  REQUIRE(tc.size() == 1);
+  CHECK(tc[0].find("unix://" + sock) != std::string::npos);
+  Run js = kilnctl({"status", "--json"}, d.socket());
+  REQUIRE_MESSAGE(js.code == 0, js.err);
+  CHECK(json::parse(js.out)["torch_cache"]["socket"] == sock);
+
+  test::TempDir other;
+  test::KilndProcess plain(other.path(), builds_toml(1));
+  REQUIRE_MESSAGE(plain.start(), plain.log());
+  Run none = kilnctl({"status"}, plain.socket());
+  REQUIRE(lines_starting(none.out, "torch cache").size() == 1);
+  CHECK(lines_starting(none.out, "torch cache")[0].find("not served") != std::string::npos);
+  CHECK_FALSE(json::parse(kilnctl({"status", "--json"}, plain.socket()).out).contains("torch_cache"));
+}

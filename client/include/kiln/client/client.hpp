@@ -160,6 +160,8 @@ struct DaemonStatus {
   std::string gpu_note;               // why `gpus` is empty (the probe's words)
   std::vector<BuildSlotInfo> build_slots;  // empty without builds
   std::string builds_unavailable;     // why this node builds nothing (a miss stays a miss); "" when it can
+  std::string torch_cache_socket;     // torch.compile's cache listener (Unix socket); "" = none
+  std::string torch_cache_listen;     // the same on TCP, "host:port"; "" = none
 };
 
 // What the daemon said in hello on the current connection.

@@ -21,7 +21,8 @@ std::string to_json(const Stats& stats);
 //  "roles":[..],"capabilities":[..],"metrics":..,"draining":..,
 //  "gpus":[{"index","name","arch","memory_bytes","uuid"}..],"gpu_note":.. (when no GPU),
 //  "build_slots":[{"name","gpu_arch","gpu_name","running","queued"}..],
-//  "can_build":bool,"builds_unavailable":.. (why not, when not)}
+//  "can_build":bool,"builds_unavailable":.. (why not, when not),
+//  "torch_cache":{"socket":..,"listen":..} (when served)}
 std::string to_json(const DaemonStatus& status);
 // {"model_hash":..,"blob_digest":..,"size":..,"stored_size":..,"created_at":..,"name":..}
 std::string to_json(const SourceInfo& source);

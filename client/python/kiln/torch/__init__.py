@@ -5,6 +5,7 @@
     kiln.torch.compile_repeated_blocks(model, block_classes=[MyBlock])   # any nn.Module
     kiln.torch.status(pipe.transformer)    # per block class and signature: hit/building/...
     kiln.torch.restore(pipe.transformer)   # eager again
+    kiln.torch.use_torch_cache()           # torch.compile's own caches from kilnd (opt-in)
 
 What happens per call of a block (each instance of each listed class):
 - The call's signature (its structure: argument names, tuples, dicts, constants such as
@@ -31,6 +32,7 @@ import logging
 
 from . import _hooks, _runtime
 from ._signature import Unsupported, capture
+from ._torch_cache import torch_cache_url, use_torch_cache
 
 log = logging.getLogger("kiln.torch")
 _STATE_ATTR = "_kiln_torch_state"
@@ -210,4 +212,5 @@ def wait(model, timeout=600.0):
     return True if state is None else state.runtime.wait_idle(timeout)
 
 
-__all__ = ["compile_repeated_blocks", "compile_pipeline", "restore", "status", "wait"]
+__all__ = ["compile_repeated_blocks", "compile_pipeline", "restore", "status", "wait", "use_torch_cache",
+           "torch_cache_url"]

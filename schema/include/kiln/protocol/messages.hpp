@@ -193,6 +193,10 @@ struct StatusReply {
   std::string gpu_note;
   std::vector<BuildSlotEntry> build_slots;
   std::string builds_note;                 // why this node builds nothing; "" when it can build
+  // torch.compile's cache listener (schema/torch-cache.md): its Unix socket and/or TCP
+  // address; "" = not served.
+  std::string torch_cache_socket;
+  std::string torch_cache_listen;
   // The fleet tier's state as JSON object text (schema/protocol.md, "fleet"); "" = no fleet.
   std::string fleet;
 };
