@@ -65,18 +65,11 @@ std::string Artifact::path() const {
 Result<std::vector<std::byte>> Artifact::read_all() const {
   if (lazy_) return lazy_->bytes;
   std::vector<std::byte> out(info_.size);
-  std::size_t done = 0;
-  while (done < out.size()) {
-    ssize_t n = ::pread(fd_, out.data() + done, out.size() - done, static_cast<off_t>(done));
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return error_from_errno(errno, "reading artifact " + info_.key_digest.hex());
-    }
-    if (n == 0)
-      return make_error(Errc::io_error, "artifact " + info_.key_digest.hex() + " is shorter than its size " +
-                                            std::to_string(info_.size));
-    done += static_cast<std::size_t>(n);
-  }
+  ssize_t n = posix::pread_full(fd_, out.data(), out.size(), 0);
+  if (n < 0) return error_from_errno(errno, "reading artifact " + info_.key_digest.hex());
+  if (static_cast<std::size_t>(n) < out.size())
+    return make_error(Errc::io_error, "artifact " + info_.key_digest.hex() + " is shorter than its size " +
+                                          std::to_string(info_.size));
   return out;
 }
 

@@ -8,11 +8,6 @@
 
 namespace kiln::client::detail {
 
-void UniqueFd::reset(int fd) noexcept {
-  if (fd_ >= 0) ::close(fd_);
-  fd_ = fd;
-}
-
 Result<MemfdWriter> MemfdWriter::create(const char* name) {
   int fd = ::memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
   if (fd < 0) return error_from_errno(errno, "memfd_create for a streamed artifact");
@@ -20,14 +15,8 @@ Result<MemfdWriter> MemfdWriter::create(const char* name) {
 }
 
 Status MemfdWriter::write(std::span<const std::byte> data) {
-  while (!data.empty()) {
-    ssize_t n = ::write(fd_.get(), data.data(), data.size());
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return error_from_errno(errno, "writing a streamed artifact to its memfd");
-    }
-    data = data.subspan(static_cast<std::size_t>(n));
-  }
+  if (int err = posix::write_all(fd_.get(), data.data(), data.size()))
+    return error_from_errno(err, "writing a streamed artifact to its memfd");
   return {};
 }
 

@@ -31,17 +31,9 @@ Result<FileSource> FileSource::open(const std::filesystem::path& file) {
 }
 
 Result<std::size_t> FileSource::read(std::span<std::byte> into) {
-  std::size_t done = 0;
-  while (done < into.size()) {
-    ssize_t n = ::read(fd_.get(), into.data() + done, into.size() - done);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return error_from_errno(errno, "reading " + path_.string());
-    }
-    if (n == 0) break;
-    done += static_cast<std::size_t>(n);
-  }
-  return done;
+  ssize_t n = posix::read_full(fd_.get(), into.data(), into.size());
+  if (n < 0) return error_from_errno(errno, "reading " + path_.string());
+  return static_cast<std::size_t>(n);
 }
 
 }  // namespace kiln::client::detail

@@ -2,6 +2,8 @@
 
 #include <unistd.h>
 
+#include "kiln/posix/fd.hpp"
+
 #include <cerrno>
 #include <utility>
 
@@ -28,18 +30,11 @@ std::string Source::path() const { return "/proc/self/fd/" + std::to_string(fd_)
 
 Result<std::vector<std::byte>> Source::read_all() const {
   std::vector<std::byte> out(info_.size);
-  std::size_t done = 0;
-  while (done < out.size()) {
-    ssize_t n = ::pread(fd_, out.data() + done, out.size() - done, static_cast<off_t>(done));
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return error_from_errno(errno, "reading source " + info_.model_hash);
-    }
-    if (n == 0)
-      return make_error(Errc::io_error, "source " + info_.model_hash + " is shorter than its size " +
-                                            std::to_string(info_.size));
-    done += static_cast<std::size_t>(n);
-  }
+  ssize_t n = posix::pread_full(fd_, out.data(), out.size(), 0);
+  if (n < 0) return error_from_errno(errno, "reading source " + info_.model_hash);
+  if (static_cast<std::size_t>(n) < out.size())
+    return make_error(Errc::io_error, "source " + info_.model_hash + " is shorter than its size " +
+                                          std::to_string(info_.size));
   return out;
 }
 
@@ -47,23 +42,11 @@ Status Source::write_to(int out_fd) const {
   std::vector<std::byte> buf(1u << 20);
   std::uint64_t off = 0;
   while (off < info_.size) {
-    ssize_t n = ::pread(fd_, buf.data(), buf.size(), static_cast<off_t>(off));
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return error_from_errno(errno, "reading source " + info_.model_hash);
-    }
+    ssize_t n = posix::retry_eintr([&] { return ::pread(fd_, buf.data(), buf.size(), static_cast<off_t>(off)); });
+    if (n < 0) return error_from_errno(errno, "reading source " + info_.model_hash);
     if (n == 0) return make_error(Errc::io_error, "source " + info_.model_hash + " is shorter than its size");
-    std::size_t left = static_cast<std::size_t>(n);
-    const std::byte* p = buf.data();
-    while (left > 0) {
-      ssize_t w = ::write(out_fd, p, left);
-      if (w < 0) {
-        if (errno == EINTR) continue;
-        return error_from_errno(errno, "writing source " + info_.model_hash);
-      }
-      p += w;
-      left -= static_cast<std::size_t>(w);
-    }
+    if (int err = posix::write_all(out_fd, buf.data(), static_cast<std::size_t>(n)))
+      return error_from_errno(err, "writing source " + info_.model_hash);
     off += static_cast<std::uint64_t>(n);
   }
   return {};

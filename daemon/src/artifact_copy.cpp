@@ -55,17 +55,7 @@ void ArtifactCopy::refill() const {
 
 namespace {
 Status write_all(int fd, std::span<const std::byte> data) {
-  const std::byte* p = data.data();
-  std::size_t left = data.size();
-  while (left > 0) {
-    ssize_t n = ::write(fd, p, left);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return error_from_errno(errno, "write artifact copy to memfd");
-    }
-    p += n;
-    left -= static_cast<std::size_t>(n);
-  }
+  if (int err = posix::write_all(fd, data.data(), data.size())) return error_from_errno(err, "write artifact copy to memfd");
   return {};
 }
 }  // namespace

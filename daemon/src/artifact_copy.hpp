@@ -13,9 +13,11 @@
 #include "kiln/protocol/messages.hpp"
 #include "kiln/result.hpp"
 #include "kiln/storage/store.hpp"
-#include "unique_fd.hpp"
+#include "kiln/posix/fd.hpp"
 
 namespace kiln::daemon {
+
+using posix::UniqueFd;
 
 // One verified copy. Immutable once made: the memfd is sealed against writes, growing
 // and shrinking, so every descriptor handed out sees the same bytes for as long as the

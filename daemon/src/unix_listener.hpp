@@ -3,9 +3,11 @@
 
 #include "kiln/daemon/config.hpp"
 #include "kiln/result.hpp"
-#include "unique_fd.hpp"
+#include "kiln/posix/fd.hpp"
 
 namespace kiln::daemon {
+
+using posix::UniqueFd;
 
 // Creates the socket's folder if missing (mode 0755 for root, 0700 for a user), removes
 // a stale socket file (one nobody answers on), binds, applies access.socket_mode and

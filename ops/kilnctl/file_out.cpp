@@ -9,6 +9,8 @@
 #include <cerrno>
 #include <string>
 
+#include "kiln/posix/fd.hpp"
+
 namespace kiln::ctl {
 
 // Copies all of `from` (size bytes from offset 0) to `to`: sendfile where the kernel
@@ -16,24 +18,17 @@ namespace kiln::ctl {
 Status copy_fd(int from, int to, std::uint64_t size) {
   off_t offset = 0;
   while (static_cast<std::uint64_t>(offset) < size) {
-    ssize_t n = ::sendfile(to, from, &offset, size - static_cast<std::uint64_t>(offset));
+    ssize_t n = posix::retry_eintr([&] { return ::sendfile(to, from, &offset, size - static_cast<std::uint64_t>(offset)); });
     if (n > 0) continue;
-    if (n < 0 && errno == EINTR) continue;
     if (n < 0 && (errno == EINVAL || errno == ENOSYS)) break;  // fall back below
     if (n == 0) return make_error(Errc::io_error, "the bytes ended early while copying");
     return error_from_errno(errno, "writing the output");
   }
   char buf[1 << 16];
   while (static_cast<std::uint64_t>(offset) < size) {
-    ssize_t n = ::pread(from, buf, sizeof(buf), offset);
-    if (n < 0 && errno == EINTR) continue;
+    ssize_t n = posix::retry_eintr([&] { return ::pread(from, buf, sizeof(buf), offset); });
     if (n <= 0) return n == 0 ? make_error(Errc::io_error, "the bytes ended early") : error_from_errno(errno, "reading the bytes kilnd handed over");
-    for (ssize_t done = 0; done < n;) {
-      ssize_t w = ::write(to, buf + done, static_cast<std::size_t>(n - done));
-      if (w < 0 && errno == EINTR) continue;
-      if (w < 0) return error_from_errno(errno, "writing the output");
-      done += w;
-    }
+    if (int err = posix::write_all(to, buf, static_cast<std::size_t>(n))) return error_from_errno(err, "writing the output");
     offset += n;
   }
   return {};

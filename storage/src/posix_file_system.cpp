@@ -10,6 +10,8 @@
 #include <cerrno>
 #include <cstring>
 
+#include "kiln/posix/fd.hpp"
+
 namespace kiln::storage {
 
 namespace {
@@ -59,15 +61,7 @@ class PosixWritableFile final : public WritableFile {
  private:
   Status pwrite_all(std::uint64_t offset, std::span<const std::byte> data) {
     if (fd_ < 0) return make_error(Errc::internal, "write to closed file " + path_.string());
-    while (!data.empty()) {
-      ssize_t n = ::pwrite(fd_, data.data(), data.size(), static_cast<off_t>(offset));
-      if (n < 0) {
-        if (errno == EINTR) continue;
-        return sys_error(errno, "write", path_);
-      }
-      data = data.subspan(static_cast<std::size_t>(n));
-      offset += static_cast<std::uint64_t>(n);
-    }
+    if (int err = posix::pwrite_all(fd_, data.data(), data.size(), offset)) return sys_error(err, "write", path_);
     return {};
   }
 
@@ -82,11 +76,9 @@ class PosixReadableFile final : public ReadableFile {
   ~PosixReadableFile() override { ::close(fd_); }
 
   Result<std::size_t> read(std::span<std::byte> buf) override {
-    for (;;) {
-      ssize_t n = ::read(fd_, buf.data(), buf.size());
-      if (n >= 0) return static_cast<std::size_t>(n);
-      if (errno != EINTR) return sys_error(errno, "read", path_);
-    }
+    ssize_t n = posix::retry_eintr([&] { return ::read(fd_, buf.data(), buf.size()); });
+    if (n < 0) return sys_error(errno, "read", path_);
+    return static_cast<std::size_t>(n);
   }
 
   Result<std::uint64_t> size() override {

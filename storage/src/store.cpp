@@ -7,6 +7,8 @@
 #include <cerrno>
 #include <vector>
 
+#include "kiln/posix/fd.hpp"
+
 namespace kiln::storage {
 
 Result<ArtifactInfo> Store::put_bytes(const Key& key, std::span<const std::byte> data, const PutMeta& meta) {
@@ -28,9 +30,8 @@ Result<ArtifactInfo> Store::put_file(const Key& key, const std::filesystem::path
   }
   std::vector<std::byte> buf(1 << 20);
   for (;;) {
-    ssize_t n = ::read(fd, buf.data(), buf.size());
+    ssize_t n = posix::retry_eintr([&] { return ::read(fd, buf.data(), buf.size()); });
     if (n < 0) {
-      if (errno == EINTR) continue;
       int err = errno;
       ::close(fd);
       return error_from_errno(err, "read " + file.string());

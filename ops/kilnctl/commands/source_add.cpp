@@ -3,12 +3,7 @@
 // Without --model-hash the hash is computed by the build worker's `hash` op
 // (schema/sources.md), which needs torch on this machine. `source ls` and `source get`
 // are in source_read.cpp.
-#include <fcntl.h>
-#include <poll.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
-#include <cerrno>
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <memory>
@@ -16,11 +11,10 @@
 #include <string>
 #include <vector>
 
+#include "kiln/builds/worker_process.hpp"
 #include "kilnctl/commands/commands.hpp"
 #include "kilnctl/commands/source_read.hpp"
 #include "kilnctl/exit_codes.hpp"
-
-extern char** environ;
 
 namespace kiln::ctl {
 
@@ -40,66 +34,6 @@ std::string default_worker() {
   return KILN_WORKER_SOURCE_DIR;
 }
 
-struct Exited {
-  int status = -1;
-  std::string out, err;
-};
-
-// Runs argv (no shell), collecting stdout and stderr; io_error if it cannot be started.
-Result<Exited> run_capture(const std::vector<std::string>& argv) {
-  int out_pipe[2], err_pipe[2];
-  if (::pipe2(out_pipe, O_CLOEXEC) != 0) return make_error(Errc::io_error, "pipe failed");
-  if (::pipe2(err_pipe, O_CLOEXEC) != 0) {
-    ::close(out_pipe[0]);
-    ::close(out_pipe[1]);
-    return make_error(Errc::io_error, "pipe failed");
-  }
-  std::vector<char*> args;
-  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  pid_t pid = ::fork();
-  if (pid < 0) return make_error(Errc::io_error, "fork failed");
-  if (pid == 0) {
-    ::dup2(out_pipe[1], 1);
-    ::dup2(err_pipe[1], 2);
-    int devnull = ::open("/dev/null", O_RDONLY);
-    if (devnull >= 0) ::dup2(devnull, 0);
-    ::execvp(args[0], args.data());
-    ::_exit(127);
-  }
-  ::close(out_pipe[1]);
-  ::close(err_pipe[1]);
-  Exited r;
-  pollfd fds[2] = {{out_pipe[0], POLLIN, 0}, {err_pipe[0], POLLIN, 0}};
-  std::string* sinks[2] = {&r.out, &r.err};
-  int open_fds = 2;
-  char buf[8192];
-  while (open_fds > 0) {
-    if (::poll(fds, 2, -1) < 0) {
-      if (errno == EINTR) continue;
-      break;
-    }
-    for (int i = 0; i < 2; ++i) {
-      if (fds[i].fd < 0 || fds[i].revents == 0) continue;
-      ssize_t n = ::read(fds[i].fd, buf, sizeof buf);
-      if (n > 0) {
-        sinks[i]->append(buf, static_cast<std::size_t>(n));
-      } else if (n == 0 || errno != EINTR) {
-        ::close(fds[i].fd);
-        fds[i].fd = -1;
-        --open_fds;
-      }
-    }
-  }
-  for (auto& f : fds)
-    if (f.fd >= 0) ::close(f.fd);
-  int status = 0;
-  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  r.status = status;
-  return r;
-}
-
 // The last non-empty line of `text` (a Python traceback ends with the error).
 std::string last_line(const std::string& text) {
   std::size_t end = text.find_last_not_of("\n\r ");
@@ -110,17 +44,23 @@ std::string last_line(const std::string& text) {
 
 Result<std::string> compute_model_hash(const std::string& worker, const std::string& file) {
   const std::string advice = "; pass --model-hash HEX (from `python3 kiln_worker hash FILE` on a machine with torch)";
-  auto ran = run_capture({"python3", worker, "hash", file});
-  if (!ran) return make_error(Errc::io_error, "could not run the build worker's hash op: " + ran.error().message + advice);
-  if (!WIFEXITED(ran->status) || WEXITSTATUS(ran->status) != 0) {
-    std::string why = last_line(ran->err);
-    if (WIFEXITED(ran->status) && WEXITSTATUS(ran->status) == 127) why = "python3 not found";
+  // The daemon's worker runner (kiln/builds/worker_process.hpp): the same scrubbed
+  // environment kilnd gives the worker, its own process group, bounded output.
+  build::WorkerLimits limits;
+  limits.timeout = std::chrono::minutes(10);
+  auto ran = build::run_worker(build::WorkerCommand{{"python3", worker, "hash", file}, {}, {}}, "", limits);
+  if (ran.how == build::WorkerExit::How::spawn_failed)
+    return make_error(Errc::io_error, "could not run the build worker's hash op: " + ran.spawn_error + advice);
+  if (!ran.clean_exit()) {
+    std::string why = last_line(ran.log);
+    if (ran.how == build::WorkerExit::How::exited && ran.code == 127) why = "python3 not found";
+    if (why.empty()) why = ran.describe();
     return make_error(Errc::io_error, "computing the model hash with `python3 " + worker + " hash " + file +
-                                          "` failed" + (why.empty() ? "" : ": " + why) + advice);
+                                          "` failed: " + why + advice);
   }
-  auto doc = nlohmann::json::parse(ran->out, nullptr, false);
+  auto doc = nlohmann::json::parse(ran.out, nullptr, false);
   if (doc.is_discarded() || !doc.is_object() || !doc.contains("model_hash") || !doc["model_hash"].is_string()) {
-    return make_error(Errc::protocol_error, "the worker's hash op printed no model_hash: " + last_line(ran->out) + advice);
+    return make_error(Errc::protocol_error, "the worker's hash op printed no model_hash: " + last_line(ran.out) + advice);
   }
   return doc["model_hash"].get<std::string>();
 }

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "kiln/oci/kiln_layout.hpp"
+#include "kiln/posix/fd.hpp"
 
 namespace kiln::ctl {
 
@@ -21,11 +22,8 @@ Status stream_fd(int fd, std::uint64_t size, const oci::ByteSink& sink) {
   std::uint64_t off = 0;
   while (off < size) {
     std::size_t want = static_cast<std::size_t>(std::min<std::uint64_t>(buf.size(), size - off));
-    ssize_t n = ::pread(fd, buf.data(), want, static_cast<off_t>(off));
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return error_from_errno(errno, "read artifact descriptor");
-    }
+    ssize_t n = posix::retry_eintr([&] { return ::pread(fd, buf.data(), want, static_cast<off_t>(off)); });
+    if (n < 0) return error_from_errno(errno, "read artifact descriptor");
     if (n == 0) return make_error(Errc::corrupt, "artifact descriptor ended early");
     KILN_TRY(sink(std::span<const std::byte>(buf.data(), static_cast<std::size_t>(n))));
     off += static_cast<std::uint64_t>(n);
@@ -44,14 +42,7 @@ class LayerFile {
     fd_ = ::memfd_create("kiln-import", MFD_CLOEXEC);
     if (fd_ < 0) return error_from_errno(errno, "memfd_create");
     return reader.read_blob(layer, [&](std::span<const std::byte> data) -> Status {
-      while (!data.empty()) {
-        ssize_t n = ::write(fd_, data.data(), data.size());
-        if (n < 0) {
-          if (errno == EINTR) continue;
-          return error_from_errno(errno, "write import buffer");
-        }
-        data = data.subspan(static_cast<std::size_t>(n));
-      }
+      if (int err = posix::write_all(fd_, data.data(), data.size())) return error_from_errno(err, "write import buffer");
       return {};
     });
   }

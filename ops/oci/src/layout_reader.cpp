@@ -2,7 +2,7 @@
 
 #include "kiln/oci/descriptor_json.hpp"
 #include "kiln/oci/layout.hpp"
-#include "unique_fd.hpp"
+#include "file_io.hpp"
 
 namespace kiln::oci {
 
@@ -55,11 +55,8 @@ class DirSource final : public Source {
     if (!fd) return std::move(fd).error();
     std::vector<std::byte> buf(1 << 20);
     for (;;) {
-      ssize_t n = ::read(fd->get(), buf.data(), buf.size());
-      if (n < 0) {
-        if (errno == EINTR) continue;
-        return error_from_errno(errno, "read " + p.string());
-      }
+      ssize_t n = posix::retry_eintr([&] { return ::read(fd->get(), buf.data(), buf.size()); });
+      if (n < 0) return error_from_errno(errno, "read " + p.string());
       if (n == 0) return {};
       KILN_TRY(sink(std::span<const std::byte>(buf.data(), static_cast<std::size_t>(n))));
     }

@@ -2,7 +2,7 @@
 
 #include "kiln/oci/descriptor_json.hpp"
 #include "kiln/oci/layout.hpp"
-#include "unique_fd.hpp"
+#include "file_io.hpp"
 
 namespace kiln::oci {
 

@@ -2,7 +2,7 @@
 
 #include "kiln/oci/tar.hpp"
 #include "tar_header.hpp"
-#include "unique_fd.hpp"
+#include "file_io.hpp"
 
 namespace kiln::oci {
 
