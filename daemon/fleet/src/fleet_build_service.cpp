@@ -79,16 +79,26 @@ class FleetBuildService final : public daemon::BuildService {
       // A node that lacks the key's source takes it from the registry.
       if (auto src = fleet_.store().stat_source(key.model_hash); src && !*src) (void)fleet_.pull_source(key.model_hash);
       if (coordinator_) {
-        coordinator_->before_build(key, key_digest, [this, wait, key, key_digest, options](bool build_here) {
-          if (!build_here && fleet_.pull_artifact(key_digest)) {
-            wait->finish({});
-            return;
+        coordinator_->before_build(key, key_digest, [this, wait, key, key_digest, options](BuildDecision d) {
+          switch (d.action) {
+            case BuildDecision::Action::fail: wait->finish(std::move(d.failure)); return;
+            case BuildDecision::Action::build_here: build(wait, key, key_digest, options, d.ticket); return;
+            case BuildDecision::Action::pull:
+              // A pull is network work: on a fleet thread, not the coordinator's.
+              fleet_.post([this, wait, key, key_digest, options] {
+                if (fleet_.pull_artifact(key_digest)) {
+                  wait->finish({});
+                  return;
+                }
+                // What the registry holds was refused (logged, counted): build here.
+                build(wait, key, key_digest, options, 0);
+              });
+              return;
           }
-          build(wait, key, key_digest, options);
         });
         return;
       }
-      build(wait, key, key_digest, options);
+      build(wait, key, key_digest, options, 0);
     });
     return wait;
   }
@@ -102,14 +112,19 @@ class FleetBuildService final : public daemon::BuildService {
   protocol::GpuReport gpu_report() const override { return inner_.gpu_report(); }
 
  private:
+  // `ticket` != 0: the coordinator's build_here, whose outcome goes back to it.
   void build(const std::shared_ptr<FleetWait>& wait, const Key& key, const Digest& key_digest,
-             const daemon::EnsureOptions& options) {
-    if (wait->withdrawn()) return;
-    auto done = wait->take_done();
-    if (!done) return;
+             const daemon::EnsureOptions& options, std::uint64_t ticket) {
+    BuildCoordinator* coordinator = ticket ? coordinator_ : nullptr;
+    auto done = wait->withdrawn() ? nullptr : wait->take_done();
+    if (!done) {
+      if (coordinator) coordinator->after_build(ticket, make_error(Errc::cancelled, "withdrawn"));
+      return;
+    }
     Fleet* fleet = &fleet_;
-    auto inner = inner_.ensure(key, key_digest, options, [fleet, done = std::move(done)](Status st) {
+    auto inner = inner_.ensure(key, key_digest, options, [fleet, coordinator, ticket, done = std::move(done)](Status st) {
       if (st) fleet->wake_pusher();  // the store queued the push with the artifact
+      if (coordinator) coordinator->after_build(ticket, st);
       done(std::move(st));
     });
     wait->set_inner(std::move(inner));
