@@ -500,7 +500,8 @@ void EtcdCoordinator::drop_lease(std::int64_t l, const char* why) {
 
 void EtcdCoordinator::keepalive_loop() {
   // A third of the TTL: two refreshes may fail before etcd lets the lease expire.
-  const auto period = std::max<std::chrono::milliseconds>(std::chrono::milliseconds(200), options_.lease_ttl / 3);
+  const auto period = std::max(std::chrono::milliseconds(200),
+                               std::chrono::duration_cast<std::chrono::milliseconds>(options_.lease_ttl) / 3);
   for (;;) {
     {
       std::unique_lock lock(mu_);

@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <ctime>
 #include <fstream>
 #include <functional>
 #include <map>
@@ -48,6 +49,7 @@ struct NodeSpec {
   std::string etcd_url;           // "" = no coordinator
   double hedge_factor = 0;        // 0 = never hedge
   int failure_ttl_s = 0;
+  int build_timeout_s = 1800;     // also a claim's lifetime before a take-over
 };
 
 // A fleet of up to three nodes sharing a registry and an etcd; every node signs and
@@ -73,7 +75,7 @@ class Fleet {
   std::string toml(const NodeSpec& s) const {
     std::ostringstream t;
     t << "[builds]\nworker = [\"" << KILN_TEST_WORKER << "\"]\nprobe_gpus = false\nfailure_ttl_s = " << s.failure_ttl_s
-      << "\n[[builds.slots]]\nname = \"gpu0\"\ngpu_arch = \"sm_test\"\ngpu_name = \"Test GPU\"\n"
+      << "\nbuild_timeout_s = " << s.build_timeout_s << "\n[[builds.slots]]\nname = \"gpu0\"\ngpu_arch = \"sm_test\"\ngpu_name = \"Test GPU\"\n"
       << "[fleet]\nregistry = \"" << reg_.url() << "\"\nrepository = \"kiln/test\"\n"
       << "basic_auth_file = \"" << reg_.auth_file().string() << "\"\nca_file = \"" << reg_.ca().string() << "\"\n"
       << "push_retry_min_s = 1\npush_retry_max_s = 1\nconnect_timeout_s = 2\nio_timeout_s = 5\n"
@@ -344,7 +346,13 @@ TEST_CASE("ThreeNodesFortyEightClientsOneMissingKeyOneBuildInTheFleetSameBytesEv
       if (n != holder) waiting += claims_count(f.node(n), "lost") == 1;
     return waiting == 2;
   }));
-  // kilnctl lists the claim: key, holder, age.
+  // kilnctl lists the claim: key, holder, age (b's listing is as of its last lease refresh).
+  REQUIRE(wait_until([&] {
+    const json st = status(f.node("b"));  // named: a range-for over a temporary's member dangles
+    for (const auto& c : st["fleet"]["coordinator"]["claims"])
+      if (c["key"] == hex) return true;
+    return false;
+  }));
   const std::string listing = test::sh(std::string(KILN_KILNCTL) + " --socket " + f.node("b").socket().string() + " fleet status");
   CHECK(listing.find(hex) != std::string::npos);
   CHECK(listing.find(holder) != std::string::npos);
@@ -611,4 +619,71 @@ TEST_CASE("NoCoordinatorReachableFromTheStartEachNodeBuildsAloneAndSaysSo") {
   CHECK(st["up"] == false);
   CHECK(st["counts"]["unavailable"] == 1);
   CHECK(f.node("a").log().find("etcd cannot be reached") != std::string::npos);
+}
+
+TEST_CASE("AClaimPastItsDeadlineIsTakenOverAndAnUnreadableOneAfterTheBuildTimeout") {
+  Fleet f;
+  // build_timeout_s = 3: an unreadable claim is given 3 s from when a node first saw it.
+  f.start({"a", f.etcd().url(), 0, 0, 3});
+  const std::string hash = register_source(f.node("a"), source_text(f, "ok", f.hold_file()));
+  auto etcd = fleet::EtcdClient::create({{f.etcd().url()}, 2000ms});
+  REQUIRE(etcd.has_value());
+  // Claims planted by a "node" that keeps its lease alive but never finishes.
+  auto lease = (*etcd)->grant(60s);
+  REQUIRE(lease.has_value());
+  auto plant = [&](const std::string& hex, const std::string& value) {
+    auto r = (*etcd)->txn({}, {{fleet::EtcdOp::Kind::put, fleet::claim_key("kiln", hex), value, *lease}}, {});
+    REQUIRE(r.has_value());
+  };
+
+  const Key late = client_key(hash, "Late");
+  const std::string late_hex = key_hex(f.node("a"), late);
+  const std::int64_t now = static_cast<std::int64_t>(std::time(nullptr));
+  plant(late_hex, fleet::encode(fleet::ClaimRecord{"stuck-node", now - 100, now - 1, 1}));
+  Outcome o = get_or_build(f.node("a").socket(), late);
+  CHECK_MESSAGE(o.ok, o.error);
+  CHECK(claims_count(f.node("a"), "taken_over") == 1);
+  CHECK(f.node("a").log().find("took over " + late_hex.substr(0, 16) + " from node stuck-node") != std::string::npos);
+
+  const Key odd = client_key(hash, "Odd");
+  const std::string odd_hex = key_hex(f.node("a"), odd);
+  plant(odd_hex, "this is not kiln's");
+  const auto asked = std::chrono::steady_clock::now();
+  Outcome p = get_or_build(f.node("a").socket(), odd);
+  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - asked).count();
+  CHECK_MESSAGE(p.ok, p.error);
+  CHECK(waited >= 2.0);  // the deadline is in whole seconds of the node's clock
+  CHECK(claims_count(f.node("a"), "taken_over") == 2);
+  CHECK(f.node("a").log().find("the claim on " + odd_hex.substr(0, 16) + " is unreadable (malformed claim in etcd") !=
+        std::string::npos);
+  f.print_builds("taken over");
+  CHECK(f.starts().size() == 2);
+  (void)(*etcd)->revoke(*lease);
+}
+
+TEST_CASE("AWaiterWhoseWaitMsRunsOutWhileAnotherNodeBuildsGetsTimeoutOnTime") {
+  Fleet f;
+  f.start({"a", f.etcd().url()});
+  f.start({"b", f.etcd().url()});
+  const std::string text = source_text(f, "ok", f.hold_file());
+  std::string hash;
+  for (const char* n : {"a", "b"}) hash = register_source(f.node(n), text);
+  const Key key = client_key(hash, "Block");
+  const std::string hex = key_hex(f.node("a"), key);
+  hold(f.hold_file());
+  Clients on_a(f, {"a"}, key, 1);
+  REQUIRE(wait_until([&] { return f.claims()[hex] == "a" && f.starts().size() == 1; }));
+
+  test::RawClient c(f.node("b").socket());
+  c.hello();
+  const auto asked = std::chrono::steady_clock::now();
+  auto r = c.call(protocol::MsgType::get, "{\"key\":" + key.to_json() + ",\"on_miss\":\"build\",\"wait_ms\":1500}");
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - asked).count();
+  CHECK(r.header.type == protocol::MsgType::error);
+  CHECK_MESSAGE(r.body.find("another node of the fleet is building it") != std::string::npos, r.body);
+  CHECK(took >= 1.4);
+  CHECK(took < 5.0);
+  release(f.hold_file());
+  for (const auto& [node, o] : on_a.results()) CHECK_MESSAGE(o->ok, node << ": " << o->error);
+  CHECK(f.starts().size() == 1);
 }

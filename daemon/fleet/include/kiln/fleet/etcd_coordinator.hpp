@@ -85,6 +85,7 @@ class EtcdCoordinator final : public BuildCoordinator, public FleetObserver {
   // BuildCoordinator
   void before_build(const Key& key, const Digest& key_digest, std::function<void(BuildDecision)> proceed) override;
   void after_build(std::uint64_t ticket, const Status& outcome) override;
+  void call_at(std::chrono::steady_clock::time_point when, std::function<void()> job) override { schedule(when, std::move(job)); }
   // FleetObserver
   void pushed(const std::string& subject) override;
   std::string status_json() const override;

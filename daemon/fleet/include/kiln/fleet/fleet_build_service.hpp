@@ -11,6 +11,7 @@
 // coordinator must outlive every build this service started (kilnd stops it last).
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -44,6 +45,9 @@ class BuildCoordinator {
   // (ok: stored; build_failed: the build failed; anything else: this caller stopped
   // waiting). Any thread; must not block.
   virtual void after_build(std::uint64_t ticket, const Status& outcome) = 0;
+  // Runs `job` on a coordinator thread at `when` (a waiter's wait_ms runs out while it
+  // waits for another node). Dropped once the coordinator is stopping.
+  virtual void call_at(std::chrono::steady_clock::time_point when, std::function<void()> job) = 0;
 };
 
 std::unique_ptr<daemon::BuildService> make_fleet_build_service(daemon::BuildService& inner, Fleet& fleet,
