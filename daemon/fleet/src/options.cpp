@@ -141,8 +141,10 @@ Status apply_table(FleetConfig& c, const toml::table& f, std::string_view origin
     if (!c.coordinator.empty()) return bad(origin, "coordinator", "needs a registry: waiters pull the holder's build from it");
     return {};
   }
-  if (!c.coordinator.empty() && !c.push) {
-    return bad(origin, "coordinator", "needs push = true: a node that claims a key must share what it builds");
+  if (!c.coordinator.empty() && (!c.push || !c.pull)) {
+    return bad(origin, "coordinator",
+               "needs push = true and pull = true: a node that claims a key shares what it builds, and one that "
+               "waits for another node takes its build from the registry");
   }
   if (!c.basic_auth_file.empty() && !c.token_file.empty()) {
     return bad(origin, "token_file", "give basic_auth_file or token_file, not both");

@@ -357,11 +357,15 @@ TEST_CASE("ThreeNodesFortyEightClientsOneMissingKeyOneBuildInTheFleetSameBytesEv
   CHECK(listing.find(hex) != std::string::npos);
   CHECK(listing.find(holder) != std::string::npos);
   MESSAGE("kilnctl fleet status on b while " << holder << " builds:\n" << listing);
+  const auto released = std::chrono::steady_clock::now();
   release(f.hold_file());
 
   std::set<std::string> distinct;
   int served = 0;
-  for (const auto& [node, o] : clients.results()) {
+  const auto& results = clients.results();
+  MESSAGE("all 48 clients served " << std::chrono::duration<double>(std::chrono::steady_clock::now() - released).count()
+                                   << " s after the holder's build was let go (build, push, waiters' pull)");
+  for (const auto& [node, o] : results) {
     CHECK_MESSAGE(o->ok, node << ": " << o->error);
     if (o->ok) {
       ++served;
@@ -547,8 +551,11 @@ TEST_CASE("APartitionedHolderLosesItsClaimAndItsLateResultIsAcceptedNotDuplicate
   REQUIRE(wait_until([&] { return claims_count(f.node("b"), "lost") == 1; }));
 
   proxy.freeze();
+  const auto frozen = std::chrono::steady_clock::now();
   // a's lease expires in etcd; b claims the key and builds it.
   REQUIRE(wait_until([&] { return f.claims()[hex] == "b" && f.starts().size() == 2; }, 30s));
+  MESSAGE("b claimed and started building " << std::chrono::duration<double>(std::chrono::steady_clock::now() - frozen).count()
+                                            << " s after a was cut off from etcd (lease TTL " << kLeaseTtl << " s)");
   // a notices it lost its claim (it could not reach etcd for the lease TTL).
   REQUIRE(f.node("a").wait_for_log("lost the claim on " + hex.substr(0, 16), 30s));
 

@@ -75,6 +75,7 @@ TEST_CASE("CoordinatorOptionsAreReadWithTheirDefaultsAndBadOnesNameTheOption") {
            {base + "coordinator = [\"https://h:2379\"]\n", "fleet.coordinator"},
            {base + "coordinator = [\"http://h:2379/v3\"]\n", "fleet.coordinator"},
            {base + "coordinator = [\"http://h:2379\"]\npush = false\ntrusted_keys = [\"a:AAAA\"]\n", "push = true"},
+           {base + "coordinator = [\"http://h:2379\"]\npull = false\n", "pull = true"},
            {"[fleet]\ncoordinator = [\"http://h:2379\"]\n", "needs a registry"},
            {base + "lease_ttl_s = 1\n", "fleet.lease_ttl_s"},
            {base + "hedge_factor = -1\n", "fleet.hedge_factor"},

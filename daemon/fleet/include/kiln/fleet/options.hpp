@@ -34,7 +34,8 @@ struct FleetConfig {
 
   // One build per key across the fleet (schema/etcd-coordination.md): etcd endpoints
   // ("http://host:port", members of one cluster). Empty = each node builds what it lacks
-  // (single flight per node only). Needs push = true: a node that claims a key shares it.
+  // (single flight per node only). Needs push and pull: a claimed key is shared through the
+  // registry, and waiters take it from there.
   std::vector<std::string> coordinator;
   std::string coordinator_prefix = "kiln";  // etcd keys under "<prefix>/claim/", "<prefix>/failed/"
   std::string node_name;                    // this node in claims; "" = the host name
