@@ -206,6 +206,21 @@ void EtcdCoordinator::build_alone(const std::shared_ptr<Flight>& f, const Error&
   resolve(f, {BuildDecision::Action::build_here, {}, 0});
 }
 
+bool EtcdCoordinator::skip_etcd(const std::shared_ptr<Flight>& f) {
+  // While etcd is down, a decision does not wait for it again (with many keys missing,
+  // timeouts would queue up): the keepalive thread probes it and says when it is back.
+  std::string why;
+  {
+    std::lock_guard lock(stats_mu_);
+    if (up_) return false;
+    why = last_error_;
+  }
+  count("unavailable");
+  spdlog::info("fleet: building {} without a fleet-wide claim: etcd did not answer lately ({})", short_hex(f->hex), why);
+  resolve(f, {BuildDecision::Action::build_here, {}, 0});
+  return true;
+}
+
 std::int64_t EtcdCoordinator::expected_seconds(const Key& key) {
   // The longest this node saw the same block take (on any GPU or toolchain): a fair guess.
   storage::ListQuery q;
@@ -219,6 +234,7 @@ std::int64_t EtcdCoordinator::expected_seconds(const Key& key) {
 }
 
 void EtcdCoordinator::try_claim(const std::shared_ptr<Flight>& f) {
+  if (skip_etcd(f)) return;
   const std::string ck = claim_key(options_.prefix, f->hex), fk = failure_key(options_.prefix, f->hex);
   for (int attempt = 0; attempt < 2; ++attempt) {
     auto l = lease();
@@ -328,6 +344,7 @@ void EtcdCoordinator::watch_claim(const std::shared_ptr<Flight>& f, const EtcdKe
 }
 
 void EtcdCoordinator::poll(const std::shared_ptr<Flight>& f) {
+  if (skip_etcd(f)) return;
   const std::string ck = claim_key(options_.prefix, f->hex), fk = failure_key(options_.prefix, f->hex);
   // etcd first, then the registry: a holder pushes before it releases, so a claim seen
   // gone here with the artifact still missing below means the holder gave up or died.

@@ -22,7 +22,9 @@
 //    failure (build_failed) without building.
 //  - etcd cannot be reached (or answers nonsense): the node builds as if alone (per-node
 //    single flight), with a warning and kiln_fleet_claims_total{outcome="unavailable"}.
-//    No request waits on etcd for more than coordinator_timeout per endpoint.
+//    No request waits on etcd for more than coordinator_timeout per endpoint, and once a
+//    request failed, decisions do not ask etcd at all until the keepalive thread (every
+//    third of lease_ttl) hears from it again.
 //
 // Per node, one decision per key at a time: concurrent before_build calls for one key
 // share it (and then the scheduler's single flight shares the build).
@@ -107,6 +109,8 @@ class EtcdCoordinator final : public BuildCoordinator, public FleetObserver {
   void watch_claim(const std::shared_ptr<Flight>& f, const EtcdKeyValue& claim);
   void resolve(const std::shared_ptr<Flight>& f, BuildDecision d);
   void build_alone(const std::shared_ptr<Flight>& f, const Error& why);
+  // true (and decided build_here) while etcd is known to be down.
+  bool skip_etcd(const std::shared_ptr<Flight>& f);
   // Deletes a claim if it is still under `lease`; writes a failure record with it.
   void release(const std::string& key_hex, std::int64_t lease);
   void record_failure(const std::string& key_hex, std::int64_t lease, const std::string& message);
