@@ -86,6 +86,7 @@ void EtcdCoordinator::keepalive_loop() {
       mine = lease_;
     }
     std::vector<ClaimView> views;
+    std::vector<std::string> orphans;
     const std::string pfx = claims_prefix(options_.prefix);
     for (const auto& kv : *list) {
       ClaimView v;
@@ -94,7 +95,19 @@ void EtcdCoordinator::keepalive_loop() {
       v.node = rec ? rec->node : "? (unreadable claim)";
       v.started = rec ? rec->started : 0;
       v.mine = mine != 0 && kv.lease == mine;
+      if (v.mine) orphans.push_back(v.key_hex);
       views.push_back(std::move(v));
+    }
+    {
+      // A claim of ours that no flight knows: a claim transaction that timed out here but
+      // was applied in etcd (the node built alone). Release it, or waiters elsewhere would
+      // wait for it until its deadline.
+      std::lock_guard lock(mu_);
+      std::erase_if(orphans, [&](const std::string& hex) { return flights_.count(hex) != 0; });
+    }
+    for (const auto& hex : orphans) {
+      spdlog::info("fleet: releasing a claim on {} that this node no longer builds for", short_hex(hex));
+      release(hex, mine);
     }
     std::lock_guard lock(stats_mu_);
     claims_ = std::move(views);
