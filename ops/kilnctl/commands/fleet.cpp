@@ -173,7 +173,7 @@ void add_fleet(CommandSet& set) {
     for (const auto& [outcome, n] : co["counts"].items()) {
       counts += (counts.empty() ? "" : ", ") + outcome + " " + std::to_string(n.get<std::uint64_t>());
     }
-    line("claims by node", counts);
+    line("claim outcomes", counts + " (this node)");
     const auto& claims = co["claims"];
     line("claims now", std::to_string(claims.size()) + (claims.empty() ? "" : ":"));
     if (!claims.empty()) {
