@@ -221,6 +221,12 @@ bool EtcdCoordinator::skip_etcd(const std::shared_ptr<Flight>& f) {
   return true;
 }
 
+std::int64_t EtcdCoordinator::claim_deadline(std::int64_t now) const {
+  // The holder's own build timeout fires first (with a lease TTL to spare), so that a
+  // build killed for running too long is recorded as the fleet's failure, not taken over.
+  return now + options_.build_timeout.count() + options_.lease_ttl.count();
+}
+
 std::int64_t EtcdCoordinator::expected_seconds(const Key& key) {
   // The longest this node saw the same block take (on any GPU or toolchain): a fair guess.
   storage::ListQuery q;
@@ -240,7 +246,7 @@ void EtcdCoordinator::try_claim(const std::shared_ptr<Flight>& f) {
     auto l = lease();
     if (!l) return build_alone(f, l.error());
     const std::int64_t now = unix_now();
-    ClaimRecord rec{options_.node_name, now, now + options_.build_timeout.count(), expected_seconds(f->key)};
+    ClaimRecord rec{options_.node_name, now, claim_deadline(now), expected_seconds(f->key)};
     auto r = etcd_->txn({{ck, EtcdCompare::Target::create_revision, 0}, {fk, EtcdCompare::Target::create_revision, 0}},
                         {{EtcdOp::Kind::put, ck, encode(rec), *l}},
                         {{EtcdOp::Kind::range, ck, {}, 0}, {EtcdOp::Kind::range, fk, {}, 0}});
@@ -310,7 +316,7 @@ void EtcdCoordinator::watch_claim(const std::shared_ptr<Flight>& f, const EtcdKe
     auto l = lease();
     if (!l) return build_alone(f, l.error());
     const std::string ck = claim_key(options_.prefix, f->hex);
-    ClaimRecord mine{options_.node_name, now, now + options_.build_timeout.count(), expected_seconds(f->key)};
+    ClaimRecord mine{options_.node_name, now, claim_deadline(now), expected_seconds(f->key)};
     auto r = etcd_->txn({{ck, EtcdCompare::Target::mod_revision, claim.mod_revision}},
                         {{EtcdOp::Kind::put, ck, encode(mine), *l}}, {});
     if (!r) return build_alone(f, r.error());

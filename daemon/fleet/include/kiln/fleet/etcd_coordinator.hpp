@@ -12,7 +12,7 @@
 //    deletes its claims, a waiter claims the key and builds. The cut-off holder's build
 //    goes on; its push is accepted (a push of a key the registry already holds from a
 //    trusted signer is skipped), and its release deletes only a claim under its own lease.
-//  - The holder runs past its claim's deadline (start + build timeout): a waiter takes
+//  - The holder runs past its claim's deadline (start + build timeout + lease TTL): a waiter takes
 //    the claim over (compare-and-set on the claim's revision) and builds.
 //  - The holder runs past hedge_factor × the key's expected build time: one waiter per
 //    node builds too (a hedge), without a claim; the first push wins.
@@ -61,7 +61,7 @@ struct CoordinatorOptions {
   std::chrono::milliseconds poll_max{1000};    // ...up to this
   double hedge_factor = 4;                     // 0 = never hedge
   std::chrono::seconds expected_build{600};    // when the store knows no build time for the model and region
-  std::chrono::seconds build_timeout{1800};    // [builds] build_timeout_s: a claim's deadline
+  std::chrono::seconds build_timeout{1800};    // [builds] build_timeout_s: a claim lasts this + lease_ttl
   std::chrono::seconds failure_ttl{600};       // [builds] failure_ttl_s: how long the fleet remembers a failure
 };
 
@@ -118,6 +118,7 @@ class EtcdCoordinator final : public BuildCoordinator, public FleetObserver {
   Result<std::int64_t> lease();   // this node's lease, granted when there is none
   void drop_lease(std::int64_t lease, const char* why);
   std::int64_t expected_seconds(const Key& key);
+  std::int64_t claim_deadline(std::int64_t now) const;
   void note_etcd(const Status& st);
 
   const CoordinatorOptions options_;
