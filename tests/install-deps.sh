@@ -2,7 +2,9 @@
 # Installs what kiln's tests and benchmarks need on top of a node's packages
 # (ops/install-deps.sh): the test framework, clang for the fuzz targets, and the real
 # peers the tests start on loopback (Redis, the OCI registry, skopeo, a terminal for the
-# progress display; htpasswd from apache2-utils and openssl for the fleet tests' registry).
+# progress display; htpasswd from apache2-utils and openssl for the fleet tests' registry;
+# etcd for the fleet's build coordination: the tests start /usr/bin/etcd on free loopback
+# ports with their own data folder, never the packaged service).
 # Debian's packages only.
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
@@ -13,4 +15,4 @@ export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get install -y -q --no-install-recommends \
   doctest-dev clang libclang-rt-14-dev \
   tmux redis-server docker-registry curl skopeo apache2-utils openssl \
-  python3-pytest python3-redis python3-torch
+  python3-pytest python3-redis python3-torch etcd-server

@@ -16,6 +16,7 @@
 #include "kiln/builds/daemon_builds.hpp"  // [builds edit]
 #include "kiln/daemon/config.hpp"
 #include "kiln/daemon/server.hpp"
+#include "kiln/fleet/etcd_coordinator.hpp"
 #include "kiln/fleet/fleet.hpp"
 #include "kiln/fleet/fleet_build_service.hpp"
 #include "kiln/storage/store.hpp"
@@ -49,7 +50,11 @@ Config file (TOML; ops/kilnd.toml documents every option with its default):
              ca_file, client_cert_file, client_key_file, pull (true), push (true),
              signing_key_file, signing_key_name (file stem), trusted_keys
              (["name:base64"]), require_signatures (true), connect_timeout_s (10),
-             io_timeout_s (30), push_retry_min_s (1), push_retry_max_s (300), pull_threads (4)
+             io_timeout_s (30), push_retry_min_s (1), push_retry_max_s (300), pull_threads (4),
+             coordinator ([] = none; etcd "http://host:port": one build per key across the
+             fleet), coordinator_prefix ("kiln"), node_name (host name), lease_ttl_s (10),
+             coordinator_timeout_ms (1000), poll_max_ms (1000), hedge_factor (4; 0 = never),
+             expected_build_s (600)
   [torch_cache] socket ("" = off), listen ("" = off; loopback only), password (""),
              max_value_bytes ("512MiB"), memory_bytes ("512MiB"): torch.compile's remote
              caches over the Redis protocol (GET needs read, SET write)
@@ -248,6 +253,9 @@ int kilnd_main(int argc, char** argv) {
   std::unique_ptr<storage::Store> the_store = std::move(*opened);
   log_recovery(config.store, the_store->recovery_report());
 
+  // The fleet-wide build coordinator: destroyed after the builds, whose last callbacks
+  // (cancelled, at shutdown) still reach it; stopped before the Fleet (below).
+  std::unique_ptr<fleet::EtcdCoordinator> coordinator;
   // [builds edit] The build scheduler (daemon/builds/, kiln::build): probes the GPUs and the
   // worker's toolchain, then serves build operations. "This node" is what it found.
   auto builds = build::start_daemon_builds(config.config_file, config.store, *the_store,
@@ -272,11 +280,30 @@ int kilnd_main(int argc, char** argv) {
       return 1;
     }
     the_fleet = std::move(*f);
+    if (build_service && !fleet_config.coordinator.empty()) {
+      const auto& sched = builds_config.scheduler;
+      auto c = fleet::EtcdCoordinator::start(
+          fleet::coordinator_options(fleet_config, std::chrono::duration_cast<std::chrono::seconds>(sched.build_timeout),
+                                     sched.failure_ttl),
+          *the_fleet);
+      if (!c) {
+        spdlog::critical("cannot start the fleet's build coordinator: {}", c.error().to_string());
+        return 1;
+      }
+      coordinator = std::move(*c);
+    }
     if (build_service) {
-      fleet_builds = fleet::make_fleet_build_service(*build_service, *the_fleet);
+      fleet_builds = fleet::make_fleet_build_service(*build_service, *the_fleet, coordinator.get());
       build_service = fleet_builds.get();
     }
   }
+  // Stops the coordinator's threads before the Fleet they call goes.
+  struct StopCoordinator {
+    fleet::EtcdCoordinator* c;
+    ~StopCoordinator() {
+      if (c) c->stop();
+    }
+  } stop_coordinator{coordinator.get()};
 
   auto server = Server::create(config, *the_store, build_service, *listen_fd, the_fleet.get());
   if (!server) {

@@ -8,7 +8,12 @@
 //    "count_file": "/path",         // a line "<region> <pid>" is appended per build started
 //    "child_pid_file": "/path",     // hang_child: where the hanging child's pid goes
 //    "log": "text",                 // written to stderr (the build log)
-//    "pad_bytes": 0}                // the artifact is this much longer (benchmarks)
+//    "pad_bytes": 0,                // the artifact is this much longer (benchmarks)
+//    "starts_file": "/path",        // a line "<region> <pid> <output path>" per build started
+//                                   // (the output path names the node's store)
+//    "holds": [{"file": "/path",    // after starting, wait while this file exists...
+//               "only": "text"}]}   // ...when the output path contains this text ("" = any)
+//                                   // (tests hold a node's build, and release it)
 // so that one scheduler can hold sources that behave differently. The toolchain op answers
 // fixed "test" versions, or fails when KILN_TEST_WORKER_TOOLCHAIN=fail. The hash op answers
 // the SHA-256 of the source file as its model hash, with the command's "inputs" and "call"
@@ -99,10 +104,18 @@ int build(const json& req) {
   const std::string behavior = cmd.value("behavior", "ok");
   const std::string region = req.contains("key") ? req["key"].value("region", "") : "";
   append_line(cmd.value("count_file", ""), region + " " + std::to_string(::getpid()));
+  append_line(cmd.value("starts_file", ""), region + " " + std::to_string(::getpid()) + " " + req.value("output", ""));
   std::cerr << "test worker: building " << region << " (" << behavior << ")\n";
   if (cmd.contains("log")) std::cerr << cmd["log"].get<std::string>() << "\n";
   std::cerr << std::flush;
   if (int ms = cmd.value("sleep_ms", 0); ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+  if (cmd.contains("holds") && cmd["holds"].is_array()) {
+    for (const auto& h : cmd["holds"]) {
+      const std::string file = h.value("file", "");
+      if (file.empty() || req.value("output", "").find(h.value("only", "")) == std::string::npos) continue;
+      while (::access(file.c_str(), F_OK) == 0) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
 
   const std::string output = req.value("output", "");
   std::string content = "artifact of " + req.value("key_digest", std::string("?")) + " built by pid " + std::to_string(::getpid());

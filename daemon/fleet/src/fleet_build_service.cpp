@@ -12,6 +12,26 @@ class FleetWait final : public daemon::BuildWait {
  public:
   explicit FleetWait(std::function<void(Status)> done) : done_(std::move(done)) {}
 
+  // wait_ms ran out before the build was handed to the inner service (waiting for
+  // another node): answer timeout; a later decision finds the wait withdrawn.
+  void expire(std::uint32_t wait_ms) {
+    std::function<void(Status)> done;
+    {
+      std::lock_guard lock(mu_);
+      if (inner_ || !done_) return;
+      withdrawn_ = true;
+      done = std::move(done_);
+    }
+    done(make_error(Errc::timeout, "gave up waiting after " + std::to_string(wait_ms) +
+                                       " ms: another node of the fleet is building it (kilnctl fleet status)"));
+  }
+  // What is left of wait_ms for the inner build (0 = no limit).
+  std::uint32_t remaining_ms(std::uint32_t wait_ms) const {
+    if (wait_ms == 0) return 0;
+    auto spent = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start_).count();
+    return spent >= wait_ms ? 1 : wait_ms - static_cast<std::uint32_t>(spent);
+  }
+
   void withdraw() override {
     std::shared_ptr<daemon::BuildWait> inner;
     std::function<void(Status)> done;
@@ -54,6 +74,7 @@ class FleetWait final : public daemon::BuildWait {
   }
 
  private:
+  const std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
   std::mutex mu_;
   std::function<void(Status)> done_;                 // guarded by mu_; empty once called
   std::shared_ptr<daemon::BuildWait> inner_;         // guarded by mu_
@@ -79,16 +100,30 @@ class FleetBuildService final : public daemon::BuildService {
       // A node that lacks the key's source takes it from the registry.
       if (auto src = fleet_.store().stat_source(key.model_hash); src && !*src) (void)fleet_.pull_source(key.model_hash);
       if (coordinator_) {
-        coordinator_->before_build(key, key_digest, [this, wait, key, key_digest, options](bool build_here) {
-          if (!build_here && fleet_.pull_artifact(key_digest)) {
-            wait->finish({});
-            return;
+        if (options.wait_ms > 0) {
+          coordinator_->call_at(std::chrono::steady_clock::now() + std::chrono::milliseconds(options.wait_ms),
+                                [wait, ms = options.wait_ms] { wait->expire(ms); });
+        }
+        coordinator_->before_build(key, key_digest, [this, wait, key, key_digest, options](BuildDecision d) {
+          switch (d.action) {
+            case BuildDecision::Action::fail: wait->finish(std::move(d.failure)); return;
+            case BuildDecision::Action::build_here: build(wait, key, key_digest, options, d.ticket); return;
+            case BuildDecision::Action::pull:
+              // A pull is network work: on a fleet thread, not the coordinator's.
+              fleet_.post([this, wait, key, key_digest, options] {
+                if (fleet_.pull_artifact(key_digest)) {
+                  wait->finish({});
+                  return;
+                }
+                // What the registry holds was refused (logged, counted): build here.
+                build(wait, key, key_digest, options, 0);
+              });
+              return;
           }
-          build(wait, key, key_digest, options);
         });
         return;
       }
-      build(wait, key, key_digest, options);
+      build(wait, key, key_digest, options, 0);
     });
     return wait;
   }
@@ -102,14 +137,21 @@ class FleetBuildService final : public daemon::BuildService {
   protocol::GpuReport gpu_report() const override { return inner_.gpu_report(); }
 
  private:
+  // `ticket` != 0: the coordinator's build_here, whose outcome goes back to it.
   void build(const std::shared_ptr<FleetWait>& wait, const Key& key, const Digest& key_digest,
-             const daemon::EnsureOptions& options) {
-    if (wait->withdrawn()) return;
-    auto done = wait->take_done();
-    if (!done) return;
+             const daemon::EnsureOptions& options, std::uint64_t ticket) {
+    BuildCoordinator* coordinator = ticket ? coordinator_ : nullptr;
+    auto done = wait->withdrawn() ? nullptr : wait->take_done();
+    if (!done) {
+      if (coordinator) coordinator->after_build(ticket, make_error(Errc::cancelled, "withdrawn"));
+      return;
+    }
     Fleet* fleet = &fleet_;
-    auto inner = inner_.ensure(key, key_digest, options, [fleet, done = std::move(done)](Status st) {
+    daemon::EnsureOptions rest = options;
+    rest.wait_ms = wait->remaining_ms(options.wait_ms);
+    auto inner = inner_.ensure(key, key_digest, rest, [fleet, coordinator, ticket, done = std::move(done)](Status st) {
       if (st) fleet->wake_pusher();  // the store queued the push with the artifact
+      if (coordinator) coordinator->after_build(ticket, st);
       done(std::move(st));
     });
     wait->set_inner(std::move(inner));

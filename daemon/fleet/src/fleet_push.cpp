@@ -104,6 +104,9 @@ void Fleet::pusher_loop() {
         if (auto d = store_.push_done(item.subject); !d) {
           spdlog::warn("fleet: pushed {} but cannot dequeue it: {}", item.subject, d.error().to_string());
         }
+        // After the dequeue: an observer that saw the row still queued hears of it here.
+        std::lock_guard lock(observer_mu_);
+        if (observer_) observer_->pushed(item.subject);
         continue;
       }
       push_failures_++;
@@ -120,6 +123,24 @@ void Fleet::pusher_loop() {
       }
     }
   }
+}
+
+void Fleet::set_observer(FleetObserver* observer) {
+  std::lock_guard lock(observer_mu_);
+  observer_ = observer;
+}
+
+Result<bool> Fleet::registry_has(const Digest& key_digest) const {
+  auto d = registry_.head_manifest(key_digest.hex());
+  if (!d) return std::move(d).error();
+  return d->has_value();
+}
+
+bool Fleet::push_pending(const Digest& key_digest) const {
+  auto pending = store_.pending_pushes(0, 0);
+  if (!pending) return false;
+  const std::string subject = "artifact:" + key_digest.hex();
+  return std::any_of(pending->begin(), pending->end(), [&](const auto& p) { return p.subject == subject; });
 }
 
 Status Fleet::push_subject(const std::string& subject) {

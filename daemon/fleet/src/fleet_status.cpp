@@ -40,6 +40,10 @@ std::string Fleet::status_json() const {
   j["push_failures"] = push_failures_.load();
   j["bytes_pulled"] = bytes_pulled_.load();
   j["bytes_pushed"] = bytes_pushed_.load();
+  {
+    std::lock_guard lock(observer_mu_);
+    j["coordinator"] = observer_ ? nlohmann::json::parse(observer_->status_json(), nullptr, false) : nlohmann::json(nullptr);
+  }
   std::lock_guard lock(status_mu_);
   j["refusals"] = refusals_;
   j["recent"] = recent_;
@@ -66,6 +70,10 @@ std::string Fleet::metrics_text() const {
   out += "kiln_fleet_pending_pushes " + std::to_string(pending ? pending->size() : 0) + "\n";
   out += "# HELP kiln_fleet_registry_up Whether the last registry request got an answer.\n# TYPE kiln_fleet_registry_up gauge\n";
   out += std::string("kiln_fleet_registry_up ") + (reachable_.load() ? "1" : "0") + "\n";
+  {
+    std::lock_guard lock(observer_mu_);
+    if (observer_) out += observer_->metrics_text();
+  }
   out += "# HELP kiln_fleet_refusals_total Registry content refused, by reason.\n# TYPE kiln_fleet_refusals_total counter\n";
   std::lock_guard lock(status_mu_);
   for (Refusal r : {Refusal::unsigned_, Refusal::unknown_signer, Refusal::bad_signature, Refusal::wrong_subject,

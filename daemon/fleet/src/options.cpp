@@ -55,7 +55,8 @@ Status apply_table(FleetConfig& c, const toml::table& f, std::string_view origin
       "registry",         "repository",       "basic_auth_file",  "token_file",        "ca_file",
       "client_cert_file", "client_key_file",  "pull",             "push",              "signing_key_file",
       "signing_key_name", "trusted_keys",     "require_signatures", "connect_timeout_s", "io_timeout_s",
-      "push_retry_min_s", "push_retry_max_s", "pull_threads"};
+      "push_retry_min_s", "push_retry_max_s", "pull_threads", "coordinator", "coordinator_prefix", "node_name",
+      "lease_ttl_s",      "coordinator_timeout_ms", "poll_max_ms", "hedge_factor", "expected_build_s"};
   for (auto&& [k, v] : f) {
     (void)v;
     if (!known.count(std::string(k.str()))) return bad(origin, std::string(k.str()), "unknown option");
@@ -82,6 +83,47 @@ Status apply_table(FleetConfig& c, const toml::table& f, std::string_view origin
     }
     c.trusted_keys = std::move(keys);
   }
+  if (const toml::node* n = f.get("coordinator")) {
+    const toml::array* a = n->as_array();
+    if (!a) return bad(origin, "coordinator", "expected an array of etcd endpoints, e.g. [\"http://10.0.0.5:2379\"]");
+    std::vector<std::string> eps;
+    for (const auto& e : *a) {
+      if (!e.is_string()) return bad(origin, "coordinator", "every element must be a string");
+      const std::string ep = *e.value<std::string>();
+      const std::string rest = ep.starts_with("http://") ? ep.substr(7) : std::string();
+      if (rest.empty() || rest.find('/') != std::string::npos || rest.find('@') != std::string::npos ||
+          rest.find(':') == std::string::npos) {
+        return bad(origin, "coordinator", "'" + ep.substr(0, 200) + "' is not \"http://host:port\"");
+      }
+      eps.push_back(ep);
+    }
+    c.coordinator = std::move(eps);
+  }
+  KILN_TRY(read_string(f, origin, "coordinator_prefix", c.coordinator_prefix));
+  KILN_TRY(read_string(f, origin, "node_name", c.node_name));
+  if (c.coordinator_prefix.empty() || c.coordinator_prefix.find_first_of(" \t\n") != std::string::npos) {
+    return bad(origin, "coordinator_prefix", "expected a non-empty key prefix without spaces");
+  }
+  if (c.node_name.size() > 128 || c.node_name.find_first_of("\n\"") != std::string::npos) {
+    return bad(origin, "node_name", "expected at most 128 characters, no quotes or newlines");
+  }
+  long long ttl = c.lease_ttl.count(), ctimeout = c.coordinator_timeout.count(), pmax = c.poll_max.count();
+  long long expected = c.expected_build.count();
+  KILN_TRY(read_seconds(f, origin, "lease_ttl_s", 2, 3600, ttl));
+  KILN_TRY(read_seconds(f, origin, "coordinator_timeout_ms", 50, 60'000, ctimeout));
+  KILN_TRY(read_seconds(f, origin, "poll_max_ms", 50, 60'000, pmax));
+  KILN_TRY(read_seconds(f, origin, "expected_build_s", 1, 7 * 24 * 3600, expected));
+  if (const toml::node* n = f.get("hedge_factor")) {
+    auto v = n->value<double>();
+    if (!(n->is_floating_point() || n->is_integer()) || !v || *v < 0 || *v > 1000) {
+      return bad(origin, "hedge_factor", "expected a number from 0 (never hedge) to 1000");
+    }
+    c.hedge_factor = *v;
+  }
+  c.lease_ttl = std::chrono::seconds(ttl);
+  c.coordinator_timeout = std::chrono::milliseconds(ctimeout);
+  c.poll_max = std::chrono::milliseconds(pmax);
+  c.expected_build = std::chrono::seconds(expected);
   long long connect = c.connect_timeout.count() / 1000, io = c.io_timeout.count() / 1000;
   long long rmin = c.push_retry_min.count(), rmax = c.push_retry_max.count(), threads = c.pull_threads;
   KILN_TRY(read_seconds(f, origin, "connect_timeout_s", 1, 600, connect));
@@ -95,7 +137,15 @@ Status apply_table(FleetConfig& c, const toml::table& f, std::string_view origin
   c.push_retry_min = std::chrono::seconds(rmin);
   c.push_retry_max = std::chrono::seconds(rmax);
   c.pull_threads = static_cast<unsigned>(threads);
-  if (!c.enabled()) return {};
+  if (!c.enabled()) {
+    if (!c.coordinator.empty()) return bad(origin, "coordinator", "needs a registry: waiters pull the holder's build from it");
+    return {};
+  }
+  if (!c.coordinator.empty() && (!c.push || !c.pull)) {
+    return bad(origin, "coordinator",
+               "needs push = true and pull = true: a node that claims a key shares what it builds, and one that "
+               "waits for another node takes its build from the registry");
+  }
   if (!c.basic_auth_file.empty() && !c.token_file.empty()) {
     return bad(origin, "token_file", "give basic_auth_file or token_file, not both");
   }

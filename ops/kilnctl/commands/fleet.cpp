@@ -130,7 +130,7 @@ void add_trust(CommandSet& set) {
 
 void add_fleet(CommandSet& set) {
   Context& ctx = set.context();
-  CLI::App* fleet = set.add("fleet", "The fleet tier: status (registry reachable, pending and failing pushes, recent pulls and refusals)",
+  CLI::App* fleet = set.add("fleet", "The fleet tier: status (registry reachable, pending and failing pushes, recent pulls and refusals, build claims)",
                             [&ctx] {
     auto f = fleet_state(ctx);
     if (!f) return ctx.fail(f.error());
@@ -160,6 +160,29 @@ void add_fleet(CommandSet& set) {
     for (const auto& [reason, n] : (*f)["refusals"].items()) refusals += (refusals.empty() ? "" : ", ") + reason + " " + std::to_string(n.get<int>());
     line("refusals", refusals.empty() ? "none" : refusals);
     for (const auto& r : (*f)["recent"]) line("  recent", r.get<std::string>());
+    // One build per key across the fleet (schema/etcd-coordination.md): the claims in etcd.
+    const auto& co = f->contains("coordinator") ? (*f)["coordinator"] : nlohmann::json(nullptr);
+    if (!co.is_object()) {
+      line("coordinator", "none (each node builds what it lacks)");
+      return 0;
+    }
+    line("coordinator", co.value("endpoint", "") + " as node " + co.value("node", "") +
+                            (co.value("up", false) ? "" : "  UNREACHABLE: " + co.value("last_error", "") +
+                                                              " (building alone)"));
+    std::string counts;
+    for (const auto& [outcome, n] : co["counts"].items()) {
+      counts += (counts.empty() ? "" : ", ") + outcome + " " + std::to_string(n.get<std::uint64_t>());
+    }
+    line("claim outcomes", counts + " (this node)");
+    const auto& claims = co["claims"];
+    line("claims now", std::to_string(claims.size()) + (claims.empty() ? "" : ":"));
+    if (!claims.empty()) {
+      ctx.out << "  " << std::left << std::setw(66) << "KEY" << std::setw(20) << "HOLDER" << "AGE\n";
+      for (const auto& c : claims) {
+        ctx.out << "  " << std::left << std::setw(66) << c.value("key", "") << std::setw(20)
+                << (c.value("node", "") + (c.value("mine", false) ? " (this)" : "")) << c.value("age_s", 0) << " s\n";
+      }
+    }
     return 0;
   });
   fleet->add_subcommand("status", "Show the fleet tier's state (the default)")->fallthrough();

@@ -40,3 +40,51 @@ TEST_CASE("FleetOptionsAreReadAndCheckedTogether") {
   REQUIRE_FALSE(unknown.has_value());
   CHECK(unknown.error().message.find("fleet.registri: unknown option") != std::string::npos);
 }
+
+TEST_CASE("CoordinatorOptionsAreReadWithTheirDefaultsAndBadOnesNameTheOption") {
+  FleetConfig defaults;
+  CHECK(defaults.coordinator.empty());
+  CHECK(defaults.coordinator_prefix == "kiln");
+  CHECK(defaults.lease_ttl.count() == 10);
+  CHECK(defaults.coordinator_timeout.count() == 1000);
+  CHECK(defaults.hedge_factor == 4);
+
+  const std::string base = "[fleet]\nregistry = \"https://r:5000\"\nsigning_key_file = \"/k.pem\"\n";
+  FleetConfig c;
+  auto st = apply_fleet_toml(c,
+                             base + "coordinator = [\"http://10.0.0.5:2379\", \"http://10.0.0.6:2379\"]\n"
+                                    "node_name = \"gpu-17\"\nlease_ttl_s = 5\ncoordinator_timeout_ms = 250\n"
+                                    "poll_max_ms = 500\nhedge_factor = 2.5\nexpected_build_s = 60\n"
+                                    "coordinator_prefix = \"team/kiln\"\n",
+                             "t.toml");
+  REQUIRE_MESSAGE(st.has_value(), (st ? "" : st.error().to_string()));
+  CHECK(c.coordinator.size() == 2);
+  CHECK(c.node_name == "gpu-17");
+  CHECK(c.lease_ttl.count() == 5);
+  CHECK(c.coordinator_timeout.count() == 250);
+  CHECK(c.poll_max.count() == 500);
+  CHECK(c.hedge_factor == 2.5);
+  CHECK(c.expected_build.count() == 60);
+  CHECK(c.coordinator_prefix == "team/kiln");
+
+  struct Bad {
+    std::string text, says;
+  };
+  for (const Bad& b : std::vector<Bad>{
+           {base + "coordinator = \"http://h:2379\"\n", "fleet.coordinator"},
+           {base + "coordinator = [\"https://h:2379\"]\n", "fleet.coordinator"},
+           {base + "coordinator = [\"http://h:2379/v3\"]\n", "fleet.coordinator"},
+           {base + "coordinator = [\"http://h:2379\"]\npush = false\ntrusted_keys = [\"a:AAAA\"]\n", "push = true"},
+           {base + "coordinator = [\"http://h:2379\"]\npull = false\n", "pull = true"},
+           {"[fleet]\ncoordinator = [\"http://h:2379\"]\n", "needs a registry"},
+           {base + "lease_ttl_s = 1\n", "fleet.lease_ttl_s"},
+           {base + "hedge_factor = -1\n", "fleet.hedge_factor"},
+           {base + "coordinator_timeout_ms = 0\n", "fleet.coordinator_timeout_ms"},
+       }) {
+    CAPTURE(b.text);
+    FleetConfig d;
+    auto r = apply_fleet_toml(d, b.text, "t.toml");
+    REQUIRE_FALSE(r.has_value());
+    CHECK_MESSAGE(r.error().message.find(b.says) != std::string::npos, r.error().message);
+  }
+}

@@ -45,6 +45,17 @@ struct PushParts;  // fleet_push.cpp
 enum class Refusal { unsigned_, unknown_signer, bad_signature, wrong_subject, corrupt, truncated, unreachable };
 std::string_view refusal_name(Refusal r) noexcept;
 
+// Hears of the pushes that land and adds to the fleet's status and metrics: the build
+// coordinator (kiln/fleet/etcd_coordinator.hpp). Called on fleet threads; must not block.
+class FleetObserver {
+ public:
+  virtual ~FleetObserver() = default;
+  // `subject` ("artifact:<hex>") is in the registry now (pushed, or found there already).
+  virtual void pushed(const std::string& subject) = 0;
+  virtual std::string status_json() const = 0;   // a JSON object, STATUS fleet.coordinator
+  virtual std::string metrics_text() const = 0;  // Prometheus lines
+};
+
 class Fleet final : public daemon::FleetService {
  public:
   // Loads the signing key and trust list, builds the HTTP client (files checked now),
@@ -66,6 +77,13 @@ class Fleet final : public daemon::FleetService {
   // Queues a push (durably) and wakes the pusher; also wakes it for rows the store queued.
   Status queue_push(const std::string& subject);
   void wake_pusher();
+  // Whether the registry holds an artifact under the key's tag (a HEAD; nothing is
+  // verified or stored). Errors as RegistryClient's.
+  Result<bool> registry_has(const Digest& key_digest) const;
+  // Whether the durable queue still holds a push of the key's artifact.
+  bool push_pending(const Digest& key_digest) const;
+  // Attaches the observer (nullptr detaches; returns once no call to the old one runs).
+  void set_observer(FleetObserver* observer);
 
   const FleetConfig& config() const { return config_; }
   storage::Store& store() { return store_; }
@@ -110,6 +128,9 @@ class Fleet final : public daemon::FleetService {
   std::deque<std::function<void()>> work_;  // guarded by work_mu_
   bool stopping_ = false;                   // guarded by work_mu_ and push_mu_
   std::vector<std::thread> workers_;
+
+  mutable std::mutex observer_mu_;
+  FleetObserver* observer_ = nullptr;  // guarded by observer_mu_, held during calls to it
 
   std::mutex push_mu_;
   std::condition_variable push_cv_;

@@ -4,12 +4,15 @@
 // and only then asks the inner service to build. A finished build's push was queued by
 // the store with the artifact (StoreOptions::push_outbox); this wakes the pusher.
 //
-// Seam for fleet-wide build coordination (etcd, to come): a BuildCoordinator, when set,
-// is asked before a key the registry lacks is built here.
+// Fleet-wide build coordination: a BuildCoordinator, when set, decides before a key the
+// registry lacks is built here (kiln/fleet/etcd_coordinator.hpp implements it with etcd).
 //
-// Thread safety: as BuildService. The inner service and the Fleet must outlive this.
+// Thread safety: as BuildService. The inner service and the Fleet must outlive this; the
+// coordinator must outlive every build this service started (kilnd stops it last).
 #pragma once
 
+#include <chrono>
+#include <cstdint>
 #include <functional>
 #include <memory>
 
@@ -18,13 +21,33 @@
 
 namespace kiln::fleet {
 
-// Decides whether this node builds a key the registry lacks (a fleet-wide claim). Called
-// on a fleet thread; `proceed(true)` builds here, `proceed(false)` means another node
-// builds it and the caller should look in the registry again. Not implemented yet.
+// What a node does with a key the registry lacks.
+struct BuildDecision {
+  enum class Action {
+    build_here,  // build it on this node
+    pull,        // another node built it: it is in the registry now
+    fail,        // answer `failure` (the fleet's build failed; or kilnd is stopping)
+  };
+  Action action = Action::build_here;
+  Status failure;               // fail: build_failed with the failed build's message, or cancelled
+  std::uint64_t ticket = 0;     // build_here: hand it back to after_build()
+};
+
 class BuildCoordinator {
  public:
   virtual ~BuildCoordinator() = default;
-  virtual void before_build(const Key& key, const Digest& key_digest, std::function<void(bool build_here)> proceed) = 0;
+  // Called on a fleet thread for a key this node lacks and the registry lacked a moment
+  // ago. `proceed` is called exactly once, from any thread, possibly inside this call,
+  // and must not block. It never waits on the coordinator for long: an unreachable
+  // coordinator means build_here.
+  virtual void before_build(const Key& key, const Digest& key_digest, std::function<void(BuildDecision)> proceed) = 0;
+  // After every build_here decision, exactly once: what that caller's build ended with
+  // (ok: stored; build_failed: the build failed; anything else: this caller stopped
+  // waiting). Any thread; must not block.
+  virtual void after_build(std::uint64_t ticket, const Status& outcome) = 0;
+  // Runs `job` on a coordinator thread at `when` (a waiter's wait_ms runs out while it
+  // waits for another node). Dropped once the coordinator is stopping.
+  virtual void call_at(std::chrono::steady_clock::time_point when, std::function<void()> job) = 0;
 };
 
 std::unique_ptr<daemon::BuildService> make_fleet_build_service(daemon::BuildService& inner, Fleet& fleet,

@@ -32,6 +32,22 @@ struct FleetConfig {
   std::chrono::seconds push_retry_max{300}; // ...up to this
   unsigned pull_threads = 4;                // pulls at once
 
+  // One build per key across the fleet (schema/etcd-coordination.md): etcd endpoints
+  // ("http://host:port", members of one cluster). Empty = each node builds what it lacks
+  // (single flight per node only). Needs push and pull: a claimed key is shared through the
+  // registry, and waiters take it from there.
+  std::vector<std::string> coordinator;
+  std::string coordinator_prefix = "kiln";  // etcd keys under "<prefix>/claim/", "<prefix>/failed/"
+  std::string node_name;                    // this node in claims; "" = the host name
+  std::chrono::seconds lease_ttl{10};       // a holder cut off this long loses its claims
+  std::chrono::milliseconds coordinator_timeout{1000};  // each etcd request; never blocks longer
+  std::chrono::milliseconds poll_max{1000}; // a waiter looks again at most this far apart
+  // A waiter builds too (hedges) once the holder has run this many times the key's
+  // expected build time; 0 = never.
+  double hedge_factor = 4;
+  // A key's expected build time when this node knows none for its model and region.
+  std::chrono::seconds expected_build{600};
+
   bool enabled() const { return !registry.empty(); }
 };
 

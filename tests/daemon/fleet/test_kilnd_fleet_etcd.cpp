@@ -1,0 +1,710 @@
+// One build per key across the fleet, end to end: Debian's etcd and docker-registry on
+// loopback, three real kilnd processes (nodes a, b, c) with the test worker, clients on
+// real sockets. Each test prints the builds started per key and node.
+//
+// Synchronisation is on conditions, never on sleeps: builds are held by the test worker's
+// "hold_file" (a build waits while that file exists) until the test has seen, in etcd and
+// in the nodes' STATUS, the state it wants; then the file is removed.
+//
+// A partition is a TcpProxy between one node and etcd, frozen: that node's etcd requests
+// time out while the registry and the other nodes are untouched.
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include <doctest/doctest.h>
+#include <nlohmann/json.hpp>
+
+#include "etcd_fixture.hpp"
+#include "kiln/fleet/claim_record.hpp"
+#include "kiln/fleet/etcd_client.hpp"
+#include "kiln/fleet/signature.hpp"
+#include "kiln/protocol/messages.hpp"
+#include "registry_fixture.hpp"
+#include "support/kilnd_process.hpp"
+#include "support/raw_client.hpp"
+#include "temp_dir.hpp"
+
+using namespace kiln;
+using namespace std::chrono_literals;
+using json = nlohmann::json;
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr int kLeaseTtl = 2;  // seconds: a cut-off holder loses its claims this fast
+// Each etcd request may take up to coordinator_timeout_ms = 5000 here: etcd fsyncs every
+// write, and on a shared CI machine one fsync has taken more than 500 ms; a node whose
+// claim times out builds alone, which would be a second build in these tests.
+
+struct NodeSpec {
+  std::string name;
+  std::string etcd_url;           // "" = no coordinator
+  double hedge_factor = 0;        // 0 = never hedge
+  int failure_ttl_s = 0;
+  int build_timeout_s = 1800;     // also a claim's lifetime before a take-over
+};
+
+// A fleet of up to three nodes sharing a registry and an etcd; every node signs and
+// trusts every node's key.
+class Fleet {
+ public:
+  Fleet() : reg_(dir_ / "registry"), etcd_(std::make_unique<test::Etcd>(dir_ / "etcd")) {
+    for (const char* n : {"a", "b", "c"}) {
+      auto k = fleet::SigningKey::generate(n);
+      REQUIRE(k.has_value());
+      std::ofstream(dir_.path() / (std::string(n) + ".pem")) << k->private_pem();
+      trusted_.push_back(k->public_key().to_string());
+    }
+  }
+
+  const fs::path& dir() const { return dir_.path(); }
+  test::Etcd& etcd() { return *etcd_; }
+  test::Registry& registry() { return reg_; }
+  fs::path hold_file() const { return dir_ / "hold"; }
+  int metrics_port(const std::string& n) const { return metrics_ports_.at(n); }
+  fs::path starts_file() const { return dir_ / "starts.txt"; }
+
+  std::string toml(const NodeSpec& s) const {
+    std::ostringstream t;
+    t << "[builds]\nworker = [\"" << KILN_TEST_WORKER << "\"]\nprobe_gpus = false\nfailure_ttl_s = " << s.failure_ttl_s
+      << "\nbuild_timeout_s = " << s.build_timeout_s << "\n[[builds.slots]]\nname = \"gpu0\"\ngpu_arch = \"sm_test\"\ngpu_name = \"Test GPU\"\n"
+      << "[fleet]\nregistry = \"" << reg_.url() << "\"\nrepository = \"kiln/test\"\n"
+      << "basic_auth_file = \"" << reg_.auth_file().string() << "\"\nca_file = \"" << reg_.ca().string() << "\"\n"
+      << "push_retry_min_s = 1\npush_retry_max_s = 1\nconnect_timeout_s = 2\nio_timeout_s = 5\n"
+      << "signing_key_file = \"" << (dir_.path() / (s.name + ".pem")).string() << "\"\ntrusted_keys = [";
+    for (std::size_t i = 0; i < trusted_.size(); ++i) t << (i ? ", " : "") << "\"" << trusted_[i] << "\"";
+    t << "]\n";
+    if (!s.etcd_url.empty()) {
+      t << "coordinator = [\"" << s.etcd_url << "\"]\nnode_name = \"" << s.name << "\"\nlease_ttl_s = " << kLeaseTtl
+        << "\ncoordinator_timeout_ms = 5000\npoll_max_ms = 200\nhedge_factor = " << s.hedge_factor
+        << "\nexpected_build_s = 1\n";
+    }
+    return t.str();
+  }
+
+  test::KilndProcess& start(const NodeSpec& s) {
+    metrics_ports_[s.name] = test::free_port();
+    nodes_[s.name] = std::make_unique<test::KilndProcess>(
+        dir_ / s.name, "metrics_listen = \"127.0.0.1:" + std::to_string(metrics_ports_[s.name]) + "\"\n" + toml(s));
+    return *nodes_[s.name];
+  }
+  test::KilndProcess& node(const std::string& n) { return *nodes_.at(n); }
+  void forget(const std::string& n) { nodes_.erase(n); }
+
+  // The claims in etcd now: key hex -> holder.
+  std::map<std::string, std::string> claims() {
+    auto c = fleet::EtcdClient::create({{etcd_->url()}, 2000ms});
+    REQUIRE(c.has_value());
+    auto kvs = (*c)->range_prefix("kiln/claim/");
+    REQUIRE_MESSAGE(kvs.has_value(), kvs.error().to_string());
+    std::map<std::string, std::string> out;
+    for (const auto& kv : *kvs) {
+      auto rec = fleet::parse_claim(kv.value);
+      out[kv.key.substr(11)] = rec ? rec->node : "?";
+    }
+    return out;
+  }
+
+  // "<region> <pid> <output>" lines: which node (by store folder) started which build.
+  std::vector<std::pair<std::string, std::string>> starts() const {
+    std::vector<std::pair<std::string, std::string>> out;
+    std::istringstream in(test::slurp(starts_file()));
+    std::string region, pid, output;
+    while (in >> region >> pid >> output) {
+      std::string node = "?";
+      for (const char* n : {"a", "b", "c"}) {
+        if (output.find((dir_ / n).string() + "/") == 0) node = n;
+      }
+      out.emplace_back(region, node);
+    }
+    return out;
+  }
+  pid_t start_pid(std::size_t i) const {
+    std::istringstream in(test::slurp(starts_file()));
+    std::string region, output;
+    pid_t pid = 0;
+    for (std::size_t k = 0; k <= i; ++k)
+      if (!(in >> region >> pid >> output)) return 0;
+    return pid;
+  }
+  // Prints the builds started per key (region) and node.
+  void print_builds(const char* test) const {
+    std::map<std::string, std::map<std::string, int>> per;
+    for (const auto& [region, node] : starts()) per[region][node]++;
+    std::printf("[%s] builds started per key, per node:\n", test);
+    for (const auto& [region, nodes] : per) {
+      std::printf("  key %-12s", region.c_str());
+      for (const char* n : {"a", "b", "c"}) std::printf(" %s=%d", n, nodes.count(n) ? nodes.at(n) : 0);
+      std::printf("\n");
+    }
+    std::fflush(stdout);
+  }
+
+ private:
+  test::TempDir dir_;
+  test::Registry reg_;
+  std::unique_ptr<test::Etcd> etcd_;
+  std::vector<std::string> trusted_;
+  std::map<std::string, std::unique_ptr<test::KilndProcess>> nodes_;
+  std::map<std::string, int> metrics_ports_;
+};
+
+using Conn = std::unique_ptr<test::RawClient>;
+
+Conn connect(const test::KilndProcess& k) {
+  auto c = std::make_unique<test::RawClient>(k.socket());
+  c->hello();
+  return c;
+}
+
+std::string call(Conn& c, protocol::MsgType type, const std::string& body) {
+  auto r = c->call(type, body);
+  REQUIRE_MESSAGE(r.header.type == protocol::MsgType::ok, r.body);
+  return r.body;
+}
+
+json status(const test::KilndProcess& k) {
+  auto c = connect(k);
+  return json::parse(call(c, protocol::MsgType::status, "{}"));
+}
+
+std::uint64_t claims_count(const test::KilndProcess& k, const char* outcome) {
+  return status(k)["fleet"]["coordinator"]["counts"][outcome].get<std::uint64_t>();
+}
+
+Key client_key(const std::string& hash, const std::string& region) {
+  Key k;
+  k.kind = ArtifactKind::aoti;
+  k.model_hash = hash;
+  k.region = region;
+  k.dtype = "bfloat16";
+  k.inputs = {{{Dim::fixed(1), Dim::fixed(64)}, "bfloat16", "strided"}};
+  return k;
+}
+
+// Registers the same source on a node (same text, same model hash on every node).
+std::string register_source(const test::KilndProcess& k, const std::string& text) {
+  auto c = connect(k);
+  const std::string hash = sha256(text).hex();
+  protocol::PutSourceRequest req;
+  req.model_hash = hash;
+  req.name = "src.json";
+  req.size = text.size();
+  const auto id = c->next_id();
+  REQUIRE(c->send_frame(protocol::MsgType::put_source, id, protocol::encode(req)));
+  REQUIRE(c->send_frame(protocol::MsgType::chunk, id, text, protocol::kFlagEnd));
+  auto r = c->recv(60s);
+  REQUIRE(r.has_value());
+  REQUIRE_MESSAGE(r->header.type == protocol::MsgType::ok, r->body);
+  return hash;
+}
+
+// The key digest the nodes compute (node fields from STATUS).
+std::string key_hex(const test::KilndProcess& k, Key key) {
+  auto n = status(k)["node"];
+  key.gpu_arch = n["gpu_arch"];
+  key.gpu_name = n["gpu_name"];
+  key.torch_version = n["torch_version"];
+  key.torch_git = n["torch_git"];
+  key.cuda_version = n["cuda_version"];
+  key.triton_version = n["triton_version"];
+  key.platform = n["platform"];
+  key.machine = n["machine"];
+  key.cpu_isa = n["cpu_isa"];
+  auto d = key.digest();
+  REQUIRE(d.has_value());
+  return d->hex();
+}
+
+bool wait_until(const std::function<bool()>& pred, std::chrono::milliseconds limit = 60s) {
+  auto deadline = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(50ms);
+  }
+  return pred();
+}
+
+// One client: GET with on_miss = build, descriptor delivery.
+struct Outcome {
+  bool ok = false;
+  std::string bytes;   // ok
+  std::string error;   // else: the error reply's body
+};
+
+Outcome get_or_build(const fs::path& socket, const Key& key) {
+  Outcome o;
+  try {
+    test::RawClient c(socket);
+    c.hello();
+    const auto id = c.next_id();
+    if (!c.send_frame(protocol::MsgType::get, id,
+                      "{\"key\":" + key.to_json() + ",\"delivery\":\"fd\",\"on_miss\":\"build\"}")) {
+      o.error = "send failed";
+      return o;
+    }
+    auto r = c.recv(180s);
+    if (!r) {
+      o.error = c.closed() ? "connection closed" : "no reply in 180 s";
+      return o;
+    }
+    if (r->header.type != protocol::MsgType::ok) {
+      o.error = r->body;
+      return o;
+    }
+    if (r->fd < 0) {
+      o.error = "no descriptor: " + r->body;
+      return o;
+    }
+    o.bytes = test::read_fd(r->fd);
+    ::close(r->fd);
+    o.ok = true;
+  } catch (const std::exception& e) {
+    o.error = e.what();
+  }
+  return o;
+}
+
+// `n` clients per node in `nodes`, each on its own connection and thread.
+class Clients {
+ public:
+  Clients(Fleet& f, const std::vector<std::string>& nodes, const Key& key, int n) : dir_(f.dir()) {
+    for (const auto& name : nodes) {
+      const fs::path socket = f.node(name).socket();
+      for (int i = 0; i < n; ++i) {
+        auto slot = std::make_shared<Outcome>();
+        results_.emplace_back(name, slot);
+        threads_.emplace_back([socket, key, slot] { *slot = get_or_build(socket, key); });
+      }
+    }
+  }
+  // A test that stops early (a failed REQUIRE) lets every held build go, so that the
+  // clients get their answers and the test ends instead of waiting out their timeout.
+  ~Clients() {
+    bool pending = false;
+    for (auto& t : threads_) pending = pending || t.joinable();
+    if (pending) {
+      for (const auto& e : fs::directory_iterator(dir_))
+        if (e.path().filename().string().rfind("hold", 0) == 0) fs::remove(e.path());
+    }
+    join();
+  }
+  void join() {
+    for (auto& t : threads_)
+      if (t.joinable()) t.join();
+  }
+  const std::vector<std::pair<std::string, std::shared_ptr<Outcome>>>& results() {
+    join();
+    return results_;
+  }
+
+ private:
+  fs::path dir_;
+  std::vector<std::thread> threads_;
+  std::vector<std::pair<std::string, std::shared_ptr<Outcome>>> results_;
+};
+
+// A test-worker source whose builds wait while `hold` exists, on the nodes whose store
+// folder path contains `only` ("" = every node).
+std::string source_text(const Fleet& f, const std::string& behavior, const fs::path& hold, const std::string& only = "") {
+  return json{{"behavior", behavior},
+              {"starts_file", f.starts_file().string()},
+              {"holds", json::array({{{"file", hold.string()}, {"only", only}}})},
+              {"log", "test worker: the last line of this build's log"}}
+      .dump();
+}
+
+void hold(const fs::path& file) { std::ofstream(file) << "held\n"; }
+void release(const fs::path& file) { fs::remove(file); }
+
+// The node's Prometheus text.
+std::string metrics(const Fleet& f, const std::string& node) {
+  return test::sh("curl -sS --fail http://127.0.0.1:" + std::to_string(f.metrics_port(node)) + "/metrics");
+}
+
+}  // namespace
+
+TEST_CASE("ThreeNodesFortyEightClientsOneMissingKeyOneBuildInTheFleetSameBytesEverywhere") {
+  Fleet f;
+  for (const char* n : {"a", "b", "c"}) f.start({n, f.etcd().url()});
+  const std::string text = source_text(f, "ok", f.hold_file());
+  std::string hash;
+  for (const char* n : {"a", "b", "c"}) hash = register_source(f.node(n), text);
+  const Key key = client_key(hash, "Block");
+  const std::string hex = key_hex(f.node("a"), key);
+
+  hold(f.hold_file());
+  Clients clients(f, {"a", "b", "c"}, key, 16);
+  // One node holds the claim and has started; the two others wait on it.
+  std::string holder;
+  REQUIRE(wait_until([&] {
+    auto c = f.claims();
+    if (!c.count(hex)) return false;
+    holder = c[hex];
+    return f.starts().size() == 1;
+  }));
+  REQUIRE(wait_until([&] {
+    int waiting = 0;
+    for (const char* n : {"a", "b", "c"})
+      if (n != holder) waiting += claims_count(f.node(n), "lost") == 1;
+    return waiting == 2;
+  }));
+  // kilnctl lists the claim: key, holder, age (b's listing is as of its last lease refresh).
+  REQUIRE(wait_until([&] {
+    const json st = status(f.node("b"));  // named: a range-for over a temporary's member dangles
+    for (const auto& c : st["fleet"]["coordinator"]["claims"])
+      if (c["key"] == hex) return true;
+    return false;
+  }));
+  const std::string listing = test::sh(std::string(KILN_KILNCTL) + " --socket " + f.node("b").socket().string() + " fleet status");
+  CHECK(listing.find(hex) != std::string::npos);
+  CHECK(listing.find(holder) != std::string::npos);
+  MESSAGE("kilnctl fleet status on b while " << holder << " builds:\n" << listing);
+  const auto released = std::chrono::steady_clock::now();
+  release(f.hold_file());
+
+  std::set<std::string> distinct;
+  int served = 0;
+  const auto& results = clients.results();
+  MESSAGE("all 48 clients served " << std::chrono::duration<double>(std::chrono::steady_clock::now() - released).count()
+                                   << " s after the holder's build was let go (build, push, waiters' pull)");
+  for (const auto& [node, o] : results) {
+    CHECK_MESSAGE(o->ok, node << ": " << o->error);
+    if (o->ok) {
+      ++served;
+      distinct.insert(o->bytes);
+    }
+  }
+  f.print_builds("one key, 3 x 16 clients");
+  CHECK(served == 48);
+  CHECK(distinct.size() == 1);
+  CHECK(f.starts().size() == 1);
+  CHECK(claims_count(f.node(holder), "won") == 1);
+  // The claim goes once the holder's push has landed.
+  CHECK(wait_until([&] { return f.claims().empty(); }));
+  const std::string prom = metrics(f, holder);
+  CHECK(prom.find("kiln_fleet_claims_total{outcome=\"won\"} 1") != std::string::npos);
+  CHECK(prom.find("kiln_fleet_coordinator_up 1") != std::string::npos);
+  const std::string waiter = holder == "a" ? "b" : "a";
+  CHECK(metrics(f, waiter).find("kiln_fleet_claims_total{outcome=\"lost\"} 1") != std::string::npos);
+}
+
+TEST_CASE("HolderKilledMidBuildAnotherNodeBuildsWithinTheLeaseTimeAndEveryClientIsServed") {
+  Fleet f;
+  for (const char* n : {"a", "b", "c"}) f.start({n, f.etcd().url()});
+  // Only a's build is held: the node that takes over builds at once.
+  const std::string text = source_text(f, "ok", f.hold_file(), (f.dir() / "a").string() + "/");
+  std::string hash;
+  for (const char* n : {"a", "b", "c"}) hash = register_source(f.node(n), text);
+  const Key key = client_key(hash, "Block");
+  const std::string hex = key_hex(f.node("a"), key);
+
+  hold(f.hold_file());
+  auto on_a = std::make_unique<Clients>(f, std::vector<std::string>{"a"}, key, 16);
+  REQUIRE(wait_until([&] { return f.claims()[hex] == "a" && f.starts().size() == 1; }));
+  Clients others(f, {"b", "c"}, key, 16);
+  REQUIRE(wait_until([&] { return claims_count(f.node("b"), "lost") == 1 && claims_count(f.node("c"), "lost") == 1; }));
+
+  // a dies mid-build, with its worker (a killed kilnd leaves its worker's group running).
+  const pid_t worker = f.start_pid(0);
+  f.node("a").signal(SIGKILL);
+  REQUIRE(f.node("a").wait(10s).has_value());
+  if (worker > 0) ::kill(-worker, SIGKILL);
+  const auto killed_at = std::chrono::steady_clock::now();
+  REQUIRE(wait_until([&] { return f.starts().size() == 2; }, 30s));
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - killed_at).count();
+  MESSAGE("another node started building " << took << " s after the holder was killed (lease TTL " << kLeaseTtl << " s)");
+  CHECK(took < kLeaseTtl + 4.0);
+
+  std::set<std::string> distinct;
+  for (const auto& [node, o] : others.results()) {
+    CHECK_MESSAGE(o->ok, node << ": " << o->error);
+    if (o->ok) distinct.insert(o->bytes);
+  }
+  CHECK(distinct.size() == 1);
+  for (const auto& [node, o] : on_a->results()) CHECK_FALSE(o->ok);  // their node died
+  on_a.reset();
+  f.print_builds("holder killed");
+  auto s = f.starts();
+  REQUIRE(s.size() == 2);
+  CHECK(s[0].second == "a");
+  CHECK(s[1].second != "a");
+  release(f.hold_file());
+}
+
+TEST_CASE("EtcdStoppedMidRunBuildsGoOnPerNode") {
+  Fleet f;
+  for (const char* n : {"a", "b", "c"}) f.start({n, f.etcd().url()});
+  const std::string text = source_text(f, "ok", f.hold_file(), (f.dir() / "a").string() + "/");
+  std::string hash;
+  for (const char* n : {"a", "b", "c"}) hash = register_source(f.node(n), text);
+  const Key k1 = client_key(hash, "One");
+  const std::string hex1 = key_hex(f.node("a"), k1);
+
+  // a holds the claim on One (its build held); b waits for it; then etcd dies.
+  hold(f.hold_file());
+  auto on_a = std::make_unique<Clients>(f, std::vector<std::string>{"a"}, k1, 4);
+  REQUIRE(wait_until([&] { return f.claims()[hex1] == "a" && f.starts().size() == 1; }));
+  Clients on_b(f, {"b"}, k1, 4);
+  REQUIRE(wait_until([&] { return claims_count(f.node("b"), "lost") == 1; }));
+  f.etcd().stop();
+  // b no longer waits on a coordinator it cannot reach: it builds One itself.
+  for (const auto& [node, o] : on_b.results()) CHECK_MESSAGE(o->ok, node << ": " << o->error);
+  CHECK(claims_count(f.node("b"), "unavailable") >= 1);
+  release(f.hold_file());
+  for (const auto& [node, o] : on_a->results()) CHECK_MESSAGE(o->ok, node << ": " << o->error);
+
+  // A new key on every node at once, every build held until all three have started:
+  // each node builds it once (single flight per node), none waits on etcd.
+  const std::string text2 = source_text(f, "ok", f.hold_file());
+  std::string hash2;
+  for (const char* n : {"a", "b", "c"}) hash2 = register_source(f.node(n), text2);
+  const Key k2 = client_key(hash2, "Two");
+  const auto before = f.starts().size();
+  hold(f.hold_file());
+  {
+    Clients all(f, {"a", "b", "c"}, k2, 16);
+    REQUIRE(wait_until([&] {
+      std::set<std::string> nodes;
+      auto s = f.starts();
+      for (std::size_t i = before; i < s.size(); ++i) nodes.insert(s[i].second);
+      return nodes.size() == 3;
+    }));
+    release(f.hold_file());
+    for (const auto& [node, o] : all.results()) CHECK_MESSAGE(o->ok, node << ": " << o->error);
+  }
+  f.print_builds("etcd stopped");
+  std::map<std::string, int> two;
+  auto s = f.starts();
+  for (std::size_t i = before; i < s.size(); ++i) two[s[i].second]++;
+  CHECK(two["a"] == 1);
+  CHECK(two["b"] == 1);
+  CHECK(two["c"] == 1);
+  const json st = status(f.node("c"))["fleet"]["coordinator"];
+  CHECK(st["up"] == false);
+  CHECK(st["counts"]["unavailable"].get<int>() >= 1);
+  CHECK(metrics(f, "c").find("kiln_fleet_coordinator_up 0") != std::string::npos);
+}
+
+TEST_CASE("AFailedBuildFailsOnceForTheFleetAndEveryWaiterGetsItsMessage") {
+  Fleet f;
+  for (const char* n : {"a", "b", "c"}) f.start({n, f.etcd().url(), 0, 600});
+  const std::string text = source_text(f, "fail", f.hold_file());
+  std::string hash;
+  for (const char* n : {"a", "b", "c"}) hash = register_source(f.node(n), text);
+  const Key key = client_key(hash, "Broken");
+  const std::string hex = key_hex(f.node("a"), key);
+
+  hold(f.hold_file());
+  Clients clients(f, {"a", "b", "c"}, key, 16);
+  std::string holder;
+  REQUIRE(wait_until([&] {
+    auto c = f.claims();
+    holder = c.count(hex) ? c[hex] : "";
+    return !holder.empty() && f.starts().size() == 1;
+  }));
+  REQUIRE(wait_until([&] {
+    int waiting = 0;
+    for (const char* n : {"a", "b", "c"})
+      if (n != holder) waiting += claims_count(f.node(n), "lost") == 1;
+    return waiting == 2;
+  }));
+  release(f.hold_file());
+  int failed = 0;
+  for (const auto& [node, o] : clients.results()) {
+    CHECK_FALSE(o->ok);
+    const bool msg = o->error.find("test worker failed on purpose") != std::string::npos;
+    CHECK_MESSAGE(msg, node << ": " << o->error);
+    failed += !o->ok && msg;
+  }
+  CHECK(failed == 48);
+  // Asked again on a node that did not build it: the fleet remembers, nothing is rebuilt.
+  const std::string other = holder == "b" ? "c" : "b";
+  Outcome again = get_or_build(f.node(other).socket(), key);
+  CHECK_FALSE(again.ok);
+  CHECK(again.error.find("test worker failed on purpose") != std::string::npos);
+  f.print_builds("failed build");
+  CHECK(f.starts().size() == 1);
+  CHECK(claims_count(f.node(other), "failed") >= 1);
+}
+
+TEST_CASE("APartitionedHolderLosesItsClaimAndItsLateResultIsAcceptedNotDuplicated") {
+  Fleet f;
+  // a reaches etcd through a proxy the test freezes; b directly.
+  test::TcpProxy proxy(f.etcd().port());
+  f.start({"a", proxy.url()});
+  f.start({"b", f.etcd().url()});
+  // Each node's build waits on its own file: a's (the late result) is let go first.
+  const fs::path hold_a = f.dir() / "hold-a", hold_b = f.dir() / "hold-b";
+  const std::string text = json{{"behavior", "ok"},
+                                {"starts_file", f.starts_file().string()},
+                                {"holds", json::array({{{"file", hold_a.string()}, {"only", (f.dir() / "a").string() + "/"}},
+                                                       {{"file", hold_b.string()}, {"only", (f.dir() / "b").string() + "/"}}})}}
+                               .dump();
+  std::string hash;
+  for (const char* n : {"a", "b"}) hash = register_source(f.node(n), text);
+  const Key key = client_key(hash, "Block");
+  const std::string hex = key_hex(f.node("a"), key);
+
+  hold(hold_a);
+  hold(hold_b);
+  Clients on_a(f, {"a"}, key, 8);
+  REQUIRE(wait_until([&] { return f.claims()[hex] == "a" && f.starts().size() == 1; }));
+  Clients on_b(f, {"b"}, key, 8);
+  REQUIRE(wait_until([&] { return claims_count(f.node("b"), "lost") == 1; }));
+
+  proxy.freeze();
+  const auto frozen = std::chrono::steady_clock::now();
+  // a's lease expires in etcd; b claims the key and builds it.
+  REQUIRE(wait_until([&] { return f.claims()[hex] == "b" && f.starts().size() == 2; }, 30s));
+  MESSAGE("b claimed and started building " << std::chrono::duration<double>(std::chrono::steady_clock::now() - frozen).count()
+                                            << " s after a was cut off from etcd (lease TTL " << kLeaseTtl << " s)");
+  // a notices it lost its claim (it could not reach etcd for the lease TTL).
+  REQUIRE(f.node("a").wait_for_log("lost the claim on " + hex.substr(0, 16), 30s));
+
+  // a's late result: stored, served, and pushed (the registry still lacks the key).
+  const std::string pushed = "pushed artifact " + hex.substr(0, 16);
+  const std::string skipped = hex.substr(0, 16) + " is already in the registry; not pushed again";
+  release(hold_a);
+  REQUIRE(f.node("a").wait_for_log(pushed, 60s));
+  // b's build ends after it: b finds the key in the registry and does not push it again.
+  release(hold_b);
+  REQUIRE(f.node("b").wait_for_log(skipped, 60s));
+  std::set<std::string> from_a, from_b;
+  for (const auto& [node, o] : on_a.results()) {
+    CHECK_MESSAGE(o->ok, node << ": " << o->error);
+    from_a.insert(o->bytes);
+  }
+  for (const auto& [node, o] : on_b.results()) {
+    CHECK_MESSAGE(o->ok, node << ": " << o->error);
+    from_b.insert(o->bytes);
+  }
+  CHECK(from_a.size() == 1);
+  CHECK(from_b.size() == 1);
+  f.print_builds("partitioned holder");
+  CHECK(f.node("b").log().find(pushed) == std::string::npos);
+  // What the registry serves is one of the two builds, whole and signed: a fresh node pulls it.
+  f.start({"c", f.etcd().url()});
+  Outcome fresh = get_or_build(f.node("c").socket(), key);
+  REQUIRE_MESSAGE(fresh.ok, fresh.error);
+  CHECK(from_a.count(fresh.bytes) == 1);  // a's late result is the fleet's copy
+  CHECK(from_b.count(fresh.bytes) == 0);
+  CHECK(f.starts().size() == 2);
+  CHECK(claims_count(f.node("b"), "won") == 1);
+  proxy.thaw();
+  CHECK(wait_until([&] { return status(f.node("a"))["fleet"]["coordinator"]["counts"]["expired"] == 1; }));
+}
+
+TEST_CASE("AWaiterHedgesWhenTheHolderRunsFarPastTheExpectedBuildTime") {
+  Fleet f;
+  // expected_build_s = 1, hedge_factor 2: a holder past 2 s is a straggler.
+  f.start({"a", f.etcd().url(), 2});
+  f.start({"b", f.etcd().url(), 2});
+  const std::string text = source_text(f, "ok", f.hold_file(), (f.dir() / "a").string() + "/");
+  std::string hash;
+  for (const char* n : {"a", "b"}) hash = register_source(f.node(n), text);
+  const Key key = client_key(hash, "Block");
+  const std::string hex = key_hex(f.node("a"), key);
+
+  hold(f.hold_file());
+  Clients on_a(f, {"a"}, key, 4);
+  REQUIRE(wait_until([&] { return f.claims()[hex] == "a" && f.starts().size() == 1; }));
+  Clients on_b(f, {"b"}, key, 4);
+  for (const auto& [node, o] : on_b.results()) CHECK_MESSAGE(o->ok, node << ": " << o->error);
+  CHECK(claims_count(f.node("b"), "hedged") == 1);
+  release(f.hold_file());
+  for (const auto& [node, o] : on_a.results()) CHECK_MESSAGE(o->ok, node << ": " << o->error);
+  f.print_builds("hedged");
+  CHECK(f.starts().size() == 2);
+}
+
+TEST_CASE("NoCoordinatorReachableFromTheStartEachNodeBuildsAloneAndSaysSo") {
+  Fleet f;
+  const int dead = test::free_port();  // nothing listens there
+  f.start({"a", "http://127.0.0.1:" + std::to_string(dead)});
+  const std::string hash = register_source(f.node("a"), source_text(f, "ok", f.hold_file()));
+  Outcome o = get_or_build(f.node("a").socket(), client_key(hash, "Alone"));
+  CHECK_MESSAGE(o.ok, o.error);
+  const json st = status(f.node("a"))["fleet"]["coordinator"];
+  CHECK(st["up"] == false);
+  CHECK(st["counts"]["unavailable"] == 1);
+  CHECK(f.node("a").log().find("etcd cannot be reached") != std::string::npos);
+}
+
+TEST_CASE("AClaimPastItsDeadlineIsTakenOverAndAnUnreadableOneAfterTheBuildTimeout") {
+  Fleet f;
+  // build_timeout_s = 3: an unreadable claim is given 3 s from when a node first saw it.
+  f.start({"a", f.etcd().url(), 0, 0, 3});
+  const std::string hash = register_source(f.node("a"), source_text(f, "ok", f.hold_file()));
+  auto etcd = fleet::EtcdClient::create({{f.etcd().url()}, 2000ms});
+  REQUIRE(etcd.has_value());
+  // Claims planted by a "node" that keeps its lease alive but never finishes.
+  auto lease = (*etcd)->grant(60s);
+  REQUIRE(lease.has_value());
+  auto plant = [&](const std::string& hex, const std::string& value) {
+    auto r = (*etcd)->txn({}, {{fleet::EtcdOp::Kind::put, fleet::claim_key("kiln", hex), value, *lease}}, {});
+    REQUIRE(r.has_value());
+  };
+
+  const Key late = client_key(hash, "Late");
+  const std::string late_hex = key_hex(f.node("a"), late);
+  const std::int64_t now = static_cast<std::int64_t>(std::time(nullptr));
+  plant(late_hex, fleet::encode(fleet::ClaimRecord{"stuck-node", now - 100, now - 1, 1}));
+  Outcome o = get_or_build(f.node("a").socket(), late);
+  CHECK_MESSAGE(o.ok, o.error);
+  CHECK(claims_count(f.node("a"), "taken_over") == 1);
+  CHECK(f.node("a").log().find("took over " + late_hex.substr(0, 16) + " from node stuck-node") != std::string::npos);
+
+  const Key odd = client_key(hash, "Odd");
+  const std::string odd_hex = key_hex(f.node("a"), odd);
+  plant(odd_hex, "this is not kiln's");
+  const auto asked = std::chrono::steady_clock::now();
+  Outcome p = get_or_build(f.node("a").socket(), odd);
+  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - asked).count();
+  CHECK_MESSAGE(p.ok, p.error);
+  CHECK(waited >= 2.0);  // the deadline is in whole seconds of the node's clock
+  CHECK(claims_count(f.node("a"), "taken_over") == 2);
+  CHECK(f.node("a").log().find("the claim on " + odd_hex.substr(0, 16) + " is unreadable (malformed claim in etcd") !=
+        std::string::npos);
+  f.print_builds("taken over");
+  CHECK(f.starts().size() == 2);
+  (void)(*etcd)->revoke(*lease);
+}
+
+TEST_CASE("AWaiterWhoseWaitMsRunsOutWhileAnotherNodeBuildsGetsTimeoutOnTime") {
+  Fleet f;
+  f.start({"a", f.etcd().url()});
+  f.start({"b", f.etcd().url()});
+  const std::string text = source_text(f, "ok", f.hold_file());
+  std::string hash;
+  for (const char* n : {"a", "b"}) hash = register_source(f.node(n), text);
+  const Key key = client_key(hash, "Block");
+  const std::string hex = key_hex(f.node("a"), key);
+  hold(f.hold_file());
+  Clients on_a(f, {"a"}, key, 1);
+  REQUIRE(wait_until([&] { return f.claims()[hex] == "a" && f.starts().size() == 1; }));
+
+  test::RawClient c(f.node("b").socket());
+  c.hello();
+  const auto asked = std::chrono::steady_clock::now();
+  auto r = c.call(protocol::MsgType::get, "{\"key\":" + key.to_json() + ",\"on_miss\":\"build\",\"wait_ms\":1500}");
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - asked).count();
+  CHECK(r.header.type == protocol::MsgType::error);
+  CHECK_MESSAGE(r.body.find("another node of the fleet is building it") != std::string::npos, r.body);
+  CHECK(took >= 1.4);
+  CHECK(took < 5.0);
+  release(f.hold_file());
+  for (const auto& [node, o] : on_a.results()) CHECK_MESSAGE(o->ok, node << ": " << o->error);
+  CHECK(f.starts().size() == 1);
+}
