@@ -1,7 +1,8 @@
 # Installs kiln's client component into a temporary prefix, then builds and runs the
 # consumer project against it twice: with find_package(kiln), and with pkg-config only.
 # Both programs must print the same key digest.
-#   cmake -DKILN_BUILD_DIR=... -DCONSUMER_SOURCE_DIR=... -DWORK_DIR=... -P run_consumer_test.cmake
+#   cmake -DKILN_BUILD_DIR=... -DCONSUMER_SOURCE_DIR=... -DWORK_DIR=... [-DKILND=... -DKILNCTL=...
+#         -DTEST_WORKER=...: also the get-and-load example against a real kilnd] -P run_consumer_test.cmake
 foreach(v KILN_BUILD_DIR CONSUMER_SOURCE_DIR WORK_DIR)
   if(NOT DEFINED ${v})
     message(FATAL_ERROR "${v} is required")
@@ -28,6 +29,12 @@ run(${WORK_DIR}/build/consumer_cpp)
 string(REGEX MATCH "[0-9a-f]+\n$" digest_cmake_cpp "${last_output}")
 run(${WORK_DIR}/build/consumer_c)
 string(REGEX MATCH "[0-9a-f]+\n$" digest_cmake_c "${last_output}")
+# The get-and-load example against a real kilnd (when the test names one).
+if(DEFINED KILND)
+  run(sh ${CONSUMER_SOURCE_DIR}/run_get_and_load.sh ${KILND} ${KILNCTL} ${TEST_WORKER}
+      ${WORK_DIR}/build/get_and_load ${WORK_DIR}/get_and_load)
+  message(STATUS "${last_output}")
+endif()
 
 # 2. pkg-config, with the compilers called directly.
 file(GLOB_RECURSE pc_files ${prefix}/kiln.pc)
