@@ -15,6 +15,8 @@ fingerprints, guards, keys, sources, builds, polling, swapping.
 import hashlib
 import json
 import os
+import subprocess
+import sys
 
 import pytest
 
@@ -280,3 +282,52 @@ def test_two_models_share_one_loaded_package(kilnd, seams):
     assert states(second) == ["hit"]
     assert len(seams.loads) == 1  # loaded once for the process
     assert torch.allclose(run(second, x), run_eager(second, x)) and torch.allclose(run(first, x), run_eager(first, x))
+
+
+CHILD_EXITS_DURING_EXPORT = r"""
+import os, sys, time, torch
+import kiln.torch
+from kiln.torch import _node, _runtime
+sock, marker, node = sys.argv[1], sys.argv[2], eval(sys.argv[3])
+
+class Block(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = torch.nn.Linear(8, 8)
+    def forward(self, hidden_states):
+        return (self.proj(hidden_states),)
+
+class Model(torch.nn.Module):
+    _repeated_blocks = ["Block"]
+    def __init__(self):
+        super().__init__()
+        self.block = Block()
+    def forward(self, x):
+        return self.block(hidden_states=x)[0]
+
+def export(block, args, kwargs, workdir):
+    open(marker, "w").write("started")
+    time.sleep(1.5)  # the process exits meanwhile
+    open(marker, "w").write("finished")
+    raise RuntimeError("no archive in this test")
+
+_runtime.EXPORTER = export
+_node.node_fields = lambda device: dict(node)
+model = Model()
+kiln.torch.compile_repeated_blocks(model, socket=sock)
+with torch.no_grad():
+    model(torch.randn(2, 8))
+while not os.path.exists(marker):
+    time.sleep(0.01)
+print("exiting with the export in flight", flush=True)
+"""
+
+
+def test_a_process_that_exits_during_an_export_waits_for_it_and_exits_cleanly(kilnd, tmp_path):
+    marker = str(tmp_path / "export-state")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    p = subprocess.run([sys.executable, "-c", CHILD_EXITS_DURING_EXPORT, kilnd.socket, marker, repr(TEST_NODE)],
+                       env=env, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert "exiting with the export in flight" in p.stdout
+    assert open(marker).read() == "finished"  # the export was let finish, not cut off

@@ -19,6 +19,7 @@ one). on_miss="wait" does the same work in the calling thread and waits for the 
 
 Seams for tests (CPU machines have no torch.export or AOTI): EXPORTER and LOADER below.
 """
+import atexit
 import logging
 import os
 import queue
@@ -125,6 +126,27 @@ class Entry:
     def as_dict(self):
         return {"region": self.region, "signature": self.signature, "state": self.state, "detail": self.detail,
                 "fingerprint": self.fingerprint, "key_digest": self.key_digest, "calls": dict(self.calls)}
+
+
+# Every Runtime with a background thread, stopped at interpreter exit (see _stop_at_exit).
+_running = weakref.WeakSet()
+EXIT_WAIT_S = 120.0
+
+
+@atexit.register
+def _stop_at_exit():
+    """Stops the background threads before the interpreter finalizes. A daemon thread still
+    inside torch.export when Python tears down aborts the process ("terminate called
+    without an active exception", exit 134: seen on the H100); so the export in flight is
+    let finish (bounded by EXIT_WAIT_S), and waiting for builds stops at once."""
+    runtimes = list(_running)
+    for r in runtimes:
+        r.stop()
+    deadline = time.monotonic() + EXIT_WAIT_S
+    for r in runtimes:
+        t = r._thread
+        if t is not None and t.is_alive():
+            t.join(max(0.0, deadline - time.monotonic()))
 
 
 class Runtime:
@@ -270,6 +292,7 @@ class Runtime:
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="kiln-miss", daemon=True)
                 self._thread.start()
+                _running.add(self)
             self._pending += 1
         self._jobs.put(job)
 
