@@ -30,7 +30,7 @@ compile_repeated_blocks/restore must not race with calls on the same model.
 """
 import logging
 
-from . import _hooks, _runtime
+from . import _gate, _hooks, _runtime
 from ._signature import Unsupported, capture
 from ._torch_cache import torch_cache_url, use_torch_cache
 
@@ -81,6 +81,7 @@ def _make_call(state):
     per_block = {}
 
     def call(block, original, args, kwargs):
+        _gate.GATE.checkpoint()  # a background export may want the process (a block boundary)
         bs = per_block.get(id(block))
         if bs is None:
             bs = per_block[id(block)] = _BlockState()

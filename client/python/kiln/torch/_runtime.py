@@ -29,7 +29,7 @@ import time
 import weakref
 
 from .. import errors
-from . import _aoti, _fingerprint, _hooks, _keys
+from . import _aoti, _fingerprint, _gate, _hooks, _keys
 
 log = logging.getLogger("kiln.torch")
 
@@ -65,7 +65,8 @@ def default_exporter(block, args, kwargs, workdir):
 
     import torch
 
-    with torch.no_grad():
+    # Only the trace needs the process to itself (_gate.py); saving and hashing do not.
+    with _gate.GATE.exclusive(_stopping.is_set), torch.no_grad():
         ep = torch.export.export(block, tuple(args), dict(kwargs))
     path = os.path.join(workdir, "block.pt2")
     torch.export.save(strip_weights(ep), path)
@@ -130,6 +131,7 @@ class Entry:
 
 # Every Runtime with a background thread, stopped at interpreter exit (see _stop_at_exit).
 _running = weakref.WeakSet()
+_stopping = threading.Event()  # set at interpreter exit: exports waiting for the gate give up
 EXIT_WAIT_S = 120.0
 
 
@@ -139,6 +141,7 @@ def _stop_at_exit():
     inside torch.export when Python tears down aborts the process ("terminate called
     without an active exception", exit 134: seen on the H100); so the export in flight is
     let finish (bounded by EXIT_WAIT_S), and waiting for builds stops at once."""
+    _stopping.set()
     runtimes = list(_running)
     for r in runtimes:
         r.stop()
@@ -297,6 +300,7 @@ class Runtime:
         self._jobs.put(job)
 
     def _run(self):
+        _gate.mark_background()
         while not self._stopped:
             job = self._jobs.get()
             if job is None:

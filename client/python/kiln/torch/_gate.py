@@ -1,0 +1,79 @@
+"""The export gate: torch.export must not run beside the model's own calls.
+
+torch.export's tracer patches nn.Module.__call__ for the whole process while it runs, so a
+module called by another thread meanwhile enters the tracer's bookkeeping and the export
+fails ("Unexpected key ..."; seen on the H100 with a model stepping while its block was
+exported in the background). So a background export first asks the thread that drives the
+model to park at its next hooked block call (a block boundary: no module of the model is
+running then), exports, and lets it go. The caller pauses once per new signature for the
+export itself (seconds; never a compile); saving the archive, hashing it and building run
+after the pause.
+
+Assumes one thread drives the hooked models at a time (what serving loops do). Thread
+safety: every method may be called from any thread.
+"""
+import contextlib
+import threading
+
+_background = threading.local()
+
+
+class Stopped(RuntimeError):
+    """The runtime stopped while an export waited for its turn."""
+
+
+class ExportGate:
+    def __init__(self):
+        self._cv = threading.Condition()
+        self._requests = 0  # exports waiting for, or holding, the gate
+        self._parked = 0    # callers parked at a block boundary
+
+    def checkpoint(self):
+        """Called at the start of every hooked block call: parks while an export wants the
+        process. Costs one attribute read when none does."""
+        if not self._requests or getattr(_background, "active", False):
+            return
+        with self._cv:
+            if not self._requests:
+                return
+            self._parked += 1
+            self._cv.notify_all()
+            try:
+                while self._requests:
+                    self._cv.wait()
+            finally:
+                self._parked -= 1
+
+    @contextlib.contextmanager
+    def exclusive(self, stopped=lambda: False):
+        """Holds the process for an export: from a background thread, waits until the
+        driving thread parks (raising Stopped if `stopped()` turns true meanwhile); from
+        the driving thread itself (on_miss="wait"), nothing else runs, so it just goes."""
+        if not getattr(_background, "active", False):
+            yield
+            return
+        with self._cv:
+            self._requests += 1
+            try:
+                while self._parked == 0:
+                    if stopped():
+                        raise Stopped("kiln.torch stopped before the export's turn came")
+                    self._cv.wait(0.05)
+            except BaseException:
+                self._requests -= 1
+                self._cv.notify_all()
+                raise
+        try:
+            yield
+        finally:
+            with self._cv:
+                self._requests -= 1
+                self._cv.notify_all()
+
+
+GATE = ExportGate()
+
+
+def mark_background():
+    """Marks the calling thread as kiln's background thread (exports wait for the gate)."""
+    _background.active = True
