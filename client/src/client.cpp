@@ -200,7 +200,32 @@ Result<ArtifactInfo> Client::put_file(const Key& key, const std::filesystem::pat
   return impl_->put(key, *source, options);
 }
 
-Result<ArtifactInfo> Client::Impl::put(const Key& key, detail::PutSource& source, const PutOptions& put_options) {
+namespace {
+// A PutSource that reports the bytes read from it (PutOptions::on_progress).
+class CountingSource final : public detail::PutSource {
+ public:
+  CountingSource(detail::PutSource& inner, const std::function<void(std::uint64_t, std::uint64_t)>& report)
+      : inner_(inner), report_(report) {}
+  std::uint64_t size() const override { return inner_.size(); }
+  Result<std::size_t> read(std::span<std::byte> into) override {
+    auto n = inner_.read(into);
+    if (n) {
+      read_ += *n;
+      report_(read_, inner_.size());
+    }
+    return n;
+  }
+
+ private:
+  detail::PutSource& inner_;
+  const std::function<void(std::uint64_t, std::uint64_t)>& report_;
+  std::uint64_t read_ = 0;
+};
+}  // namespace
+
+Result<ArtifactInfo> Client::Impl::put(const Key& key, detail::PutSource& plain_source, const PutOptions& put_options) {
+  CountingSource counting(plain_source, put_options.on_progress);
+  detail::PutSource& source = put_options.on_progress ? static_cast<detail::PutSource&>(counting) : plain_source;
   proto::PutRequest req;
   req.key = key;
   req.size = source.size();

@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "kiln/client/json.hpp"
+#include "kilnctl/byte_progress.hpp"
 #include "kilnctl/commands/commands.hpp"
 #include "kilnctl/file_out.hpp"
 #include "kilnctl/key_flags.hpp"
@@ -43,8 +44,12 @@ void add_get(CommandSet& set) {
     if (!hit) return ctx.fail(hit.error());
     if (!*hit) return ctx.fail(make_error(Errc::not_found, "no artifact stored under that key"));
     const client::Artifact& artifact = **hit;
-    Status st = to_stdout ? copy_fd(artifact.fd(), ctx.data_fd, artifact.size()) : write_fd_to_file(artifact.fd(), artifact.size(), args->output);
+    ByteProgress progress(ctx.err, "getting|got", artifact.size(), progress_on_terminal(ctx.json));
+    auto on_progress = [&progress](std::uint64_t done) { progress.update(done); };
+    Status st = to_stdout ? copy_fd(artifact.fd(), ctx.data_fd, artifact.size(), on_progress)
+                          : write_fd_to_file(artifact.fd(), artifact.size(), args->output, on_progress);
     if (!st) return ctx.fail(st.error());
+    progress.finish();
     if (ctx.json) {
       ctx.out << client::to_json(artifact.info()) << "\n";
     } else if (!to_stdout) {

@@ -3,6 +3,7 @@
 #include <memory>
 
 #include "kiln/client/json.hpp"
+#include "kilnctl/byte_progress.hpp"
 #include "kilnctl/cli.hpp"
 #include "kilnctl/commands/commands.hpp"
 #include "kilnctl/key_flags.hpp"
@@ -31,6 +32,11 @@ void add_put(CommandSet& set) {
     client::PutOptions options;
     options.pin = args->pin;
     options.build_seconds = args->build_seconds;
+    std::unique_ptr<ByteProgress> progress;
+    options.on_progress = [&](std::uint64_t sent, std::uint64_t total) {
+      if (!progress) progress = std::make_unique<ByteProgress>(ctx.err, "storing|stored", total, progress_on_terminal(ctx.json));
+      progress->update(sent);
+    };
     Result<client::ArtifactInfo> info = make_error(Errc::internal, "unset");
     if (args->file == "-") {
       if (args->key.key_file == "-") return ctx.usage("stdin cannot hold both the key (--key -) and the artifact");
@@ -40,6 +46,7 @@ void add_put(CommandSet& set) {
       info = client->put_file(*key, args->file, options);
     }
     if (!info) return ctx.fail(info.error());
+    if (progress) progress->finish();
     if (ctx.json) {
       ctx.out << client::to_json(*info) << "\n";
     } else {

@@ -2,6 +2,7 @@
 // GPU probe finds nothing on CPU machines, so GPUs are given here as kilnd reports them).
 #include <doctest/doctest.h>
 
+#include "kilnctl/byte_progress.hpp"
 #include "kilnctl/output.hpp"
 
 using namespace kiln;
@@ -35,4 +36,12 @@ TEST_CASE("StatusWithoutGpusSaysNoneFoundAndWhy") {
   CHECK(gpu_status_lines(s)[1].second == "no: no build slot: none is configured");
   client::DaemonStatus older;  // a kilnd that does not report GPUs at all
   CHECK(gpu_status_lines(older)[0].second == "none found: (no reason given)");
+}
+
+TEST_CASE("ByteProgressTextShowsDoneTotalPercentAndRateThenAClosingLine") {
+  using kiln::ctl::byte_progress_text;
+  CHECK(byte_progress_text("getting|got", 96ull << 20, 256ull << 20, 2.0) ==
+        "getting  96.0 MiB / 256.0 MiB    37%   48.0 MiB/s");
+  CHECK(byte_progress_text("getting|got", 256ull << 20, 256ull << 20, 0.5) == "got 256.0 MiB in 0.5 s (512.0 MiB/s)");
+  CHECK(byte_progress_text("storing|stored", 0, 1ull << 30, 0.0).find("storing  0 B / 1.0 GiB     0%   -") == 0);
 }

@@ -1,6 +1,7 @@
-// The prewarm progress display in a real terminal: tmux runs kilnctl prewarm on a pty,
-// capture-pane reads the screen while it runs and after, and the test asserts on what a
-// person would see — counts, bar, what runs, and a screen redrawn in place, not scrolled.
+// kilnctl's progress displays in a real terminal: tmux runs kilnctl on a pty, capture-pane
+// reads the screen while it runs and after, and the test asserts on what a person would
+// see. Prewarm: counts, bar, what runs, and a screen redrawn in place, not scrolled. Large
+// get and put: a byte counter, then a closing line with size and rate; nothing on a pipe.
 #include <doctest/doctest.h>
 
 #include <chrono>
@@ -82,4 +83,39 @@ TEST_CASE("TheLiveProgressScreenIsDrawnInPlaceOnATerminal") {
   // No escape sequences left as text.
   CHECK(screen.find("[2K") == std::string::npos);
   CHECK(screen.find("\x1b") == std::string::npos);
+}
+
+TEST_CASE("LargeGetAndPutShowTheirBytesOnATerminalAndNothingOnAPipe") {
+  REQUIRE_MESSAGE(std::system("command -v tmux >/dev/null") == 0, "tmux is needed (tests/install-deps.sh installs it)");
+  test::TempDir dir;
+  test::KilndProcess d(dir.path(), builds_toml(1));
+  REQUIRE_MESSAGE(d.start(), d.log());
+  const std::string big = (dir / "big.bin").string();
+  REQUIRE(std::system(("head -c 50331648 /dev/urandom > " + big).c_str()) == 0);  // 48 MiB
+  const std::string ctl = kiln::test::kilnctl_path().string() + " --socket " + d.socket().string() + " ";
+  const std::string key = " --kind aoti --model-hash " + std::string(64, 'b') +
+                          " --region Big --dtype bfloat16 --input bfloat16:1x4096x3072";
+  const std::string piped = (dir / "piped.txt").string();
+  Tmux tmux("kiln-test-b" + std::to_string(::getpid()));
+  std::string script = (dir / "run.sh").string();
+  write_file(script, "#!/bin/sh\n" + ctl + "put " + big + key + " >/dev/null\n" + ctl + "get -o " + (dir / "out.bin").string() +
+                         key + " >/dev/null\n" + ctl + "get -o " + (dir / "out2.bin").string() + key + " >/dev/null 2>" +
+                         piped + "\necho \"EXIT=$?\"\nsleep 600\n");
+  REQUIRE(std::system(("chmod +x " + script).c_str()) == 0);
+  REQUIRE(tmux.sh("new-session -d -s t -x 100 -y 20 " + script) == 0);
+  std::string screen;
+  auto deadline = std::chrono::steady_clock::now() + 60s;
+  while (std::chrono::steady_clock::now() < deadline) {
+    screen = tmux.capture(dir / "screen.txt");
+    if (screen.find("EXIT=") != std::string::npos) break;
+    std::this_thread::sleep_for(100ms);
+  }
+  CAPTURE(screen);
+  REQUIRE(screen.find("EXIT=0") != std::string::npos);
+  CHECK(screen.find("stored 48.0 MiB in ") != std::string::npos);
+  CHECK(screen.find("got 48.0 MiB in ") != std::string::npos);
+  CHECK(screen.find("MiB/s)") != std::string::npos);
+  CHECK(screen.find("\x1b") == std::string::npos);
+  CHECK(read_file(piped).empty());  // stderr not a terminal: no progress at all
+  CHECK(std::filesystem::file_size(dir / "out.bin") == 50331648u);
 }

@@ -30,6 +30,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <filesystem>
 #include <map>
 #include <memory>
@@ -90,6 +91,9 @@ using Lookup = std::variant<Key, Digest>;
 struct PutOptions {
   bool pin = false;             // pinned entries are never evicted
   double build_seconds = 0;     // how long the artifact took to build (shown by stat/ls)
+  // Called on the calling thread with the bytes sent so far and the total, after each
+  // frame's worth (a progress display); may be empty.
+  std::function<void(std::uint64_t sent, std::uint64_t total)> on_progress;
 };
 
 // List filters. Field names are kiln::key_field_names() ("region", "gpu_arch", ...);
