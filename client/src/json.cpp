@@ -63,6 +63,7 @@ std::string to_json(const DaemonStatus& s) {
   if (!s.gpu_note.empty()) j["gpu_note"] = s.gpu_note;
   j["can_build"] = s.builds_unavailable.empty();
   if (!s.builds_unavailable.empty()) j["builds_unavailable"] = s.builds_unavailable;
+  if (s.verify_total) j["verify"] = {{"checked", s.verify_checked}, {"total", s.verify_total}};
   if (!s.torch_cache_socket.empty() || !s.torch_cache_listen.empty()) {
     auto& t = j["torch_cache"] = nlohmann::json::object();
     if (!s.torch_cache_socket.empty()) t["socket"] = s.torch_cache_socket;

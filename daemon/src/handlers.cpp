@@ -329,6 +329,8 @@ asio::awaitable<Outcome> handle_status(Connection& c, const Request& r) {
   if (!s.builds && reply.builds_note.empty()) reply.builds_note = "builds are disabled on this node";
   reply.torch_cache_socket = cfg->torch_cache.socket.string();
   reply.torch_cache_listen = cfg->torch_cache.listen;
+  reply.verify_total = s.verify_total.load();
+  reply.verify_checked = s.verify_checked.load();
   if (s.fleet) {
     auto* fleet = s.fleet;
     auto job = [fleet] { return fleet->status_json(); };

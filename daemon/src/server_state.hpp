@@ -51,6 +51,8 @@ class ServerState {
   std::atomic<bool> draining{false};
   std::atomic<std::uint32_t> open_connections{0};
   std::atomic<bool> recovery_reported{false};  // by a VERIFY reply (handlers_admin.cpp)
+  // A VERIFY in progress (STATUS shows it): blobs checked and their total; total 0 = none.
+  std::atomic<std::uint64_t> verify_checked{0}, verify_total{0};
   std::string metrics_url;         // set once at start; "" when off
   std::function<Status()> reload;  // set by Server: re-read the config file
   std::function<void()> on_last_connection_closed;  // set by Server: ends a drain early

@@ -48,6 +48,12 @@ void ByteProgress::finish() {
   err_ << "\r\x1b[2K" << byte_progress_text(verbs_, total_, total_, s) << "\n" << std::flush;
 }
 
+std::string verify_progress_text(std::uint64_t checked, std::uint64_t total) {
+  char pct[16];
+  std::snprintf(pct, sizeof pct, "%3d%%", total ? static_cast<int>(100.0 * static_cast<double>(checked) / static_cast<double>(total)) : 0);
+  return "verifying  " + std::to_string(checked) + " / " + std::to_string(total) + " blobs   " + pct;
+}
+
 bool progress_on_terminal(bool json) { return !json && ::isatty(STDERR_FILENO) == 1; }
 
 }  // namespace kiln::ctl

@@ -2,6 +2,7 @@
 // one line on stderr, redrawn in place at most every 200 ms while the bytes move, then a
 // closing line with the size, time and rate. Silent where it would be noise: stderr not a
 // terminal, --json, or fewer than kMinBytes (a small transfer ends before a person reads).
+// kilnctl verify's line (blobs checked, from kilnd's STATUS) is formatted here too.
 #pragma once
 
 #include <chrono>
@@ -37,6 +38,9 @@ class ByteProgress {
   Clock::time_point last_draw_{};
   std::uint64_t done_ = 0;
 };
+
+// "verifying  120 / 4000 blobs    3%" (kilnctl verify, from kilnd's STATUS).
+std::string verify_progress_text(std::uint64_t checked, std::uint64_t total);
 
 // True when stderr is a terminal and output is not --json.
 bool progress_on_terminal(bool json);

@@ -33,7 +33,7 @@ class StoreImpl final : public Store {
   void record_hits(const Digest& key_digest, std::uint64_t n) override;
   Result<EvictReport> evict_to(std::uint64_t target_bytes, DryRun dry_run) override;
   Result<EvictReport> evict(const ListQuery& query, DryRun dry_run) override;
-  Result<VerifyReport> verify() override;
+  Result<VerifyReport> verify(const VerifyProgress& progress = {}) override;
   Result<SourceInfo> put_source(const std::string& model_hash, std::unique_ptr<PutStream> stream,
                                 const std::string& name) override;
   Result<std::optional<SourceInfo>> stat_source(const std::string& model_hash) override;

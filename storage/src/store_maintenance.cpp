@@ -246,7 +246,7 @@ Status StoreImpl::collect_orphan_files_locked(VerifyReport& report) {
   return {};
 }
 
-Result<VerifyReport> StoreImpl::verify() {
+Result<VerifyReport> StoreImpl::verify(const VerifyProgress& progress) {
   VerifyReport report;
   std::vector<BlobRow> blobs;
   {
@@ -268,6 +268,7 @@ Result<VerifyReport> StoreImpl::verify() {
   for (const auto& b : blobs) {
     Status st = read_blob(fs_, blob_path(b.digest), b.digest, discard);
     ++report.checked;
+    if (progress) progress(report.checked, blobs.size());
     if (st) continue;
     const Error& e = st.error();
     if (e.code != Errc::corrupt && e.code != Errc::not_found) return e;

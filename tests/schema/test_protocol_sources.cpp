@@ -114,6 +114,15 @@ TEST_CASE("status carries the node's GPUs, the note when none, and the build slo
   CHECK(s2->build_slots[0].running == 1);
   CHECK(s2->build_slots[0].queued == 3);
 
+  CHECK(s2->verify_total == 0);  // no VERIFY running: no "verify" member
+  CHECK(encode(s).find("\"verify\"") == std::string::npos);
+  s.verify_checked = 120;
+  s.verify_total = 4000;
+  auto v2 = decode<StatusReply>(encode(s));
+  REQUIRE(v2);
+  CHECK(v2->verify_checked == 120);
+  CHECK(v2->verify_total == 4000);
+
   StatusReply none;
   none.server = "kilnd/0.1.0";
   none.gpu_note = "libcuda.so.1 not loadable";

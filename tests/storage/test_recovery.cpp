@@ -113,10 +113,13 @@ TEST_CASE("verify finds a blob whose content was changed but whose size was not"
   CHECK_FALSE(store->stat(a.key_digest)->has_value());
   CHECK_FALSE(store->stat(b.key_digest)->has_value());
   CHECK(**store->get_bytes(c.key_digest) == make_bytes(50000, 3));
-  auto again = store->verify();
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> seen;  // what a progress display is told
+  auto again = store->verify([&](std::uint64_t checked, std::uint64_t total) { seen.emplace_back(checked, total); });
   REQUIRE(again);
   CHECK(again->corrupt.empty());
   CHECK(again->checked == 1);
+  REQUIRE(seen.size() == 1);
+  CHECK(seen[0] == std::pair<std::uint64_t, std::uint64_t>{1, 1});
 }
 
 TEST_CASE("a blob damaged in place is replaced by a later put of the same content") {

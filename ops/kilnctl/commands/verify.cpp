@@ -1,6 +1,11 @@
 // kilnctl verify: re-hash every stored blob; quarantine and report what fails.
+#include <atomic>
+#include <chrono>
 #include <nlohmann/json.hpp>
 #include <ostream>
+#include <thread>
+
+#include "kilnctl/byte_progress.hpp"
 
 #include "kilnctl/commands/commands.hpp"
 #include "kilnctl/commands/ops_util.hpp"
@@ -12,7 +17,30 @@ void add_verify(CommandSet& set) {
   CLI::App* sub = set.add("verify", "Re-hash every stored artifact; quarantine and list the corrupt ones", [&ctx] {
     auto client = ctx.connect();
     if (!client) return ctx.fail(client.error());
-    auto r = call_typed<protocol::VerifyReply>(*client, protocol::MsgType::verify, protocol::VerifyRequest{});
+    Result<protocol::VerifyReply> r = make_error(Errc::internal, "unset");
+    if (!progress_on_terminal(ctx.json)) {
+      r = call_typed<protocol::VerifyReply>(*client, protocol::MsgType::verify, protocol::VerifyRequest{});
+    } else {
+      // On a terminal: the request runs on a thread; this one reads kilnd's progress
+      // (STATUS "verify") over a second connection and redraws one line.
+      std::atomic<bool> finished{false};
+      std::thread worker([&] {
+        r = call_typed<protocol::VerifyReply>(*client, protocol::MsgType::verify, protocol::VerifyRequest{});
+        finished = true;
+      });
+      auto watcher = ctx.connect();
+      bool drawn = false;
+      while (!finished) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(250));
+        if (finished || !watcher) continue;
+        auto s = watcher->status();
+        if (!s || s->verify_total == 0) continue;
+        ctx.err << "\r\x1b[2K" << verify_progress_text(s->verify_checked, s->verify_total) << std::flush;
+        drawn = true;
+      }
+      worker.join();
+      if (drawn) ctx.err << "\r\x1b[2K" << std::flush;
+    }
     if (!r) return ctx.fail(r.error());
     if (ctx.json) {
       nlohmann::json corrupt = nlohmann::json::array(), missing = nlohmann::json::array();

@@ -312,6 +312,7 @@ std::string encode(const StatusReply& m) {
     if (!m.torch_cache_listen.empty()) t["listen"] = m.torch_cache_listen;
     j["torch_cache"] = std::move(t);
   }
+  if (m.verify_total) j["verify"] = json{{"checked", m.verify_checked}, {"total", m.verify_total}};
   if (!m.fleet.empty()) {
     auto f = json::parse(m.fleet, nullptr, false);
     if (!f.is_discarded()) j["fleet"] = std::move(f);
@@ -327,6 +328,10 @@ Result<StatusReply> decode<StatusReply>(std::string_view text) {
   in.opt("capabilities", m.capabilities).opt("metrics", m.metrics).opt("draining", m.draining);
   in.opt("gpus", m.gpus).opt("gpu_note", m.gpu_note).opt("build_slots", m.build_slots);
   in.opt("builds_unavailable", m.builds_note);
+  if (auto v = parsed_->find("verify"); v != parsed_->end() && v->is_object()) {
+    if (auto c = v->find("checked"); c != v->end() && c->is_number_unsigned()) m.verify_checked = c->get<std::uint64_t>();
+    if (auto t = v->find("total"); t != v->end() && t->is_number_unsigned()) m.verify_total = t->get<std::uint64_t>();
+  }
   if (auto t = parsed_->find("torch_cache"); t != parsed_->end() && t->is_object()) {
     if (auto s = t->find("socket"); s != t->end() && s->is_string()) m.torch_cache_socket = s->get<std::string>();
     if (auto l = t->find("listen"); l != t->end() && l->is_string()) m.torch_cache_listen = l->get<std::string>();

@@ -45,3 +45,8 @@ TEST_CASE("ByteProgressTextShowsDoneTotalPercentAndRateThenAClosingLine") {
   CHECK(byte_progress_text("getting|got", 256ull << 20, 256ull << 20, 0.5) == "got 256.0 MiB in 0.5 s (512.0 MiB/s)");
   CHECK(byte_progress_text("storing|stored", 0, 1ull << 30, 0.0).find("storing  0 B / 1.0 GiB     0%   -") == 0);
 }
+
+TEST_CASE("VerifyProgressTextCountsBlobs") {
+  CHECK(kiln::ctl::verify_progress_text(120, 4000) == "verifying  120 / 4000 blobs     3%");
+  CHECK(kiln::ctl::verify_progress_text(0, 0) == "verifying  0 / 0 blobs     0%");
+}

@@ -100,7 +100,7 @@ TEST_CASE("LargeGetAndPutShowTheirBytesOnATerminalAndNothingOnAPipe") {
   std::string script = (dir / "run.sh").string();
   write_file(script, "#!/bin/sh\n" + ctl + "put " + big + key + " >/dev/null\n" + ctl + "get -o " + (dir / "out.bin").string() +
                          key + " >/dev/null\n" + ctl + "get -o " + (dir / "out2.bin").string() + key + " >/dev/null 2>" +
-                         piped + "\necho \"EXIT=$?\"\nsleep 600\n");
+                         piped + "\n" + ctl + "verify\necho \"EXIT=$?\"\nsleep 600\n");
   REQUIRE(std::system(("chmod +x " + script).c_str()) == 0);
   REQUIRE(tmux.sh("new-session -d -s t -x 100 -y 20 " + script) == 0);
   std::string screen;
@@ -117,5 +117,9 @@ TEST_CASE("LargeGetAndPutShowTheirBytesOnATerminalAndNothingOnAPipe") {
   CHECK(screen.find("MiB/s)") != std::string::npos);
   CHECK(screen.find("\x1b") == std::string::npos);
   CHECK(read_file(piped).empty());  // stderr not a terminal: no progress at all
+  // verify on a terminal (its progress is read from STATUS on a second connection): the
+  // report follows, the progress line is gone.
+  CHECK(screen.find("checked 1 artifact(s): 0 corrupt") != std::string::npos);
+  CHECK(screen.find("verifying ") == std::string::npos);
   CHECK(std::filesystem::file_size(dir / "out.bin") == 50331648u);
 }

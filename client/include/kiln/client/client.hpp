@@ -166,6 +166,8 @@ struct DaemonStatus {
   std::string builds_unavailable;     // why this node builds nothing (a miss stays a miss); "" when it can
   std::string torch_cache_socket;     // torch.compile's cache listener (Unix socket); "" = none
   std::string torch_cache_listen;     // the same on TCP, "host:port"; "" = none
+  std::uint64_t verify_checked = 0;   // a VERIFY running now: blobs checked of verify_total
+  std::uint64_t verify_total = 0;     // 0 = none running
 };
 
 // What the daemon said in hello on the current connection.

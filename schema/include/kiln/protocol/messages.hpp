@@ -197,6 +197,9 @@ struct StatusReply {
   // address; "" = not served.
   std::string torch_cache_socket;
   std::string torch_cache_listen;
+  // A VERIFY running now: blobs checked of verify_total; verify_total 0 = none running.
+  std::uint64_t verify_checked = 0;
+  std::uint64_t verify_total = 0;
   // The fleet tier's state as JSON object text (schema/protocol.md, "fleet"); "" = no fleet.
   std::string fleet;
 };

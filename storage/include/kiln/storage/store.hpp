@@ -266,7 +266,10 @@ class Store {
   // Evicts the unpinned entries matching `query` (pinned matches are counted as kept).
   virtual Result<EvictReport> evict(const ListQuery& query, DryRun dry_run = DryRun::no) = 0;
   // Re-hashes every blob; quarantines what fails; removes orphans and dangling rows.
-  virtual Result<VerifyReport> verify() = 0;
+  // `progress` (may be empty) is called after each blob with the blobs checked so far and
+  // the total, from the calling thread.
+  using VerifyProgress = std::function<void(std::uint64_t checked, std::uint64_t total)>;
+  virtual Result<VerifyReport> verify(const VerifyProgress& progress = {}) = 0;
 
   // Sources (torch.export archives) by model hash, stored as blobs like artifacts.
   virtual Result<SourceInfo> put_source(const std::string& model_hash, std::unique_ptr<PutStream> stream,
