@@ -79,7 +79,7 @@ def child(mode, seed, res, out_path):
             import kiln.torch
 
             result["status_after_first"] = kiln.torch.status(model)
-            if mode == "kiln-miss":
+            if mode in ("kiln-miss", "kiln-race"):  # racers wait too: every block class built once
                 result["builds_landed"] = kiln.torch.wait(model, timeout=1800)
                 result["status"] = kiln.torch.status(model)
         for _ in range(3):
