@@ -61,3 +61,25 @@ def test_the_driving_thread_exports_at_once_and_a_stop_ends_a_wait():
     t.join(10)
     assert len(errors) == 1 and isinstance(errors[0], _gate.Stopped)
     gate.checkpoint()  # the withdrawn request parks nobody
+
+
+def test_a_driving_thread_that_waits_lets_exports_run_and_resumes_only_after_them():
+    # kiln.torch.wait() from the driving thread: exports queued meanwhile must not starve
+    # (on the H100, racers waiting for their packages held the next export forever).
+    gate = _gate.ExportGate()
+    exporting, order = threading.Event(), []
+
+    def exporter():
+        _gate.mark_background()
+        with gate.exclusive():
+            exporting.set()
+            time.sleep(0.2)
+            order.append("export done")
+
+    t = threading.Thread(target=exporter)
+    with gate.parked():
+        t.start()
+        assert exporting.wait(10)  # the export ran while this thread was parked
+    order.append("driver resumed")  # parked() returned only after the export ended
+    t.join(10)
+    assert order == ["export done", "driver resumed"]

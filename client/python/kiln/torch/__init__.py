@@ -210,7 +210,10 @@ def wait(model, timeout=600.0):
     """Waits until no block of `model` is exporting or building (True), or `timeout` seconds
     passed (False). For batch jobs and tests; serving code need not call it."""
     state = getattr(model, _STATE_ATTR, None)
-    return True if state is None else state.runtime.wait_idle(timeout)
+    if state is None:
+        return True
+    with _gate.GATE.parked():  # this thread runs no module meanwhile: exports may go on
+        return state.runtime.wait_idle(timeout)
 
 
 __all__ = ["compile_repeated_blocks", "compile_pipeline", "restore", "status", "wait", "use_torch_cache",

@@ -9,8 +9,10 @@ running then), exports, and lets it go. The caller pauses once per new signature
 export itself (seconds; never a compile); saving the archive, hashing it and building run
 after the pause.
 
-Assumes one thread drives the hooked models at a time (what serving loops do). Thread
-safety: every method may be called from any thread.
+Assumes one thread drives the hooked models at a time (what serving loops do). An export
+waits for that thread's next block call, or for it to wait in kiln.torch.wait() (parked());
+a server idle between requests exports at the next request. Thread safety: every method
+may be called from any thread.
 """
 import contextlib
 import threading
@@ -42,6 +44,25 @@ class ExportGate:
                 while self._requests:
                     self._cv.wait()
             finally:
+                self._parked -= 1
+
+    @contextlib.contextmanager
+    def parked(self):
+        """The driving thread runs no module of the model inside this block (it waits, e.g.
+        in kiln.torch.wait()): exports may go on meanwhile. Leaving waits for an export in
+        progress to end, so the thread never resumes beside one."""
+        if getattr(_background, "active", False):
+            yield
+            return
+        with self._cv:
+            self._parked += 1
+            self._cv.notify_all()
+        try:
+            yield
+        finally:
+            with self._cv:
+                while self._requests:
+                    self._cv.wait()
                 self._parked -= 1
 
     @contextlib.contextmanager
