@@ -157,6 +157,15 @@ Status canonical_numerics(json& numerics) {
   return {};
 }
 
+// The options' canonical text; JSON that is not valid UTF-8 is refused here.
+Result<std::string> dump_options(const json& options) {
+  try {
+    return options.dump(-1, ' ', false, json::error_handler_t::strict);
+  } catch (const json::exception&) {
+    return value_error("compile_options", "is not valid UTF-8");
+  }
+}
+
 }  // namespace
 
 Result<std::string> canonical_compile_options(std::string_view text, ArtifactKind kind) {
@@ -166,13 +175,12 @@ Result<std::string> canonical_compile_options(std::string_view text, ArtifactKin
   if (!parsed) return std::move(parsed).error();
   json doc = std::move(*parsed);
   if (!doc.is_object()) return value_error("compile_options", std::string("must be a JSON object, got ") + doc.type_name());
-  json out = json::object();
   if (kind == ArtifactKind::torch_cache) {
     if (doc.size() != 1 || !(doc.contains("torch_key") || doc.contains("torch_key_hex")) || !doc.begin()->is_string())
       return value_error("compile_options", "of a torch_cache key must be {\"torch_key\": text} or {\"torch_key_hex\": hex}");
-    out = std::move(doc);
-    doc = json::object();
+    return dump_options(doc);
   }
+  json out = json::object();
   for (auto& [name, v] : doc.items()) {
     const std::string f = "compile_options." + name;
     if (name == "mode") {
@@ -195,11 +203,7 @@ Result<std::string> canonical_compile_options(std::string_view text, ArtifactKin
                             "under \"inductor\")");
     }
   }
-  try {
-    return out.dump(-1, ' ', false, json::error_handler_t::strict);
-  } catch (const json::exception&) {
-    return value_error("compile_options", "is not valid UTF-8");
-  }
+  return dump_options(out);
 }
 
 }  // namespace kiln
