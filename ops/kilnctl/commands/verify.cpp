@@ -1,12 +1,12 @@
 // kilnctl verify: re-hash every stored blob; quarantine and report what fails.
-#include <atomic>
 #include <chrono>
+#include <condition_variable>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <ostream>
 #include <thread>
 
 #include "kilnctl/byte_progress.hpp"
-
 #include "kilnctl/commands/commands.hpp"
 #include "kilnctl/commands/ops_util.hpp"
 
@@ -23,16 +23,25 @@ void add_verify(CommandSet& set) {
     } else {
       // On a terminal: the request runs on a thread; this one reads kilnd's progress
       // (STATUS "verify") over a second connection and redraws one line.
-      std::atomic<bool> finished{false};
+      std::mutex mu;
+      std::condition_variable cv;
+      bool finished = false;  // guarded by mu
       std::thread worker([&] {
-        r = call_typed<protocol::VerifyReply>(*client, protocol::MsgType::verify, protocol::VerifyRequest{});
+        auto reply = call_typed<protocol::VerifyReply>(*client, protocol::MsgType::verify, protocol::VerifyRequest{});
+        std::lock_guard lock(mu);
+        r = std::move(reply);
         finished = true;
+        cv.notify_one();
       });
       auto watcher = ctx.connect();
       bool drawn = false;
-      while (!finished) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(250));
-        if (finished || !watcher) continue;
+      for (;;) {
+        {
+          // Redraw every 250 ms; leave as soon as the reply is in.
+          std::unique_lock lock(mu);
+          if (cv.wait_for(lock, std::chrono::milliseconds(250), [&] { return finished; })) break;
+        }
+        if (!watcher) continue;
         auto s = watcher->status();
         if (!s || s->verify_total == 0) continue;
         ctx.err << "\r\x1b[2K" << verify_progress_text(s->verify_checked, s->verify_total) << std::flush;
