@@ -331,3 +331,97 @@ def test_a_process_that_exits_during_an_export_waits_for_it_and_exits_cleanly(ki
     assert p.returncode == 0, p.stderr[-2000:]
     assert "exiting with the export in flight" in p.stdout
     assert open(marker).read() == "finished"  # the export was let finish, not cut off
+
+
+def _built_once(seams, kilnd, x):
+    """Builds and stores the package of Model's block for `x`, as an earlier process would;
+    then forgets every loaded package, as a fresh process would."""
+    first = Model()
+    kiln.torch.compile_repeated_blocks(first, socket=kilnd.socket)
+    run(first, x)
+    assert kiln.torch.wait(first, timeout=30) and states(first) == ["hit"]
+    kiln.torch.restore(first)
+
+
+@pytest.fixture
+def fresh_packages(monkeypatch):
+    import weakref
+
+    monkeypatch.setattr(_runtime, "_packages", weakref.WeakValueDictionary())
+
+
+@pytest.fixture
+def gets(monkeypatch):
+    """Counts GETs of artifacts (kiln.Client.get)."""
+    counted = []
+    original = kiln.Client.get
+
+    def get(self, key, *a, **kw):
+        counted.append(key)
+        return original(self, key, *a, **kw)
+
+    monkeypatch.setattr(kiln.Client, "get", get)
+    return counted
+
+
+def test_the_prefetch_loads_the_stored_package_before_the_first_call(kilnd, seams, gets, monkeypatch):
+    x = torch.randn(2, 4, 8)
+    _built_once(seams, kilnd, x)
+    monkeypatch.setattr(_runtime, "_packages", __import__("weakref").WeakValueDictionary())
+    loads, calls = len(seams.loads), seams.calls
+    second = Model()
+    kiln.torch.compile_repeated_blocks(second, socket=kilnd.socket)
+    assert kiln.torch.wait(second, timeout=30)  # waits for the prefetch
+    assert len(seams.loads) == loads + 1 and kiln.torch.status(second) == []  # loaded before any call
+    got = len(gets)
+    assert torch.allclose(run(second, x), run_eager(second, x))
+    assert seams.calls == calls + 3 and states(second) == ["hit"]  # the first call ran the package
+    assert len(seams.loads) == loads + 1 and len(gets) == got  # the prefetched one: no second GET or load
+
+
+def test_a_prefetched_package_is_used_only_for_its_own_key(kilnd, seams, fresh_packages):
+    _built_once(seams, kilnd, torch.randn(2, 4, 8))
+    loads, calls = len(seams.loads), seams.calls
+    other = Model()
+    kiln.torch.compile_repeated_blocks(other, socket=kilnd.socket)
+    assert kiln.torch.wait(other, timeout=30) and len(seams.loads) == loads + 1  # the (2, 4, 8) package
+    y = torch.randn(3, 4, 8)  # another signature: its own fingerprint and key
+    assert torch.equal(run(other, y), run_eager(other, y)) and seams.calls == calls  # eager, not the prefetched one
+    assert kiln.torch.wait(other, timeout=30) and states(other) == ["hit"]
+    assert len(seams.loads) == loads + 2 and len(kilnd.builds()) == 2  # its own build and package
+    assert torch.allclose(run(other, y), run_eager(other, y))
+
+
+def test_prefetch_false_loads_nothing_before_the_first_call(kilnd, seams, fresh_packages):
+    x = torch.randn(2, 4, 8)
+    _built_once(seams, kilnd, x)
+    loads = len(seams.loads)
+    second = Model()
+    kiln.torch.compile_repeated_blocks(second, socket=kilnd.socket, prefetch=False)
+    assert kiln.torch.wait(second, timeout=30) and len(seams.loads) == loads
+    run(second, x)
+    assert states(second) == ["hit"] and len(seams.loads) == loads + 1  # the first call's hit attempt loaded it
+
+
+def test_a_hit_attempt_waits_for_the_prefetch_load_in_flight(kilnd, seams, fresh_packages, monkeypatch):
+    import threading
+
+    x = torch.randn(2, 4, 8)
+    _built_once(seams, kilnd, x)
+    loads = len(seams.loads)
+    started, release = threading.Event(), threading.Event()
+    load = seams.load
+
+    def slow_load(path, index):
+        started.set()
+        assert release.wait(10)
+        return load(path, index)
+
+    monkeypatch.setattr(_runtime, "LOADER", slow_load)
+    second = Model()
+    kiln.torch.compile_repeated_blocks(second, socket=kilnd.socket)
+    assert started.wait(10)  # the prefetch is inside the loader
+    threading.Timer(0.3, release.set).start()
+    calls = seams.calls
+    assert torch.allclose(run(second, x), run_eager(second, x))
+    assert seams.calls == calls + 3 and len(seams.loads) == loads + 1  # waited for it: one load, used at once

@@ -11,10 +11,14 @@ What happens per call of a block (each instance of each listed class):
 - The call's signature (its structure: argument names, tuples, dicts, constants such as
   None; and each tensor's shape, stride, dtype, device) picks an entry. A call that holds
   something a key cannot describe runs eager.
+- compile_repeated_blocks() starts loading, in the background, the packages kilnd holds
+  for these block classes on this node (prefetch=False: not), so a hit's first call
+  finds them loaded.
 - A new signature is fingerprinted from what the process holds (no compiler runs; see
   schema/python-fingerprint.md). If kilnd has a package for it (a hit, found within 5 s;
-  a slower answer is used from a later call on), the package is loaded once per process and every instance of the class runs it with its own weights
-  attached as user-managed constants (no copy).
+  a slower answer is used from a later call on), the package is loaded once per process
+  (or was prefetched for exactly that key) and every instance of the class runs it with
+  its own weights attached as user-managed constants (no copy).
 - Otherwise (a miss) the call runs eager and, in a background thread, the block is
   exported once (torch.export of the call as made), registered with kilnd as a weight-free
   source if kilnd lacks it, and built by kilnd; calls run eager until the package lands,
@@ -133,7 +137,7 @@ def _resolve_classes(model, block_classes):
 
 
 def compile_repeated_blocks(model, block_classes=None, on_miss="eager", socket=None, compile_options=None,
-                            client=None):
+                            client=None, prefetch=None):
     """Serves every block of the given classes in `model` from kilnd's compiled packages.
 
     model: a torch.nn.Module (a diffusers model: its _repeated_blocks by default).
@@ -143,6 +147,10 @@ def compile_repeated_blocks(model, block_classes=None, on_miss="eager", socket=N
     socket: kilnd's socket (default: $KILN_SOCKET, then the default search).
     compile_options: passed into the key's compile_options ({"mode": ..., "inductor": {...}}).
     client: a kiln.Client to use instead of connecting (its lifetime is the caller's).
+    prefetch: load, in a background thread from now on, the packages kilnd holds for these
+      block classes on this node (default True), so that a hit's first call finds them
+      loaded; a package is still used only for the exact key its call computes.
+      kiln.torch.wait(model) waits for it (e.g. before reporting ready).
     Returns the list of hooked blocks. ValueError when no block matches, or when the model
     is already compiled by kiln (restore() first). Connecting is lazy: no daemon running is
     not an error here (calls run eager; status() says why).
@@ -163,6 +171,8 @@ def compile_repeated_blocks(model, block_classes=None, on_miss="eager", socket=N
     for b in blocks:
         _hooks.install(b, call)
     object.__setattr__(model, _STATE_ATTR, state)
+    if _runtime.PREFETCH if prefetch is None else prefetch:
+        runtime.start_prefetch(blocks)
     return blocks
 
 
@@ -207,8 +217,9 @@ def status(model):
 
 
 def wait(model, timeout=600.0):
-    """Waits until no block of `model` is exporting or building (True), or `timeout` seconds
-    passed (False). For batch jobs and tests; serving code need not call it."""
+    """Waits until no block of `model` is exporting, building or being prefetched (True),
+    or `timeout` seconds passed (False). For batch jobs, tests, and servers that report
+    ready only once the packages are loaded; serving code need not call it."""
     state = getattr(model, _STATE_ATTR, None)
     if state is None:
         return True

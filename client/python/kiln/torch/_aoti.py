@@ -6,9 +6,17 @@ wrapper .so unless the C++ compiler's libstdc++ is in the process's global symbo
 user's process, so this module puts that libstdc++ into the global scope in-process, by
 dlopen with RTLD_GLOBAL, once, before the first package is loaded.
 
-Loading goes through torch._C._aoti.AOTIModelPackageLoader(path, "model", False, 1,
-device_index): torch._inductor.aoti_load_package spends ~25 s of a fresh process in a
-device check that runs compilers; a hit must run none.
+Loading goes through torch._C._aoti.AOTIModelPackageLoader(path, "model",
+RUN_SINGLE_THREADED, 1, device_index): torch._inductor.aoti_load_package spends ~25 s of a
+fresh process in a device check that runs compilers; a hit must run none.
+
+Why run_single_threaded: with it off, AOTI's container keeps one model instance per runner
+and, before each run, waits (cudaEventSynchronize) for the previous run of that instance to
+finish on the GPU. kiln runs one package for every block of a class in a row (19 or 38 in
+FLUX), so every block call became a host-GPU sync and the CPU never ran ahead of the GPU.
+Package serializes its calls with its own lock (attach, then run), which is what the
+single-threaded entry point asks of its caller; attaching user-managed constants swaps
+tensor handles only (no copy, nothing the GPU work already queued depends on).
 """
 import ctypes
 import ctypes.util
@@ -19,6 +27,9 @@ import threading
 
 _lock = threading.Lock()
 _preloaded = None  # the path made global, once
+
+# AOTIModelPackageLoader's run_single_threaded (see the module docstring).
+RUN_SINGLE_THREADED = True
 
 
 def find_libstdcxx():
@@ -61,7 +72,7 @@ class Package:
     output structure from its output spec. The caller has checked the call against the
     package's signature (AOTI itself checks nothing).
     Thread safety: calls are serialized by a lock (the loaded model holds one set of
-    constants at a time).
+    constants at a time, and the single-threaded run needs it).
     """
 
     def __init__(self, path, device_index):
@@ -69,7 +80,14 @@ class Package:
         from torch.utils import _pytree as pytree
 
         ensure_libstdcxx_global()
-        self._loader = torch._C._aoti.AOTIModelPackageLoader(path, "model", False, 1, device_index)
+        self.single_threaded = RUN_SINGLE_THREADED
+        try:
+            self._loader = torch._C._aoti.AOTIModelPackageLoader(path, "model", self.single_threaded, 1, device_index)
+        except Exception:
+            if not self.single_threaded:
+                raise
+            self.single_threaded = False  # a torch without the single-threaded entry point
+            self._loader = torch._C._aoti.AOTIModelPackageLoader(path, "model", False, 1, device_index)
         if hasattr(self._loader, "get_metadata"):
             check_metadata(dict(self._loader.get_metadata()), device_index)
         self.constant_names = list(self._loader.get_constant_fqns())
@@ -78,6 +96,7 @@ class Package:
         self._out_spec = pytree.treespec_loads(out_spec)
         self._attached = None
         self._lock = threading.Lock()
+        self._run = self._loader.boxed_run if hasattr(self._loader, "boxed_run") else self._loader.run
 
     def call(self, constants, args, kwargs):
         import torch
@@ -94,7 +113,7 @@ class Package:
             if token != self._attached:
                 self._loader.load_constants({n: constants[n] for n in self.constant_names}, False, False, True)
                 self._attached = token
-            out = self._loader.boxed_run(flat) if hasattr(self._loader, "boxed_run") else self._loader.run(flat)
+            out = self._run(flat)
         return pytree.tree_unflatten(out, self._out_spec)
 
 

@@ -11,15 +11,26 @@ built for another torch or GPU must never reach this process. Values:
   platform sys.platform, machine platform.machine()
   cpu_isa   left empty: kilnd, on this same host, fills it with the exact ISA rule of
             schema/key.md (the host fields of the daemon and of its local clients agree).
-Computed once per device per process; none of it runs a compiler.
+Computed once per device per process; none of it runs a compiler. Triton's content hash
+reads Triton's files (its libtriton.so is hundreds of MB: ~0.45 s on the H100 machine), so
+kiln.torch's prefetch starts it at compile_repeated_blocks(); a thread that needs it
+meanwhile waits for that computation instead of running a second one beside it.
 """
 import functools
 import platform
 import sys
+import threading
+
+_toolchain_lock = threading.Lock()
+
+
+def _toolchain():
+    with _toolchain_lock:  # one computation; later callers get the cached answer
+        return _toolchain_once()
 
 
 @functools.lru_cache(maxsize=None)
-def _toolchain():
+def _toolchain_once():
     import torch
 
     triton = "none"

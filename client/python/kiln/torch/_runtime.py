@@ -11,11 +11,21 @@ States of an Entry (kiln.torch.status() reports them):
   unsupported the call holds something a key cannot describe; eager for good
 
 A miss never blocks a call (on_miss="eager"): the first call of a new fingerprint waits for
-a hit attempt (a sources listing, a GET and a package load: milliseconds; at most
+a hit attempt (a sources listing, a GET and a package load: ~0.3 s per package; at most
 HIT_WAIT_S, so a daemon that does not answer cannot hold it), and otherwise the entry goes
 to the background thread and the call runs eager. The compiled block
 takes over at the first call after the entry turns `hit` (between two calls, never during
 one). on_miss="wait" does the same work in the calling thread and waits for the build.
+
+The prefetch (started by compile_repeated_blocks, thread "kiln-prefetch") does the hit's
+slow parts before the first call: it lists the sources, asks kilnd which artifacts it holds
+for these block classes on this node (LIST: region, dtype, this process's node fields;
+newest access first, only those built from a kiln.torch source, at most
+PREFETCH_PER_REGION per class), and GETs and loads them. It only loads: a hit attempt
+still computes the call's fingerprint and key, and uses a prefetched package only when the
+key's digest (with kilnd's cpu_isa, from STATUS) is that package's key digest. A hit
+attempt that meets a load in flight for its digest waits for it instead of loading again
+(one load per key digest and device in the process, whoever asks first).
 
 Seams for tests (CPU machines have no torch.export or AOTI): EXPORTER and LOADER below.
 """
@@ -29,7 +39,7 @@ import time
 import weakref
 
 from .. import errors
-from . import _aoti, _fingerprint, _gate, _hooks, _keys
+from . import _aoti, _fingerprint, _gate, _hooks, _keys, _node
 
 log = logging.getLogger("kiln.torch")
 
@@ -96,6 +106,11 @@ _packages_lock = threading.Lock()
 # GET, package load) before it runs eager; the attempt goes on and a later call uses it.
 HIT_WAIT_S = 5.0
 
+# The prefetch: on by default (compile_repeated_blocks(prefetch=...) overrides), and how
+# many stored artifacts per block class it loads ahead (newest access first).
+PREFETCH = True
+PREFETCH_PER_REGION = 2
+
 # The seams: EXPORTER(block, args, kwargs, workdir) -> (path, model_hash);
 # LOADER(path, device_index) -> object with call(constants, args, kwargs).
 EXPORTER = default_exporter
@@ -147,9 +162,9 @@ def _stop_at_exit():
         r.stop()
     deadline = time.monotonic() + EXIT_WAIT_S
     for r in runtimes:
-        t = r._thread
-        if t is not None and t.is_alive():
-            t.join(max(0.0, deadline - time.monotonic()))
+        for t in (r._thread, r._prefetch_thread):
+            if t is not None and t.is_alive():
+                t.join(max(0.0, deadline - time.monotonic()))
 
 
 class Runtime:
@@ -171,7 +186,12 @@ class Runtime:
         self._client = client
         self._client_lock = threading.Lock()
         self._sources = {}           # fingerprint -> model hash, from the daemon's sources
-        self._sources_listed = 0.0
+        self._sources_listed = 0.0   # when the last listing started (monotonic), 0: never
+        self._listing_lock = threading.Lock()  # one LIST_SOURCES at a time; waiters reuse it
+        self._loads = {}             # (key digest, device index) -> _Load: one load each
+        self._cpu_isa = None         # kilnd's cpu_isa (STATUS), to compute key digests here
+        self._prefetch_thread = None
+        self._held = []              # what the prefetch loaded: kept for this runtime's life
         self._jobs = queue.Queue()
         self._pending = 0            # jobs submitted and not finished (under _lock)
         self._thread = None
@@ -199,21 +219,30 @@ class Runtime:
         return _keys.to_wire(key, self.call_supported)
 
     def lookup_source(self, fingerprint, refresh=False):
-        """The model hash registered for `fingerprint` (sources named kiln-fp-<fp>...), or None."""
+        """The model hash registered for `fingerprint` (sources named kiln-fp-<fp>...), or None.
+        refresh=False takes any listing made (waiting for one in progress, e.g. the
+        prefetch's); refresh=True one that started after this call."""
+        asked = time.monotonic()
         with self._lock:
             known = self._sources.get(fingerprint)
-        if known or not refresh and self._sources_listed:
+            listed = self._sources_listed
+        if known or not refresh and listed:
             return known
-        listing = self.client().sources.list()
-        found = {}
-        for s in listing:
-            name = s.get("name") or ""
-            if name.startswith(SOURCE_NAME_PREFIX):
-                found[name[len(SOURCE_NAME_PREFIX):len(SOURCE_NAME_PREFIX) + 64]] = s["model_hash"]
-        with self._lock:
-            self._sources.update(found)
-            self._sources_listed = time.monotonic()
-            return self._sources.get(fingerprint)
+        with self._listing_lock:
+            with self._lock:
+                if self._sources_listed and (not refresh or self._sources_listed >= asked):
+                    return self._sources.get(fingerprint)
+            started = time.monotonic()
+            listing = self.client().sources.list()
+            found = {}
+            for s in listing:
+                name = s.get("name") or ""
+                if name.startswith(SOURCE_NAME_PREFIX):
+                    found[name[len(SOURCE_NAME_PREFIX):len(SOURCE_NAME_PREFIX) + 64]] = s["model_hash"]
+            with self._lock:
+                self._sources.update(found)
+                self._sources_listed = started
+                return self._sources.get(fingerprint)
 
     # ---- entries ---------------------------------------------------------------------
     def entry(self, block, signature, device):
@@ -251,17 +280,23 @@ class Runtime:
             self._pending -= 1
 
     def try_hit(self, job):
-        """A hit without waiting: known fingerprint, stored artifact, package loaded."""
+        """A hit without waiting for a build: known fingerprint, stored artifact, package
+        loaded (or prefetched for exactly this key)."""
         e = job.entry
         try:
             model_hash = self.lookup_source(e.fingerprint)
             if model_hash is None:
                 return False
             self.make_key(job, model_hash)
-            art = self.client().get(self.wire_key(e.key))
-            if art is None:
-                return False
-            self.load(job, art)
+            wire = self.wire_key(e.key)
+            index = device_index(job.device)
+            got = self.prefetched(wire, index)
+            if got is None:
+                art = self.client().get(wire)
+                if art is None:
+                    return False
+                got = self.load_artifact(art, index)
+            self.use(job, *got)
             return True
         except Exception as ex:  # a daemon that is gone is a miss, never a failed call
             log.info("kiln: %s: no hit (%s)", e.region, ex)
@@ -273,22 +308,120 @@ class Runtime:
                                 job.device, self.compile_options)
 
     def load(self, job, artifact):
-        e = job.entry
-        index = job.device.index if job.device.type == "cuda" else -1
-        if job.device.type == "cuda" and index is None:
-            import torch
+        self.use(job, *self.load_artifact(artifact, device_index(job.device)))
 
-            index = torch.cuda.current_device()
-        # One package per artifact and device in the process, whichever model asks.
-        with _packages_lock:
-            package = _packages.get((artifact.key_digest, index))
-            if package is None:
-                package = LOADER(artifact.path, index)
-                _packages[(artifact.key_digest, index)] = package
+    def use(self, job, artifact, package):
+        e = job.entry
         e.package = package
         e.artifact = artifact
         e.key_digest = artifact.key_digest
         e.set("hit")
+
+    def load_artifact(self, artifact, index):
+        """(artifact, package) for a stored artifact on device `index`: one load per key
+        digest and device in the process (a package another model loaded is shared; a load
+        in flight in another thread is waited for). Raises what the loader raised."""
+        slot = (artifact.key_digest, index)
+        with self._lock:
+            ld = self._loads.get(slot)
+            owner = ld is None
+            if owner:
+                ld = self._loads[slot] = _Load()
+        if not owner:
+            ld.done.wait()
+            if ld.result is None:
+                raise RuntimeError(f"loading the package failed: {ld.error}")
+            return ld.result
+        try:
+            with _packages_lock:  # one package per artifact and device in the process, whichever model asks
+                package = _packages.get(slot)
+                if package is None:
+                    package = LOADER(artifact.path, index)
+                    _packages[slot] = package
+            ld.result = (artifact, package)
+            return ld.result
+        except BaseException as ex:
+            ld.error = f"{type(ex).__name__}: {ex}"
+            with self._lock:
+                self._loads.pop(slot, None)  # a later attempt may try again
+            raise
+        finally:
+            ld.done.set()
+
+    def prefetched(self, wire, index):
+        """(artifact, package) when the prefetch loaded (or is loading) exactly this key's
+        artifact for device `index`; else None. Waits for a load in flight."""
+        if not self._cpu_isa:
+            return None
+        try:
+            from ..client import Client
+
+            digest = Client.key_digest(dict(wire, cpu_isa=wire.get("cpu_isa") or self._cpu_isa))
+        except Exception:
+            return None
+        with self._lock:
+            ld = self._loads.get((digest, index))
+        if ld is None:
+            return None
+        ld.done.wait(HIT_WAIT_S)
+        return ld.result
+
+    # ---- the prefetch ----------------------------------------------------------------
+    def start_prefetch(self, blocks):
+        """Loads, in the background, the packages kilnd holds for these blocks' classes on
+        this node (see the module docstring); wait_idle() and kiln.torch.wait() wait for it."""
+        regions, seen = [], set()
+        for b in blocks:
+            name = type(b).__name__
+            if name in seen:
+                continue
+            seen.add(name)
+            device = next((p.device for p in b.parameters()), None)
+            if device is None:
+                continue
+            regions.append((name, device, _keys.block_dtype(b, _NO_CALL)))
+        if not regions:
+            return
+        with self._lock:
+            self._pending += 1
+        self._prefetch_thread = threading.Thread(target=self._prefetch, args=(regions,), name="kiln-prefetch",
+                                                 daemon=True)
+        _running.add(self)
+        self._prefetch_thread.start()
+
+    def _prefetch(self, regions):
+        try:
+            # The node fields first: Triton's hash is the slow part of a hit's first key
+            # (_node.py), and the first call's hit attempt waits for this computation.
+            fields = [_node.node_fields(device) for _, device, _ in regions]
+            client = self.client()
+            node = (client.status() or {}).get("node") or {}
+            self._cpu_isa = node.get("cpu_isa") or None
+            self.lookup_source(None, refresh=True)
+            with self._lock:
+                hashes = set(self._sources.values())
+            ranked = []
+            for (region, device, dtype), node_fields in zip(regions, fields):
+                filters = {"kind": _keys.KIND, "region": region, "dtype": dtype}
+                filters.update(node_fields)
+                items = [i for i in client.ls(filters) if (i.get("key") or {}).get("model_hash") in hashes]
+                ranked.append([(i["key_digest"], device_index(device)) for i in items[:PREFETCH_PER_REGION]])
+            # The newest of every class first, then the next ones.
+            order = [slot for rank in range(PREFETCH_PER_REGION) for slots in ranked if rank < len(slots)
+                     for slot in [slots[rank]]]
+            for digest, index in order:
+                if self._stopped:
+                    return
+                with self._lock:
+                    if (digest, index) in self._loads:
+                        continue
+                art = client.get(digest)
+                if art is not None:
+                    self._held.append(self.load_artifact(art, index))
+        except Exception as ex:  # the prefetch only saves time: a failure leaves the hit attempt to do it
+            log.info("kiln: prefetch stopped: %s: %s", type(ex).__name__, ex)
+        finally:
+            self._done()
 
     def submit(self, job):
         with self._lock:
@@ -386,6 +519,36 @@ class Runtime:
                 return True
             time.sleep(0.02)
         return False
+
+
+class _Load:
+    """One package load in flight or done: `result` (artifact, package) or `error`."""
+
+    __slots__ = ("done", "result", "error")
+
+    def __init__(self):
+        self.done = threading.Event()
+        self.result = None
+        self.error = ""
+
+
+class _NoCall:
+    tensors = ()
+
+
+_NO_CALL = _NoCall()  # a signature with no tensors, for the key's dtype from parameters alone
+
+
+def device_index(device):
+    """The loader's device index: the CUDA index (the current device when unset), -1 for
+    CPU."""
+    if device.type != "cuda":
+        return -1
+    if device.index is not None:
+        return device.index
+    import torch
+
+    return torch.cuda.current_device()
 
 
 class Job:
