@@ -13,6 +13,10 @@ tokens, 512 text tokens), batch 1. Each row is a fresh process; TTR is process s
   store: first call, then steps once the packages land) | kiln hit (fresh process, weights
   from another seed than the export) | 768x768 in the hit process (miss -> build -> hit)
   | 8 processes started at once at 896x896 (builds per block class counted by kilnd)
+  | hits: more kiln-hit processes, one per entry of KILN_FLUX_VARIANTS (JSON list of
+  {"label", "old": run the tree in .carry/kiln-old/client/python, "prefetch": bool,
+  "single": _aoti.RUN_SINGLE_THREADED, "ready": kiln.torch.wait() before the first call,
+  timed apart, "trace": where the first call's time goes, tests/gpu/python_trace.py})
 Writes OUT_DIR/python-flux.json and prints a Markdown table.
 """
 import json
@@ -60,21 +64,46 @@ def child(mode, seed, res, out_path):
     # The 8 racers share one GPU: one block of each class is enough to race for the same
     # keys (a block's fingerprint does not depend on how many blocks the model has).
     model = build_model(seed, layers=(1, 1) if mode == "kiln-race" else (19, 38))
+    variant = json.loads(os.environ.get("KILN_FLUX_VARIANT") or "{}")
+    result = {"mode": mode, "seed": seed, "res": res, "variant": variant}
+    trace = None
     if mode.startswith("regional"):
         model.compile_repeated_blocks(fullgraph=True)
     elif mode.startswith("kiln"):
         import kiln.torch
 
-        kiln.torch.compile_repeated_blocks(model, on_miss="eager")
+        result["kiln_torch_file"] = kiln.torch.__file__
+        if variant.get("trace"):
+            sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+            import python_trace as trace
+
+            trace.install()
+        if "single" in variant:
+            from kiln.torch import _aoti
+
+            _aoti.RUN_SINGLE_THREADED = variant["single"]
+        options = {"prefetch": variant["prefetch"]} if "prefetch" in variant else {}
+        t = time.monotonic()
+        kiln.torch.compile_repeated_blocks(model, on_miss="eager", **options)
+        result["compile_call_s"] = time.monotonic() - t
+        if variant.get("ready"):
+            t = time.monotonic()
+            result["ready_ok"] = kiln.torch.wait(model, timeout=60)
+            result["ready_s"] = time.monotonic() - t
     x = inputs(res)
     step = lambda: model(**x)[0]  # noqa: E731
     with torch.no_grad():
+        if trace:
+            trace.mark_zero()
         t = time.monotonic()
         out = step()
         torch.cuda.synchronize()
         first = time.monotonic() - t
         ttr = time.monotonic() - T0
-        result = {"mode": mode, "seed": seed, "res": res, "ttr_s": ttr, "first_call_s": first}
+        result.update({"ttr_s": ttr, "first_call_s": first})
+        if trace:
+            trace.uninstall()
+            result["trace"] = trace.summary()
         if mode.startswith("kiln"):
             import kiln.torch
 
@@ -90,6 +119,13 @@ def child(mode, seed, res, out_path):
             out = step()
         torch.cuda.synchronize()
         result["step_ms"] = (time.monotonic() - t) * 100
+        cpu = []
+        for _ in range(3):  # how long the host takes to queue one step (a sync per block shows here)
+            t = time.monotonic()
+            out = step()
+            cpu.append(time.monotonic() - t)
+            torch.cuda.synchronize()
+        result["host_step_ms"] = min(cpu) * 1000
         ref_path = os.path.join(os.path.dirname(out_path), f"eager-{seed}-{res}.pt")
         if mode == "eager":
             torch.save(out.cpu(), ref_path)
@@ -130,6 +166,19 @@ def main():
 
     core = "nocore" not in ROWS
     rows = [run("eager", seed=0), run("eager", seed=1)] if core else []
+    if "eager1" in ROWS:  # the reference of the hit rows (seed 1) alone
+        rows.append(run("eager", seed=1))
+    if "miss" in ROWS:  # the miss row alone: fills an empty store for the hit variants
+        rows.append(run("kiln-miss", seed=0))
+    if "hits" in ROWS:
+        old = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", ".carry", "kiln-old", "client",
+                           "python")
+        for v in json.loads(os.environ.get("KILN_FLUX_VARIANTS") or "[{}]"):
+            env = {"KILN_FLUX_VARIANT": json.dumps(v)}
+            if v.get("old"):
+                env["PYTHONPATH"] = os.path.abspath(old) + ":" + os.environ.get("PYTHONPATH", "")
+            rows.append(dict(run("kiln-hit", seed=1, env=env, tag="-" + v.get("label", "hit")), label=v.get("label")))
+            json.dump(rows, open(os.path.join(out_dir, "rows-so-far.json"), "w"), indent=1, default=str)
     if "regional-cold" in ROWS:
         rows.append(run("regional-cold", env={"TORCHINDUCTOR_CACHE_DIR": cache}))
     if "regional-warm" in ROWS:
@@ -147,10 +196,13 @@ def main():
         builds = c.build_status()
     summary = {"rows": rows, "builds": builds, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
     json.dump(summary, open(os.path.join(out_dir, "python-flux.json"), "w"), indent=1, default=str)
-    print("| path | TTR s | first call s | step ms | rel. error vs eager |\n|---|---|---|---|---|")
+    print("| path | TTR s | compile_repeated_blocks s | ready s | first call s | step ms | host ms/step | "
+          "rel. error vs eager |\n|---|---|---|---|---|---|---|---|")
+    nan = float("nan")
     for r in rows:
-        print(f"| {r.get('mode')} (seed {r.get('seed')}, {r.get('res')}²) | {r.get('ttr_s', float('nan')):.2f} | "
-              f"{r.get('first_call_s', float('nan')):.2f} | {r.get('step_ms', float('nan')):.1f} | "
+        print(f"| {r.get('mode')} {r.get('label') or ''} (seed {r.get('seed')}, {r.get('res')}²) | "
+              f"{r.get('ttr_s', nan):.2f} | {r.get('compile_call_s', nan):.3f} | {r.get('ready_s', nan):.3f} | "
+              f"{r.get('first_call_s', nan):.3f} | {r.get('step_ms', nan):.1f} | {r.get('host_step_ms', nan):.1f} | "
               f"{r.get('rel_err', '—')} |")
     print(f"builds kilnd ran: {len(builds)} (expected: 2 block classes x 3 resolutions)")
 

@@ -2,6 +2,9 @@
 # The kiln Python package on the real diffusers FLUX transformer, in one device call:
 # builds kilnd and libkiln.so here, starts kilnd with the real workers on an empty store,
 # and runs tests/gpu/python_flux.py (its rows chosen by KILN_FLUX_ROWS; see that file).
+# KILN_GPU_STORE_IN=tar: start from that store instead of an empty one (what
+# KILN_GPU_STORE_OUT=tar wrote at the end of an earlier call: kilnd stopped, the store
+# tarred), so hit measurements need not rebuild the packages.
 #
 #   tests/gpu/python_run.sh OUT_DIR
 #
@@ -38,6 +41,10 @@ build_timeout_s = 1200
 builds_per_gpu = ${KILN_BUILDS_PER_GPU:-2}
 TOML
 export KILN_SOCKET=$WORK/kiln.sock
+if [ -n "${KILN_GPU_STORE_IN:-}" ]; then
+  tar -xf "$KILN_GPU_STORE_IN" -C "$WORK"
+  log "store restored from $KILN_GPU_STORE_IN: $(du -sh "$WORK/store" | cut -f1)"
+fi
 "$BUILD/daemon/kilnd" --socket "$KILN_SOCKET" --store "$WORK/store" --config "$WORK/kilnd.toml" > "$OUT/kilnd.log" 2>&1 &
 KILND_PID=$!
 trap 'kill $KILND_PID 2>/dev/null || true; cp -r "$WORK"/*.json "$OUT"/ 2>/dev/null || true' EXIT
@@ -48,5 +55,11 @@ log "kilnd up"
 export KILN_LIBRARY=$BUILD/client/libkiln.so
 export KILN_WORKER=$ROOT/ops/workers/kiln_worker
 export PYTHONPATH=$ROOT/client/python:$ROOT/.carry/diffusers/src${PYTHONPATH:+:$PYTHONPATH}
-python3 "$ROOT/tests/gpu/python_flux.py" "$OUT" 2>&1 | tee "$OUT/python_flux.out"
-
+rc=0
+python3 "$ROOT/tests/gpu/python_flux.py" "$OUT" 2>&1 | tee "$OUT/python_flux.out" || rc=$?
+if [ -n "${KILN_GPU_STORE_OUT:-}" ]; then
+  kill "$KILND_PID" && wait "$KILND_PID" || true
+  tar -cf "$KILN_GPU_STORE_OUT" -C "$WORK" store
+  log "store saved to $KILN_GPU_STORE_OUT: $(du -sh "$KILN_GPU_STORE_OUT" | cut -f1)"
+fi
+exit $rc
