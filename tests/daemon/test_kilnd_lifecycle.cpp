@@ -404,6 +404,11 @@ TEST_CASE("--check-config refuses a bad [fleet] as kilnd does, naming the option
            {"[fleet]\npull_threads = \"many\"\n", "fleet.pull_threads: expected an integer from 1 to 64"},
            {"[fleet]\nregistri = \"https://r:5000\"\n", "fleet.registri: unknown option"},
            {"[fleet]\nregistry = \"https://r:5000\"\n", "fleet.signing_key_file: push = true needs a signing key"},
+           // Refused by the fleet tier at start, after the store was opened, until the reader checked them.
+           {"[fleet]\nregistry = \"ftp://r:5000\"\npush = false\ntrusted_keys = [\"a:AAAA\"]\n",
+            "fleet.registry: registry URL 'ftp://r:5000': URL must start with https:// or http://"},
+           {"[fleet]\nregistry = \"https://r:5000\"\npush = false\ntrusted_keys = [\"a:AAAA\"]\nrepository = \"Bad Name\"\n",
+            "fleet.repository: 'Bad Name' is not a valid repository name"},
        }) {
     CAPTURE(b.section);
     auto config = dir / "bad-fleet.toml";

@@ -1,6 +1,8 @@
 // [fleet] in kilnd.toml. See kiln/fleet/options.hpp.
 #include "kiln/fleet/options.hpp"
 
+#include "kiln/fleet/http_client.hpp"
+#include "kiln/fleet/registry_client.hpp"
 #include "kiln/toml/options.hpp"
 
 namespace kiln::fleet {
@@ -57,6 +59,15 @@ Status apply_table(FleetConfig& c, const toml_options::Table& f) {
   KILN_TRY(f.duration("push_retry_max_s", c.push_retry_max, seconds(1), seconds(24 * 3600)));
   KILN_TRY(f.integer("pull_threads", c.pull_threads, 1, 64));
   if (c.push_retry_max < c.push_retry_min) return f.error("push_retry_max_s", "must be at least push_retry_min_s");
+  // What the fleet tier would refuse at start, refused here (and so by --check-config).
+  if (c.enabled()) {
+    if (auto st = check_base_url(c.registry); !st) return f.error("registry", st.error().message);
+    if (!valid_repository(c.repository)) {
+      return f.error("repository", "'" + c.repository.substr(0, 200) +
+                                       "' is not a valid repository name: lowercase letters and digits, "
+                                       "parts joined by one . _ - or /");
+    }
+  }
   if (!c.enabled()) {
     if (!c.coordinator.empty()) return f.error("coordinator", "needs a registry: waiters pull the holder's build from it");
     return {};
