@@ -4,13 +4,10 @@
 #include <unistd.h>
 
 #include <cstdlib>
-#include <fstream>
 #include <set>
-#include <sstream>
-
-#include <toml++/toml.h>
 
 #include "kiln/protocol/frame.hpp"
+#include "kiln/toml/options.hpp"
 
 namespace kiln::daemon {
 
@@ -26,197 +23,123 @@ std::filesystem::path home() {
   return h.empty() ? std::filesystem::path("/tmp") : h;
 }
 
-// Reads one TOML table into a Config, naming the option in errors.
-class TomlReader {
- public:
-  TomlReader(Config& c, std::string_view origin) : c_(c), origin_(origin) {}
+using toml_options::Table;
 
-  Status apply(const toml::table& root) {
-    check_keys(root, "", {"socket", "store", "io_threads", "store_threads", "hot_set_bytes", "metrics_listen",
-                          "log_level", "storage", "limits", "access", "node", "torch_cache",
-                          "builds",  // [builds edit] read by daemon/builds (kiln::build::apply_builds_toml)
-                          "fleet"});  // read by daemon/fleet (kiln::fleet::apply_fleet_toml)
-    path(root, "socket", c_.socket);
-    path(root, "store", c_.store);
-    uint(root, "io_threads", c_.io_threads, 1, 64);
-    uint(root, "store_threads", c_.store_threads, 1, 256);
-    size(root, "hot_set_bytes", c_.hot_set_bytes);
-    str(root, "metrics_listen", c_.metrics_listen);
-    str(root, "log_level", c_.log_level);
-    if (auto* t = table(root, "storage")) {
-      check_keys(*t, "storage.", {"quota", "hard_limit", "zstd_level"});
-      size(*t, "quota", c_.store_options.quota_bytes, "storage.");
-      size(*t, "hard_limit", c_.store_options.hard_limit_bytes, "storage.");
-      unsigned level = static_cast<unsigned>(c_.store_options.zstd_level);
-      uint(*t, "zstd_level", level, 1, 19, "storage.");
-      c_.store_options.zstd_level = static_cast<int>(level);
-    }
-    if (auto* t = table(root, "limits")) {
-      auto& l = c_.limits;
-      check_keys(*t, "limits.", {"max_frame_bytes", "max_connections", "max_inflight", "idle_timeout_s",
-                                 "frame_timeout_s", "request_timeout_s", "drain_timeout_s", "max_artifact_bytes",
-                                 "inline_max_bytes"});
-      std::uint64_t frame = l.max_frame_bytes;
-      size(*t, "max_frame_bytes", frame, "limits.");
-      l.max_frame_bytes = static_cast<std::uint32_t>(std::min<std::uint64_t>(frame, UINT32_MAX));
-      uint(*t, "max_connections", l.max_connections, 1, 1u << 20, "limits.");
-      uint(*t, "max_inflight", l.max_inflight, 1, 1u << 16, "limits.");
-      seconds(*t, "idle_timeout_s", l.idle_timeout, "limits.");
-      seconds(*t, "frame_timeout_s", l.frame_timeout, "limits.");
-      seconds(*t, "request_timeout_s", l.request_timeout, "limits.");
-      seconds(*t, "drain_timeout_s", l.drain_timeout, "limits.");
-      size(*t, "max_artifact_bytes", l.max_artifact_bytes, "limits.");
-      std::uint64_t inline_max = l.inline_max_bytes;
-      size(*t, "inline_max_bytes", inline_max, "limits.");
-      if (inline_max > (1u << 20)) fail("limits.inline_max_bytes", "at most 1MiB (larger artifacts go as descriptors)");
-      else l.inline_max_bytes = static_cast<std::uint32_t>(inline_max);
-    }
-    if (auto* t = table(root, "access")) {
-      auto& a = c_.access;
-      check_keys(*t, "access.", {"socket_mode", "socket_group", "trust_owner", "read_users", "read_groups",
-                                 "write_users", "write_groups", "admin_users", "admin_groups"});
-      mode(*t, "socket_mode", a.socket_mode);
-      str(*t, "socket_group", a.socket_group, "access.");
-      boolean(*t, "trust_owner", a.trust_owner, "access.");
-      list(*t, "read_users", a.read_users);
-      list(*t, "read_groups", a.read_groups);
-      list(*t, "write_users", a.write_users);
-      list(*t, "write_groups", a.write_groups);
-      list(*t, "admin_users", a.admin_users);
-      list(*t, "admin_groups", a.admin_groups);
-    }
-    if (auto* t = table(root, "node")) {
-      auto& n = c_.node;
-      check_keys(*t, "node.", {"gpu_arch", "gpu_name", "torch_version", "torch_git", "cuda_version", "triton_version",
-                               "platform", "machine", "cpu_isa"});
-      str(*t, "gpu_arch", n.gpu_arch, "node.");
-      str(*t, "gpu_name", n.gpu_name, "node.");
-      str(*t, "torch_version", n.torch_version, "node.");
-      str(*t, "torch_git", n.torch_git, "node.");
-      str(*t, "cuda_version", n.cuda_version, "node.");
-      str(*t, "triton_version", n.triton_version, "node.");
-      str(*t, "platform", n.platform, "node.");
-      str(*t, "machine", n.machine, "node.");
-      str(*t, "cpu_isa", n.cpu_isa, "node.");
-    }
-    if (auto* t = table(root, "torch_cache")) {
-      auto& tc = c_.torch_cache;
-      check_keys(*t, "torch_cache.", {"socket", "listen", "password", "max_value_bytes", "memory_bytes"});
-      std::string sock;
-      str(*t, "socket", sock, "torch_cache.");
-      tc.socket = sock;
-      str(*t, "listen", tc.listen, "torch_cache.");
-      str(*t, "password", tc.password, "torch_cache.");
-      size(*t, "max_value_bytes", tc.max_value_bytes, "torch_cache.");
-      size(*t, "memory_bytes", tc.memory_bytes, "torch_cache.");
-    }
-    if (err_) return *err_;
-    return {};
+// access.socket_mode: an octal string ("0660") or an integer, within 0777.
+Status read_mode(const Table& t, std::string_view key, std::uint32_t& out) {
+  const toml::node* n = t.get(key);
+  if (!n) return {};
+  std::uint32_t m = 0;
+  if (auto s = n->value_exact<std::string>()) {
+    char* end = nullptr;
+    unsigned long v = std::strtoul(s->c_str(), &end, 8);
+    if (s->empty() || *end) return t.error(key, "expected an octal mode like \"0660\"");
+    m = static_cast<std::uint32_t>(v);
+  } else if (auto i = n->value_exact<std::int64_t>()) {
+    m = static_cast<std::uint32_t>(*i);
+  } else {
+    return t.error(key, "expected an octal mode like \"0660\"");
   }
+  if (m > 0777) return t.error(key, "mode must be within 0777");
+  out = m;
+  return {};
+}
 
- private:
-  void fail(const std::string& option, const std::string& why) {
-    if (!err_) err_ = make_error(Errc::invalid_argument, std::string(origin_) + ": " + option + ": " + why);
-  }
-  void check_keys(const toml::table& t, const std::string& prefix, std::set<std::string> known) {
-    for (auto&& [k, v] : t) {
-      (void)v;
-      if (!known.count(std::string(k.str()))) fail(prefix + std::string(k.str()), "unknown option");
-    }
-  }
-  const toml::table* table(const toml::table& t, const char* name) {
-    auto* n = t.get(name);
-    if (!n) return nullptr;
-    if (!n->is_table()) {
-      fail(name, "expected a table [" + std::string(name) + "]");
-      return nullptr;
-    }
-    return n->as_table();
-  }
-  void str(const toml::table& t, const char* name, std::string& out, const std::string& prefix = "") {
-    auto* n = t.get(name);
-    if (!n) return;
-    if (auto v = n->value<std::string>()) out = *v;
-    else fail(prefix + name, "expected a string");
-  }
-  void path(const toml::table& t, const char* name, std::filesystem::path& out) {
-    std::string s;
-    str(t, name, s);
-    if (!s.empty()) out = s;
-  }
-  void boolean(const toml::table& t, const char* name, bool& out, const std::string& prefix) {
-    auto* n = t.get(name);
-    if (!n) return;
-    if (auto v = n->value<bool>()) out = *v;
-    else fail(prefix + name, "expected true or false");
-  }
-  void uint(const toml::table& t, const char* name, unsigned& out, unsigned lo, unsigned hi,
-            const std::string& prefix = "") {
-    auto* n = t.get(name);
-    if (!n) return;
-    auto v = n->value<std::int64_t>();
-    if (!v || *v < lo || *v > hi) {
-      fail(prefix + name, "expected an integer in " + std::to_string(lo) + ".." + std::to_string(hi));
-      return;
-    }
-    out = static_cast<unsigned>(*v);
-  }
-  void size(const toml::table& t, const char* name, std::uint64_t& out, const std::string& prefix = "") {
-    auto* n = t.get(name);
-    if (!n) return;
-    if (auto i = n->value_exact<std::int64_t>()) {
-      if (*i < 0) return fail(prefix + name, "must not be negative");
-      out = static_cast<std::uint64_t>(*i);
-    } else if (auto s = n->value<std::string>()) {
-      auto r = parse_size(*s);
-      if (!r) return fail(prefix + name, r.error().message);
-      out = *r;
-    } else {
-      fail(prefix + name, "expected a size: bytes or a string like \"2GiB\"");
-    }
-  }
-  void seconds(const toml::table& t, const char* name, std::chrono::milliseconds& out, const std::string& prefix) {
-    auto* n = t.get(name);
-    if (!n) return;
-    auto v = n->value<double>();
-    if (!v || *v <= 0 || *v > 86400.0 * 365) return fail(prefix + name, "expected a positive number of seconds");
-    out = std::chrono::milliseconds(static_cast<std::int64_t>(*v * 1000.0));
-  }
-  void mode(const toml::table& t, const char* name, std::uint32_t& out) {
-    auto* n = t.get(name);
-    if (!n) return;
-    std::uint32_t m = 0;
-    if (auto s = n->value<std::string>()) {
-      char* end = nullptr;
-      unsigned long v = std::strtoul(s->c_str(), &end, 8);
-      if (s->empty() || *end) return fail(std::string("access.") + name, "expected an octal mode like \"0660\"");
-      m = static_cast<std::uint32_t>(v);
-    } else if (auto i = n->value_exact<std::int64_t>()) {
-      m = static_cast<std::uint32_t>(*i);
-    } else {
-      return fail(std::string("access.") + name, "expected an octal mode like \"0660\"");
-    }
-    if (m > 0777) return fail(std::string("access.") + name, "mode must be within 0777");
-    out = m;
-  }
-  void list(const toml::table& t, const char* name, std::vector<std::string>& out) {
-    auto* n = t.get(name);
-    if (!n) return;
-    auto* arr = n->as_array();
-    if (!arr) return fail(std::string("access.") + name, "expected a list of names or ids, e.g. [\"alice\", \"1001\"]");
-    std::vector<std::string> v;
-    for (auto&& e : *arr) {
-      if (auto s = e.value<std::string>()) v.push_back(*s);
-      else if (auto i = e.value_exact<std::int64_t>()) v.push_back(std::to_string(*i));
-      else return fail(std::string("access.") + name, "entries must be names or numeric ids");
-    }
-    out = std::move(v);
-  }
+Status read_storage(Config& c, const Table& t) {
+  KILN_TRY(t.only({"quota", "hard_limit", "zstd_level"}));
+  KILN_TRY(t.size("quota", c.store_options.quota_bytes));
+  KILN_TRY(t.size("hard_limit", c.store_options.hard_limit_bytes));
+  KILN_TRY(t.integer("zstd_level", c.store_options.zstd_level, 1, 19));
+  return {};
+}
 
-  Config& c_;
-  std::string_view origin_;
-  std::optional<Error> err_;
-};
+Status read_limits(Config& c, const Table& t) {
+  auto& l = c.limits;
+  KILN_TRY(t.only({"max_frame_bytes", "max_connections", "max_inflight", "idle_timeout_s", "frame_timeout_s",
+                   "request_timeout_s", "drain_timeout_s", "max_artifact_bytes", "inline_max_bytes"}));
+  std::uint64_t frame = l.max_frame_bytes;
+  KILN_TRY(t.size("max_frame_bytes", frame));
+  l.max_frame_bytes = static_cast<std::uint32_t>(std::min<std::uint64_t>(frame, UINT32_MAX));
+  KILN_TRY(t.integer("max_connections", l.max_connections, 1, 1 << 20));
+  KILN_TRY(t.integer("max_inflight", l.max_inflight, 1, 1 << 16));
+  KILN_TRY(t.seconds("idle_timeout_s", l.idle_timeout));
+  KILN_TRY(t.seconds("frame_timeout_s", l.frame_timeout));
+  KILN_TRY(t.seconds("request_timeout_s", l.request_timeout));
+  KILN_TRY(t.seconds("drain_timeout_s", l.drain_timeout));
+  KILN_TRY(t.size("max_artifact_bytes", l.max_artifact_bytes));
+  std::uint64_t inline_max = l.inline_max_bytes;
+  KILN_TRY(t.size("inline_max_bytes", inline_max));
+  if (inline_max > (1u << 20)) return t.error("inline_max_bytes", "at most 1MiB (larger artifacts go as descriptors)");
+  l.inline_max_bytes = static_cast<std::uint32_t>(inline_max);
+  return {};
+}
+
+Status read_access(Config& c, const Table& t) {
+  auto& a = c.access;
+  KILN_TRY(t.only({"socket_mode", "socket_group", "trust_owner", "read_users", "read_groups", "write_users",
+                   "write_groups", "admin_users", "admin_groups"}));
+  KILN_TRY(read_mode(t, "socket_mode", a.socket_mode));
+  KILN_TRY(t.string("socket_group", a.socket_group));
+  KILN_TRY(t.boolean("trust_owner", a.trust_owner));
+  const toml_options::ListRules names{.expected = "a list of names or ids, e.g. [\"alice\", \"1001\"]", .numbers = true};
+  KILN_TRY(t.strings("read_users", a.read_users, names));
+  KILN_TRY(t.strings("read_groups", a.read_groups, names));
+  KILN_TRY(t.strings("write_users", a.write_users, names));
+  KILN_TRY(t.strings("write_groups", a.write_groups, names));
+  KILN_TRY(t.strings("admin_users", a.admin_users, names));
+  KILN_TRY(t.strings("admin_groups", a.admin_groups, names));
+  return {};
+}
+
+Status read_node(Config& c, const Table& t) {
+  auto& n = c.node;
+  KILN_TRY(t.only({"gpu_arch", "gpu_name", "torch_version", "torch_git", "cuda_version", "triton_version",
+                   "platform", "machine", "cpu_isa"}));
+  KILN_TRY(t.string("gpu_arch", n.gpu_arch));
+  KILN_TRY(t.string("gpu_name", n.gpu_name));
+  KILN_TRY(t.string("torch_version", n.torch_version));
+  KILN_TRY(t.string("torch_git", n.torch_git));
+  KILN_TRY(t.string("cuda_version", n.cuda_version));
+  KILN_TRY(t.string("triton_version", n.triton_version));
+  KILN_TRY(t.string("platform", n.platform));
+  KILN_TRY(t.string("machine", n.machine));
+  KILN_TRY(t.string("cpu_isa", n.cpu_isa));
+  return {};
+}
+
+Status read_torch_cache(Config& c, const Table& t) {
+  auto& tc = c.torch_cache;
+  KILN_TRY(t.only({"socket", "listen", "password", "max_value_bytes", "memory_bytes"}));
+  std::string sock;
+  KILN_TRY(t.string("socket", sock));
+  tc.socket = sock;
+  KILN_TRY(t.string("listen", tc.listen));
+  KILN_TRY(t.string("password", tc.password));
+  KILN_TRY(t.size("max_value_bytes", tc.max_value_bytes));
+  KILN_TRY(t.size("memory_bytes", tc.memory_bytes));
+  return {};
+}
+
+// kilnd's own sections of kilnd.toml into `c`; [builds] and [fleet] have their own readers.
+Status apply_root(Config& c, const Table& root) {
+  KILN_TRY(root.only({"socket", "store", "io_threads", "store_threads", "hot_set_bytes", "metrics_listen", "log_level",
+                      "storage", "limits", "access", "node", "torch_cache",
+                      "builds",    // [builds edit] read by daemon/builds (kiln::build::apply_builds_toml)
+                      "fleet"}));  // read by daemon/fleet (kiln::fleet::apply_fleet_toml)
+  KILN_TRY(root.path("socket", c.socket));
+  KILN_TRY(root.path("store", c.store));
+  KILN_TRY(root.integer("io_threads", c.io_threads, 1, 64));
+  KILN_TRY(root.integer("store_threads", c.store_threads, 1, 256));
+  KILN_TRY(root.size("hot_set_bytes", c.hot_set_bytes));
+  KILN_TRY(root.string("metrics_listen", c.metrics_listen));
+  KILN_TRY(root.string("log_level", c.log_level));
+  KILN_TRY(root.section("storage", [&](const Table& t) { return read_storage(c, t); }));
+  KILN_TRY(root.section("limits", [&](const Table& t) { return read_limits(c, t); }));
+  KILN_TRY(root.section("access", [&](const Table& t) { return read_access(c, t); }));
+  KILN_TRY(root.section("node", [&](const Table& t) { return read_node(c, t); }));
+  KILN_TRY(root.section("torch_cache", [&](const Table& t) { return read_torch_cache(c, t); }));
+  return {};
+}
 
 }  // namespace
 
@@ -246,27 +169,19 @@ std::filesystem::path default_config_path() {
 }
 
 Status apply_toml_text(Config& config, std::string_view text, std::string_view origin) {
-  toml::table root;
-  try {
-    root = toml::parse(text, origin);
-  } catch (const toml::parse_error& e) {
-    std::ostringstream os;
-    os << origin << ":" << e.source().begin.line << ":" << e.source().begin.column << ": " << e.description();
-    return make_error(Errc::invalid_argument, os.str());
-  }
+  auto root = toml_options::parse(text, origin);
+  if (!root) return std::move(root).error();
+  const toml_options::Document doc{std::string(origin)};
   Config next = config;
-  TomlReader reader(next, origin);
-  KILN_TRY(reader.apply(root));
+  KILN_TRY(apply_root(next, doc.table(*root)));
   config = std::move(next);
   return {};
 }
 
 Status apply_toml_file(Config& config, const std::filesystem::path& file) {
-  std::ifstream in(file, std::ios::binary);
-  if (!in) return make_error(Errc::io_error, "cannot read config file " + file.string());
-  std::ostringstream os;
-  os << in.rdbuf();
-  KILN_TRY(apply_toml_text(config, os.str(), file.string()));
+  auto text = toml_options::read_text(file);
+  if (!text) return make_error(text.error().code, "cannot read config file " + file.string());
+  KILN_TRY(apply_toml_text(config, *text, file.string()));
   config.config_file = file;
   return {};
 }

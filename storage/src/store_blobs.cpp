@@ -1,4 +1,5 @@
-// StoreImpl: putting blob files in place, releasing them, and quarantining damaged ones.
+// StoreImpl: storing blobs (the one path for artifacts and sources), putting their files in
+// place, releasing them, and quarantining damaged ones.
 #include <unistd.h>
 
 #include <atomic>
@@ -8,6 +9,48 @@
 #include "store_impl.hpp"
 
 namespace kiln::storage {
+
+Result<std::uint64_t> StoreImpl::store_blob_locked(const FinishedBlob& blob, const std::optional<Digest>& keep,
+                                                   std::int64_t now, const BlobReference& reference) {
+  auto existing = index_.get_blob(blob.header.digest);
+  if (!existing) {
+    (void)fs_.remove(blob.temp_path);
+    return std::move(existing).error();
+  }
+  if (!*existing) {
+    if (auto st = make_room_locked(blob.file_size, keep); !st) {
+      (void)fs_.remove(blob.temp_path);
+      return std::move(st).error();
+    }
+  }
+  auto installed = install_blob_locked(blob);
+  if (!installed) return std::move(installed).error();
+  const std::uint64_t stored_size = *installed ? blob.file_size : (*existing)->stored_size;
+
+  std::optional<Digest> freed;
+  Status indexed = [&]() -> Status {
+    auto txn = sql::Transaction::begin(index_.db());
+    if (!txn) return std::move(txn).error();
+    if (*installed) {
+      KILN_TRY(index_.insert_blob(BlobRow{blob.header.digest, blob.header.size, stored_size, now}));
+    }
+    auto replaced = reference(stored_size);
+    if (!replaced) return std::move(replaced).error();
+    if (*replaced) {
+      auto release = release_blob_locked(**replaced);
+      if (!release) return std::move(release).error();
+      if (*release) freed = *replaced;
+    }
+    return txn->commit();
+  }();
+  if (!indexed) {
+    // The blob file is unreferenced now; remove it (open() would collect it anyway).
+    if (*installed) remove_blob_file(blob.header.digest);
+    return std::move(indexed).error();
+  }
+  if (freed) remove_blob_file(*freed);
+  return stored_size;
+}
 
 Result<bool> StoreImpl::install_blob_locked(const FinishedBlob& blob) {
   const std::filesystem::path target = blob_path(blob.header.digest);

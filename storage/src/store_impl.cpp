@@ -238,59 +238,29 @@ Result<ArtifactInfo> StoreImpl::commit(std::unique_ptr<PutStream> stream, const 
   // Pending hit counts are not this put's business: if they cannot be written now, the
   // put's own transaction says whether the index takes writes.
   (void)flush_touches_locked();
-  auto existing_blob = index_.get_blob(blob->header.digest);
-  if (!existing_blob) {
-    (void)fs_.remove(blob->temp_path);
-    return std::move(existing_blob).error();
-  }
-  if (!*existing_blob) {
-    if (auto st = make_room_locked(blob->file_size, key_digest.value()); !st) {
-      (void)fs_.remove(blob->temp_path);
-      return std::move(st).error();
-    }
-  }
-  auto installed = install_blob_locked(*blob);
-  if (!installed) return std::move(installed).error();
-
   ArtifactInfo info;
   info.key = key;
   info.key_digest = *key_digest;
   info.blob_digest = blob->header.digest;
   info.size = blob->header.size;
-  info.stored_size = *installed ? blob->file_size : (*existing_blob)->stored_size;
   info.created_at = now();
   info.last_access = info.created_at;
   info.build_seconds = meta.build_seconds;
   info.pinned = meta.pin;
   info.origin = meta.origin;
-
-  std::optional<Digest> freed;
-  Status indexed = [&]() -> Status {
-    auto txn = sql::Transaction::begin(index_.db());
-    if (!txn) return std::move(txn).error();
-    if (*installed) {
-      KILN_TRY(index_.insert_blob(BlobRow{info.blob_digest, info.size, info.stored_size, info.created_at}));
-    }
+  // The artifact's row; and the fleet's outbox, in the same transaction: a build is never
+  // stored unqueued.
+  auto reference = [&](std::uint64_t stored_size) -> Result<std::optional<Digest>> {
+    info.stored_size = stored_size;
     pending_touches_.erase(info.key_digest);
     auto replaced = index_.upsert(info, ++access_seq_);
-    if (!replaced) return std::move(replaced).error();
-    if (*replaced) {
-      auto release = release_blob_locked(**replaced);
-      if (!release) return std::move(release).error();
-      if (*release) freed = *replaced;
-    }
-    // The fleet's outbox, in the same transaction: a build is never stored unqueued.
-    if (options_.push_outbox && info.origin == "build") {
+    if (replaced && options_.push_outbox && info.origin == "build") {
       KILN_TRY(index_.enqueue_push("artifact:" + info.key_digest.hex(), info.created_at));
     }
-    return txn->commit();
-  }();
-  if (!indexed) {
-    // The blob file is unreferenced now; remove it (open() would collect it anyway).
-    if (*installed) remove_blob_file(info.blob_digest);
-    return std::move(indexed).error();
-  }
-  if (freed) remove_blob_file(*freed);
+    return replaced;
+  };
+  auto stored = store_blob_locked(*blob, info.key_digest, info.created_at, reference);
+  if (!stored) return std::move(stored).error();
   if (options_.quota_bytes != 0) {
     // Soft quota: best effort; the put itself has succeeded.
     (void)evict_locked(options_.quota_bytes, info.key_digest, DryRun::no);
@@ -332,7 +302,8 @@ Result<std::optional<ArtifactInfo>> StoreImpl::finish_read(const Digest& key_dig
   return e;
 }
 
-Result<std::optional<ArtifactInfo>> StoreImpl::read(const Digest& key_digest, const ByteSink& sink, Access access) {
+Result<std::optional<ArtifactInfo>> StoreImpl::read_artifact(
+    const Digest& key_digest, Access access, const std::function<Status(const ArtifactInfo&)>& read_blob_of) {
   std::optional<ArtifactInfo> info;
   {
     std::lock_guard<std::mutex> guard(mu_);
@@ -345,29 +316,25 @@ Result<std::optional<ArtifactInfo>> StoreImpl::read(const Digest& key_digest, co
     info = std::move(*row);
     if (auto it = pending_touches_.find(key_digest); it != pending_touches_.end()) info->hits += it->second.hits;
   }
-  Status st = read_blob(fs_, blob_path(info->blob_digest), info->blob_digest, sink, {}, options_.read_check);
+  Status st = read_blob_of(*info);
   return finish_read(key_digest, *info, std::move(st), access);
+}
+
+Result<std::optional<ArtifactInfo>> StoreImpl::read(const Digest& key_digest, const ByteSink& sink, Access access) {
+  return read_artifact(key_digest, access, [&](const ArtifactInfo& info) {
+    return read_blob(fs_, blob_path(info.blob_digest), info.blob_digest, sink, {}, options_.read_check);
+  });
 }
 
 Result<std::optional<ArtifactInfo>> StoreImpl::read_into(const Digest& key_digest, std::vector<std::byte>& out,
                                                          Access access) {
-  std::optional<ArtifactInfo> info;
-  {
-    std::lock_guard<std::mutex> guard(mu_);
-    auto row = index_.get(key_digest);
-    if (!row) return std::move(row).error();
-    if (!*row) {
-      if (access == Access::counted) pending_misses_ += 1;
-      return std::optional<ArtifactInfo>();
-    }
-    info = std::move(*row);
-    if (auto it = pending_touches_.find(key_digest); it != pending_touches_.end()) info->hits += it->second.hits;
-  }
-  out.resize(info->size);
-  ByteSink none = [](std::span<const std::byte>) -> Status { return {}; };
-  std::span<std::byte> direct = info->size == 0 ? std::span<std::byte>() : std::span<std::byte>(out);
-  Status st = read_blob(fs_, blob_path(info->blob_digest), info->blob_digest, none, direct, options_.read_check);
-  return finish_read(key_digest, *info, std::move(st), access);
+  // Decompressed straight into `out`, sized from the index, instead of through a sink.
+  return read_artifact(key_digest, access, [&](const ArtifactInfo& info) {
+    out.resize(info.size);
+    ByteSink none = [](std::span<const std::byte>) -> Status { return {}; };
+    std::span<std::byte> direct = info.size == 0 ? std::span<std::byte>() : std::span<std::byte>(out);
+    return read_blob(fs_, blob_path(info.blob_digest), info.blob_digest, none, direct, options_.read_check);
+  });
 }
 
 // Metadata calls flush pending hits first so that they see them; when the index cannot

@@ -1,9 +1,11 @@
 // StoreImpl: the Store behind Store::open(). Split over store_impl.cpp (open, put, read,
-// metadata), store_blobs.cpp (installing, releasing and quarantining blob files),
+// metadata), store_blobs.cpp (storing blobs, the one path for artifacts and sources;
+// installing, releasing and quarantining blob files),
 // store_maintenance.cpp (recovery, verification, eviction) and store_sources.cpp.
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <mutex>
 #include <unordered_map>
 
@@ -71,6 +73,18 @@ class StoreImpl final : public Store {
 
   Status writable() const;
   Result<std::unique_ptr<BlobWriter>> take_writer(std::unique_ptr<PutStream> stream);
+  // What refers to a blob being stored (an artifact's row, a source's): writes that row in
+  // the store's transaction, given the blob's stored size, and returns the blob it
+  // referred to before, if any.
+  using BlobReference = std::function<Result<std::optional<Digest>>(std::uint64_t stored_size)>;
+  // The one path by which a finished temporary blob enters the store, for artifacts and
+  // sources alike: makes room when its content is new (never evicting `keep`), puts the
+  // file in place (install_blob_locked), then in one transaction writes the blob row when
+  // the file is new (created at `now`), runs `reference` and releases the blob it replaced,
+  // whose file is removed once that commits. On error nothing is indexed and the temporary
+  // file, or the file just put in place, is removed. Returns the blob's stored size.
+  Result<std::uint64_t> store_blob_locked(const FinishedBlob& blob, const std::optional<Digest>& keep,
+                                          std::int64_t now, const BlobReference& reference);
   // Puts a finished temporary blob in place (or drops it when the same content is
   // already stored in a whole file). Returns true when it renamed the file into place
   // (new content, or a damaged file replaced): the blob row must then be (re)written with
@@ -103,6 +117,10 @@ class StoreImpl final : public Store {
   void record_hits_locked(const Digest& key_digest, std::uint64_t n);
   Status recover_locked(bool remove_temporaries, VerifyReport& report);
   Status collect_orphan_files_locked(VerifyReport& report);
+  // The body of read() and read_into(): looks the artifact up (a miss counts when
+  // `access` says so), runs `read_blob_of` on it outside the lock, then finish_read.
+  Result<std::optional<ArtifactInfo>> read_artifact(const Digest& key_digest, Access access,
+                                                    const std::function<Status(const ArtifactInfo&)>& read_blob_of);
   Result<std::optional<ArtifactInfo>> finish_read(const Digest& key_digest, const ArtifactInfo& info, Status st,
                                                   Access access);
   std::int64_t now() const;

@@ -1,6 +1,5 @@
 // StoreImpl: sources (torch.export archives by model hash), stored as blobs.
 #include <algorithm>
-#include <ctime>
 
 #include "blob_reader.hpp"
 #include "store_impl.hpp"
@@ -42,47 +41,15 @@ Result<SourceInfo> StoreImpl::put_source(const std::string& model_hash, std::uni
                           "') is already registered under model hash " + model_hash +
                           "; a model hash names one export and its source is never replaced (schema/sources.md)");
   }
-  auto existing_blob = index_.get_blob(blob->header.digest);
-  if (!existing_blob) {
-    (void)fs_.remove(blob->temp_path);
-    return std::move(existing_blob).error();
-  }
-  if (!*existing_blob) {
-    if (auto st = make_room_locked(blob->file_size, std::nullopt); !st) {
-      (void)fs_.remove(blob->temp_path);
-      return std::move(st).error();
-    }
-  }
-  auto installed = install_blob_locked(*blob);
-  if (!installed) return std::move(installed).error();
-
   SourceInfo info;
   info.model_hash = model_hash;
   info.blob_digest = blob->header.digest;
   info.size = blob->header.size;
-  info.created_at = static_cast<std::int64_t>(std::time(nullptr));
+  info.created_at = now();
   info.name = name;
-  std::optional<Digest> freed;
-  Status indexed = [&]() -> Status {
-    auto txn = sql::Transaction::begin(index_.db());
-    if (!txn) return std::move(txn).error();
-    if (*installed) {
-      KILN_TRY(index_.insert_blob(BlobRow{info.blob_digest, info.size, blob->file_size, info.created_at}));
-    }
-    auto replaced = index_.upsert_source(info);
-    if (!replaced) return std::move(replaced).error();
-    if (*replaced) {
-      auto release = release_blob_locked(**replaced);
-      if (!release) return std::move(release).error();
-      if (*release) freed = *replaced;
-    }
-    return txn->commit();
-  }();
-  if (!indexed) {
-    if (*installed) remove_blob_file(info.blob_digest);
-    return std::move(indexed).error();
-  }
-  if (freed) remove_blob_file(*freed);
+  auto stored = store_blob_locked(*blob, std::nullopt, info.created_at,
+                                  [&](std::uint64_t) { return index_.upsert_source(info); });
+  if (!stored) return std::move(stored).error();
   return info;
 }
 

@@ -395,6 +395,38 @@ TEST_CASE("--check-config refuses a bad [builds] as kilnd does, and a bad config
   CHECK_FALSE(std::filesystem::exists(dir / "store"));
 }
 
+TEST_CASE("--check-config refuses a bad [fleet] as kilnd does, naming the option and what it expects") {
+  TempDir dir;
+  struct Bad {
+    std::string section, says;
+  };
+  for (const Bad& b : std::vector<Bad>{
+           {"[fleet]\npull_threads = \"many\"\n", "fleet.pull_threads: expected an integer from 1 to 64"},
+           {"[fleet]\nregistri = \"https://r:5000\"\n", "fleet.registri: unknown option"},
+           {"[fleet]\nregistry = \"https://r:5000\"\n", "fleet.signing_key_file: push = true needs a signing key"},
+           // Refused by the fleet tier at start, after the store was opened, until the reader checked them.
+           {"[fleet]\nregistry = \"ftp://r:5000\"\npush = false\ntrusted_keys = [\"a:AAAA\"]\n",
+            "fleet.registry: registry URL 'ftp://r:5000': URL must start with https:// or http://"},
+           {"[fleet]\nregistry = \"https://r:5000\"\npush = false\ntrusted_keys = [\"a:AAAA\"]\nrepository = \"Bad Name\"\n",
+            "fleet.repository: 'Bad Name' is not a valid repository name"},
+       }) {
+    CAPTURE(b.section);
+    auto config = dir / "bad-fleet.toml";
+    std::ofstream(config) << b.section;
+    auto sock_dir = short_temp_dir();
+    const std::string common = " --config " + config.string() + " --socket " + (sock_dir / "s.sock").string() +
+                               " --store " + (dir / "store").string();
+    int check = std::system((kilnd_binary() + common + " --check-config >/dev/null 2>" + (dir / "check.err").string()).c_str());
+    int run = std::system((kilnd_binary() + common + " 2>" + (dir / "run.err").string()).c_str());
+    std::filesystem::remove_all(sock_dir);
+    CHECK(WEXITSTATUS(check) == 2);
+    CHECK(WEXITSTATUS(run) == 2);
+    CHECK_MESSAGE(slurp(dir / "check.err").find(config.string() + ": " + b.says) != std::string::npos, slurp(dir / "check.err"));
+    CHECK(slurp(dir / "run.err").find(b.says) != std::string::npos);
+    CHECK_FALSE(std::filesystem::exists(dir / "store"));
+  }
+}
+
 TEST_CASE("the sample kilnd.toml shows true defaults: with every option uncommented kilnd still starts") {
   TempDir dir;
   std::ifstream sample(std::string(KILN_SOURCE_DIR) + "/ops/kilnd.toml");

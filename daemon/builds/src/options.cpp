@@ -1,97 +1,47 @@
 // The [builds] section of kilnd.toml. See kiln/builds/options.hpp.
 #include "kiln/builds/options.hpp"
 
-#include <fstream>
-#include <set>
-#include <sstream>
-
-#include <toml++/toml.h>
+#include "kiln/toml/options.hpp"
 
 namespace kiln::build {
 
 namespace {
 
-Error bad(std::string_view origin, const std::string& option, const std::string& why) {
-  return make_error(Errc::invalid_argument, std::string(origin) + ": builds." + option + ": " + why);
-}
+using toml_options::Table;
 
-template <class T>
-Status read_int(const toml::table& t, std::string_view origin, const char* name, T& out, long long lo, long long hi) {
-  const toml::node* n = t.get(name);
-  if (!n) return {};
-  auto v = n->value<long long>();
-  if (!n->is_integer() || !v || *v < lo || *v > hi)
-    return bad(origin, name, "expected an integer from " + std::to_string(lo) + " to " + std::to_string(hi));
-  out = static_cast<T>(*v);
-  return {};
-}
-
-Status read_bool(const toml::table& t, std::string_view origin, const char* name, bool& out) {
-  const toml::node* n = t.get(name);
-  if (!n) return {};
-  if (!n->is_boolean()) return bad(origin, name, "expected true or false");
-  out = *n->value<bool>();
-  return {};
-}
-
-Status read_string(const toml::table& t, std::string_view origin, const std::string& prefix, const char* name,
-                   std::string& out) {
-  const toml::node* n = t.get(name);
-  if (!n) return {};
-  if (!n->is_string()) return bad(origin, prefix + name, "expected a string");
-  out = *n->value<std::string>();
-  return {};
-}
-
-Status apply_table(BuildsConfig& c, const toml::table& b, std::string_view origin) {
-  static const std::set<std::string> known{"enabled", "worker", "work_dir", "probe_gpus", "builds_per_gpu",
-                                           "build_timeout_s", "probe_timeout_s", "failure_ttl_s", "max_log_bytes",
-                                           "keep_failed_work", "cancel_unwanted", "slots"};
-  for (auto&& [k, v] : b) {
-    (void)v;
-    if (!known.count(std::string(k.str()))) return bad(origin, std::string(k.str()), "unknown option");
-  }
+Status apply_table(BuildsConfig& c, const Table& b) {
+  KILN_TRY(b.only({"enabled", "worker", "work_dir", "probe_gpus", "builds_per_gpu", "build_timeout_s",
+                   "probe_timeout_s", "failure_ttl_s", "max_log_bytes", "keep_failed_work", "cancel_unwanted",
+                   "slots"}));
+  using std::chrono::seconds;
   SchedulerOptions& s = c.scheduler;
-  KILN_TRY(read_bool(b, origin, "enabled", c.enabled));
-  if (const toml::node* n = b.get("worker")) {
-    const toml::array* a = n->as_array();
-    if (!a || a->empty()) return bad(origin, "worker", "expected a non-empty array of strings (program and arguments)");
-    std::vector<std::string> argv;
-    for (const auto& e : *a) {
-      if (!e.is_string()) return bad(origin, "worker", "every element must be a string");
-      argv.push_back(*e.value<std::string>());
-    }
-    s.worker.argv = std::move(argv);
-  }
-  std::string work_dir;
-  KILN_TRY(read_string(b, origin, "", "work_dir", work_dir));
-  if (!work_dir.empty()) s.work_dir = work_dir;
-  KILN_TRY(read_bool(b, origin, "probe_gpus", s.probe_gpus));
-  KILN_TRY(read_int(b, origin, "builds_per_gpu", s.builds_per_slot, 1, 64));
-  long long timeout = s.build_timeout.count() / 1000, probe = s.probe_timeout.count() / 1000, ttl = s.failure_ttl.count();
-  KILN_TRY(read_int(b, origin, "build_timeout_s", timeout, 1, 7 * 24 * 3600));
-  KILN_TRY(read_int(b, origin, "probe_timeout_s", probe, 1, 3600));
-  KILN_TRY(read_int(b, origin, "failure_ttl_s", ttl, 0, 30 * 24 * 3600));
-  s.build_timeout = std::chrono::seconds(timeout);
-  s.probe_timeout = std::chrono::seconds(probe);
-  s.failure_ttl = std::chrono::seconds(ttl);
-  KILN_TRY(read_int(b, origin, "max_log_bytes", s.max_log_bytes, 1024, 64ll << 20));
-  KILN_TRY(read_bool(b, origin, "keep_failed_work", s.keep_failed_work));
-  KILN_TRY(read_bool(b, origin, "cancel_unwanted", s.cancel_unwanted));
+  KILN_TRY(b.boolean("enabled", c.enabled));
+  KILN_TRY(b.strings("worker", s.worker.argv,
+                     {.expected = "a non-empty array of strings (program and arguments)", .non_empty = true}));
+  KILN_TRY(b.path("work_dir", s.work_dir));
+  KILN_TRY(b.boolean("probe_gpus", s.probe_gpus));
+  KILN_TRY(b.integer("builds_per_gpu", s.builds_per_slot, 1, 64));
+  KILN_TRY(b.duration("build_timeout_s", s.build_timeout, seconds(1), seconds(7 * 24 * 3600)));
+  KILN_TRY(b.duration("probe_timeout_s", s.probe_timeout, seconds(1), seconds(3600)));
+  KILN_TRY(b.duration("failure_ttl_s", s.failure_ttl, seconds(0), seconds(30 * 24 * 3600)));
+  KILN_TRY(b.integer("max_log_bytes", s.max_log_bytes, 1024, 64ll << 20));
+  KILN_TRY(b.boolean("keep_failed_work", s.keep_failed_work));
+  KILN_TRY(b.boolean("cancel_unwanted", s.cancel_unwanted));
   if (const toml::node* n = b.get("slots")) {
     const toml::array* a = n->as_array();
-    if (!a) return bad(origin, "slots", "expected an array of tables ([[builds.slots]])");
+    if (!a) return b.error("slots", "expected an array of tables ([[builds.slots]])");
     std::vector<SlotConfig> slots;
     for (std::size_t i = 0; i < a->size(); ++i) {
+      const std::string name = b.name("slots") + "[" + std::to_string(i) + "]";
       const toml::table* t = (*a)[i].as_table();
-      std::string p = "slots[" + std::to_string(i) + "].";
-      if (!t) return bad(origin, p, "expected a table");
+      if (!t) return b.document().error(&(*a)[i], name, "expected a table");
+      const Table slot = b.document().table(*t, name);
       SlotConfig sc;
-      KILN_TRY(read_string(*t, origin, p, "name", sc.name));
-      KILN_TRY(read_string(*t, origin, p, "gpu_arch", sc.gpu_arch));
-      KILN_TRY(read_string(*t, origin, p, "gpu_name", sc.gpu_name));
-      KILN_TRY(read_string(*t, origin, p, "visible_device", sc.visible_device));
-      if (sc.gpu_arch.empty() || sc.gpu_name.empty()) return bad(origin, p + "gpu_arch", "gpu_arch and gpu_name are required");
+      KILN_TRY(slot.string("name", sc.name));
+      KILN_TRY(slot.string("gpu_arch", sc.gpu_arch));
+      KILN_TRY(slot.string("gpu_name", sc.gpu_name));
+      KILN_TRY(slot.string("visible_device", sc.visible_device));
+      if (sc.gpu_arch.empty() || sc.gpu_name.empty()) return slot.error("gpu_arch", "gpu_arch and gpu_name are required");
       if (sc.name.empty()) sc.name = "slot" + std::to_string(i);
       slots.push_back(std::move(sc));
     }
@@ -121,29 +71,16 @@ BuildsConfig default_builds_config(const std::filesystem::path& store_root) {
 }
 
 Status apply_builds_toml(BuildsConfig& config, std::string_view toml_text, std::string_view origin) {
-  toml::table root;
-  try {  // toml++ reports parse errors as exceptions; they stop here
-    root = toml::parse(toml_text, origin);
-  } catch (const toml::parse_error& e) {
-    std::ostringstream os;
-    os << origin << ":" << e.source().begin.line << ":" << e.source().begin.column << ": " << e.description();
-    return make_error(Errc::invalid_argument, os.str());
-  }
-  const toml::node* b = root.get("builds");
-  if (!b) return {};
-  if (!b->is_table()) return make_error(Errc::invalid_argument, std::string(origin) + ": builds: expected a table");
   BuildsConfig copy = config;
-  KILN_TRY(apply_table(copy, *b->as_table(), origin));
+  KILN_TRY(toml_options::read_section(toml_text, origin, "builds", [&](const Table& b) { return apply_table(copy, b); }));
   config = std::move(copy);
   return {};
 }
 
 Status apply_builds_toml_file(BuildsConfig& config, const std::filesystem::path& file) {
-  std::ifstream in(file);
-  if (!in) return make_error(Errc::io_error, "cannot read " + file.string());
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return apply_builds_toml(config, ss.str(), file.string());
+  auto text = toml_options::read_text(file);
+  if (!text) return std::move(text).error();
+  return apply_builds_toml(config, *text, file.string());
 }
 
 }  // namespace kiln::build

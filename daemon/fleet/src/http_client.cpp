@@ -327,17 +327,24 @@ class Client final : public HttpClient {
 
 }  // namespace
 
-Result<std::shared_ptr<const HttpClient>> HttpClient::create(const HttpOptions& options) {
-  auto base = parse_url(options.base_url);
+Status check_base_url(std::string_view url) {
+  auto base = parse_url(url);
   if (!base) {
     // A URL with user:password in it is not echoed: the message must not carry the secret.
-    const bool secret = options.base_url.find('@') != std::string::npos;
+    const bool secret = url.find('@') != std::string_view::npos;
     return make_error(Errc::invalid_argument,
-                      "registry URL" + (secret ? std::string() : " '" + options.base_url + "'") + ": " + base.error().message);
+                      "registry URL" + (secret ? std::string() : " '" + std::string(url) + "'") + ": " + base.error().message);
   }
   if (base->target != "/" && !base->target.empty()) {
     return make_error(Errc::invalid_argument, "registry URL must have no path (the repository is configured apart)");
   }
+  return {};
+}
+
+Result<std::shared_ptr<const HttpClient>> HttpClient::create(const HttpOptions& options) {
+  KILN_TRY(check_base_url(options.base_url));
+  auto base = parse_url(options.base_url);
+  if (!base) return std::move(base).error();
   std::unique_ptr<ssl::context> ctx;
   if (base->tls || !options.ca_file.empty()) {
     ctx = std::make_unique<ssl::context>(ssl::context::tls_client);

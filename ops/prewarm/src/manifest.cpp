@@ -76,17 +76,10 @@ Status expand(const detail::ParsedManifest& parsed, const detail::Ctx& ctx, Mani
 
 Result<Manifest> parse_manifest(std::string_view text, std::string_view file_name, const std::filesystem::path& base_dir,
                                 Use use) {
-  detail::Ctx ctx{std::string(file_name), use};
-  toml::table root;
-  try {
-    root = toml::parse(text, file_name);
-  } catch (const toml::parse_error& e) {
-    const auto& pos = e.source().begin;
-    return make_error(Errc::invalid_argument, std::string(file_name) + ":" + std::to_string(pos.line) + ":" +
-                                                  std::to_string(pos.column) + ": not valid TOML: " +
-                                                  std::string(e.description()));
-  }
-  auto parsed = ctx.parse(root, base_dir);
+  const detail::Ctx ctx{toml_options::Document(std::string(file_name), detail::kManifestStyle), use};
+  auto root = toml_options::parse(text, file_name);
+  if (!root) return std::move(root).error();
+  auto parsed = ctx.parse(*root, base_dir);
   if (!parsed) return std::move(parsed).error();
   Manifest out;
   out.sources = parsed->sources;

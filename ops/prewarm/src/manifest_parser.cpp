@@ -18,59 +18,8 @@ bool is_hex64(std::string_view s) {
 
 }  // namespace
 
-Error Ctx::err(const toml::node* node, const std::string& field, const std::string& msg) const {
-  std::string where = file;
-  if (node != nullptr && node->source().begin.line != 0) {
-    where += ":" + std::to_string(node->source().begin.line) + ":" + std::to_string(node->source().begin.column);
-  }
-  return make_error(Errc::invalid_argument, where + ": " + field + ": " + msg);
-}
-
-Status Ctx::only_known(const toml::table& t, const std::string& field, std::initializer_list<std::string_view> known) const {
-  for (const auto& [k, v] : t) {
-    bool ok = false;
-    for (auto name : known) ok = ok || k.str() == name;
-    if (!ok) {
-      std::string list;
-      for (auto name : known) list += (list.empty() ? "" : ", ") + std::string(name);
-      std::string prefix = field.empty() ? "" : field + ".";
-      return err(&v, prefix + std::string(k.str()), "unknown field (known here: " + list + ")");
-    }
-  }
-  return {};
-}
-
-Result<std::string> Ctx::string_field(const toml::table& t, std::string_view name, const std::string& field, bool required) const {
-  const toml::node* n = t.get(name);
-  if (n == nullptr) {
-    if (required) return err(&t, field, "required field '" + std::string(name) + "' is missing");
-    return std::string();
-  }
-  auto v = n->value<std::string>();
-  if (!n->is_string() || !v) return err(n, field + "." + std::string(name), "must be a string");
-  if (v->empty()) return err(n, field + "." + std::string(name), "must not be empty");
-  return *v;
-}
-
-Result<std::vector<std::string>> Ctx::string_list(const toml::node& n, const std::string& field) const {
-  std::vector<std::string> out;
-  if (n.is_string()) {
-    out.push_back(*n.value<std::string>());
-  } else if (const toml::array* a = n.as_array()) {
-    for (std::size_t i = 0; i < a->size(); ++i) {
-      const toml::node& e = (*a)[i];
-      if (!e.is_string()) return err(&e, field + "[" + std::to_string(i) + "]", "must be a string");
-      out.push_back(*e.value<std::string>());
-    }
-  } else {
-    return err(&n, field, "must be a string or an array of strings");
-  }
-  if (out.empty()) return err(&n, field, "must not be an empty list");
-  for (std::size_t i = 0; i < out.size(); ++i) {
-    if (out[i].empty()) return err(&n, field + "[" + std::to_string(i) + "]", "must not be empty");
-  }
-  return out;
-}
+// A field that is one string or a list of them: kind = "aoti", dtype = ["bfloat16", "float16"].
+const toml_options::ListRules kOneOrMore{.expected = "a string or an array of strings", .one_string = true, .non_empty = true};
 
 Result<nlohmann::json> Ctx::to_json(const toml::node& n, const std::string& field) const {
   if (const toml::table* t = n.as_table()) {
@@ -128,7 +77,7 @@ Result<Dim> Ctx::dim(const toml::node& n, const std::string& field) const {
     return Dim::fixed(*i);
   }
   if (const toml::table* t = n.as_table()) {
-    KILN_TRY(only_known(*t, field, {"min", "max"}));
+    KILN_TRY(table(*t, field).only({"min", "max"}));
     auto lo = (*t)["min"].value_exact<std::int64_t>();
     auto hi = (*t)["max"].value_exact<std::int64_t>();
     if (!lo || !hi || *lo < 0 || *lo > *hi) return err(&n, field, msg);
@@ -140,11 +89,10 @@ Result<Dim> Ctx::dim(const toml::node& n, const std::string& field) const {
 Result<SignatureSpec> Ctx::signature(const toml::node& n, const std::string& field) const {
   const toml::table* t = n.as_table();
   if (t == nullptr) return err(&n, field, "must be a table with 'inputs' (and optionally 'name')");
-  KILN_TRY(only_known(*t, field, {"name", "inputs", "call"}));
+  const toml_options::Table st = table(*t, field);
+  KILN_TRY(st.only({"name", "inputs", "call"}));
   SignatureSpec sig;
-  auto name = string_field(*t, "name", field, false);
-  if (!name) return std::move(name).error();
-  sig.name = *name;
+  KILN_TRY(st.string("name", sig.name, toml_options::Empty::refused));
   if (const toml::node* c = t->get("call")) {
     // e.g. call = { kwargs = { hidden_states = { tensor = 0 }, joint_attention_kwargs = { const = "..." } } }
     if (!c->is_table()) return err(c, field + ".call", "must be a table { args = [...], kwargs = { ... } } (schema/key.md)");
@@ -159,7 +107,8 @@ Result<SignatureSpec> Ctx::signature(const toml::node& n, const std::string& fie
     std::string f = field + ".inputs[" + std::to_string(i) + "]";
     const toml::table* in = (*inputs)[i].as_table();
     if (in == nullptr) return err(&(*inputs)[i], f, "must be a table { shape = [...], dtype = \"...\" }");
-    KILN_TRY(only_known(*in, f, {"shape", "dtype", "layout"}));
+    const toml_options::Table it = table(*in, f);
+    KILN_TRY(it.only({"shape", "dtype", "layout"}));
     InputSpec spec;
     const toml::array* shape = (*in)["shape"].as_array();
     if (shape == nullptr) return err(in, f + ".shape", "required: an array of dims");
@@ -168,12 +117,8 @@ Result<SignatureSpec> Ctx::signature(const toml::node& n, const std::string& fie
       if (!x) return std::move(x).error();
       spec.shape.push_back(*x);
     }
-    auto dt = string_field(*in, "dtype", f, false);
-    if (!dt) return std::move(dt).error();
-    spec.dtype = *dt;
-    auto layout = string_field(*in, "layout", f, false);
-    if (!layout) return std::move(layout).error();
-    spec.layout = layout->empty() ? "strided" : *layout;
+    KILN_TRY(it.string("dtype", spec.dtype, toml_options::Empty::refused));
+    KILN_TRY(it.string("layout", spec.layout, toml_options::Empty::refused));  // default "strided"
     sig.inputs.push_back(std::move(spec));
   }
   if (!sig.call.empty()) {
@@ -202,10 +147,11 @@ Result<std::map<std::string, std::string>> Ctx::target(const toml::node& n, cons
   if (t == nullptr) return err(&n, field, "must be a table of node fields");
   static const std::initializer_list<std::string_view> kNodeFields = {
       "gpu_arch", "gpu_name", "torch_version", "torch_git", "cuda_version", "triton_version", "platform", "machine", "cpu_isa"};
-  KILN_TRY(only_known(*t, field, kNodeFields));
+  const toml_options::Table tt = table(*t, field);
+  KILN_TRY(tt.only(kNodeFields));
   std::map<std::string, std::string> out;
   for (const auto& [k, v] : *t) {
-    auto s = string_field(*t, k.str(), field, true);
+    auto s = tt.required_string(k.str());
     if (!s) return std::move(s).error();
     out[std::string(k.str())] = *s;
   }
@@ -213,22 +159,19 @@ Result<std::map<std::string, std::string>> Ctx::target(const toml::node& n, cons
 }
 
 Status Ctx::build_fields(const toml::table& t, const std::string& field, BuildSpec& b) const {
-  if (const toml::node* n = t.get("kind")) {
-    auto kinds = string_list(*n, field + ".kind");
-    if (!kinds) return std::move(kinds).error();
+  const toml_options::Table bt = table(t, field);
+  if (bt.has("kind")) {
+    std::vector<std::string> kinds;
+    KILN_TRY(bt.strings("kind", kinds, kOneOrMore));
     b.kinds.clear();
-    for (std::size_t i = 0; i < kinds->size(); ++i) {
-      auto k = parse_artifact_kind((*kinds)[i]);
+    for (const std::string& kind : kinds) {
+      auto k = parse_artifact_kind(kind);
       if (!k || *k == ArtifactKind::torch_cache)  // torch_cache entries are written by torch, never built
-        return err(n, field + ".kind", "'" + (*kinds)[i] + "' is not a kind kiln builds (aoti or megacache)");
+        return bt.error("kind", "'" + kind + "' is not a kind kiln builds (aoti or megacache)");
       b.kinds.push_back(*k);
     }
   }
-  if (const toml::node* n = t.get("dtype")) {
-    auto d = string_list(*n, field + ".dtype");
-    if (!d) return std::move(d).error();
-    b.dtypes = std::move(*d);
-  }
+  KILN_TRY(bt.strings("dtype", b.dtypes, kOneOrMore));
   if (const toml::node* n = t.get("compile_options")) {
     auto o = options_list(*n, field + ".compile_options");
     if (!o) return std::move(o).error();
@@ -248,7 +191,7 @@ Status Ctx::build_fields(const toml::table& t, const std::string& field, BuildSp
 }
 
 Result<ParsedManifest> Ctx::parse(const toml::table& root, const std::filesystem::path& base_dir) const {
-  KILN_TRY(only_known(root, "", {"format", "defaults", "source", "build"}));
+  KILN_TRY(table(root, "").only({"format", "defaults", "source", "build"}));
   ParsedManifest out;
   const toml::node* fmt = root.get("format");
   if (fmt == nullptr) return err(&root, "format", "required: format = 1 (the manifest format version)");
@@ -260,7 +203,7 @@ Result<ParsedManifest> Ctx::parse(const toml::table& root, const std::filesystem
   if (const toml::node* d = root.get("defaults")) {
     const toml::table* t = d->as_table();
     if (t == nullptr) return err(d, "defaults", "must be a table");
-    KILN_TRY(only_known(*t, "defaults", {"kind", "dtype", "compile_options", "signature", "target"}));
+    KILN_TRY(table(*t, "defaults").only({"kind", "dtype", "compile_options", "signature", "target"}));
     KILN_TRY(build_fields(*t, "defaults", defaults));
   }
 
@@ -272,20 +215,21 @@ Result<ParsedManifest> Ctx::parse(const toml::table& root, const std::filesystem
       std::string f = "source[" + std::to_string(i) + "]";
       const toml::table* t = (*a)[i].as_table();
       if (t == nullptr) return err(&(*a)[i], f, "must be a table");
-      KILN_TRY(only_known(*t, f, {"name", "path", "model_hash"}));
+      const toml_options::Table srct = table(*t, f);
+      KILN_TRY(srct.only({"name", "path", "model_hash"}));
       SourceSpec src;
-      auto name = string_field(*t, "name", f, true);
+      auto name = srct.required_string("name");
       if (!name) return std::move(name).error();
       if (!names.insert(*name).second) return err(t->get("name"), f + ".name", "'" + *name + "' names two sources");
       src.name = *name;
-      auto path = string_field(*t, "path", f, false);
-      if (!path) return std::move(path).error();
-      if (!path->empty()) src.path = (base_dir / *path).lexically_normal();
+      std::string path;
+      KILN_TRY(srct.string("path", path, toml_options::Empty::refused));
+      if (!path.empty()) src.path = (base_dir / path).lexically_normal();
       if (t->get("model_hash") == nullptr) {
         return err(t, f + ".model_hash",
                    "required: the export's model hash (the build worker's hash op prints it; see schema/prewarm-manifest.md)");
       }
-      auto hash = string_field(*t, "model_hash", f, true);
+      auto hash = srct.required_string("model_hash");
       if (!hash) return std::move(hash).error();
       if (!is_hex64(*hash)) return err(t->get("model_hash"), f + ".model_hash", "must be 64 lowercase hex");
       if (*hash == std::string(64, '0')) {
@@ -307,11 +251,12 @@ Result<ParsedManifest> Ctx::parse(const toml::table& root, const std::filesystem
     std::string f = "build[" + std::to_string(i) + "]";
     const toml::table* t = (*a)[i].as_table();
     if (t == nullptr) return err(&(*a)[i], f, "must be a table");
-    KILN_TRY(only_known(*t, f, {"source", "region", "kind", "dtype", "compile_options", "signature", "target"}));
+    const toml_options::Table bt = table(*t, f);
+    KILN_TRY(bt.only({"source", "region", "kind", "dtype", "compile_options", "signature", "target"}));
     BuildSpec b = defaults;
     b.node = t;
     b.field = f;
-    auto src = string_field(*t, "source", f, true);
+    auto src = bt.required_string("source");
     if (!src) return std::move(src).error();
     bool found = false;
     for (std::size_t s = 0; s < out.sources.size(); ++s) {
@@ -321,7 +266,7 @@ Result<ParsedManifest> Ctx::parse(const toml::table& root, const std::filesystem
       }
     }
     if (!found) return err(t->get("source"), f + ".source", "no [[source]] is named '" + *src + "'");
-    auto region = string_field(*t, "region", f, true);
+    auto region = bt.required_string("region");
     if (!region) return std::move(region).error();
     b.region = *region;
     KILN_TRY(build_fields(*t, f, b));

@@ -1,15 +1,13 @@
 // TOML -> build specs for a prewarm manifest (internal). Field-named errors with line:col.
 #pragma once
 
-#include <toml++/toml.h>
-
-#include <initializer_list>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "kiln/prewarm/manifest.hpp"
+#include "kiln/toml/options.hpp"
 
 namespace kiln::prewarm::detail {
 
@@ -42,15 +40,18 @@ struct ParsedManifest {
   std::vector<BuildSpec> builds;
 };
 
-// Error context: the file name for messages.
+// Manifests speak of fields and say where: "m.toml:13:1: build[0].dtypes: unknown field ...".
+inline constexpr toml_options::Style kManifestStyle{.noun = "field", .positions = true};
+
+// Error context: the file name for messages (kiln/toml/options.hpp reads the fields).
 struct Ctx {
-  std::string file;
+  toml_options::Document doc;
   Use use = Use::run;
 
-  Error err(const toml::node* node, const std::string& field, const std::string& msg) const;
-  Status only_known(const toml::table& t, const std::string& field, std::initializer_list<std::string_view> known) const;
-  Result<std::string> string_field(const toml::table& t, std::string_view name, const std::string& field, bool required) const;
-  Result<std::vector<std::string>> string_list(const toml::node& n, const std::string& field) const;
+  Error err(const toml::node* node, const std::string& field, const std::string& msg) const {
+    return doc.error(node, field, msg);
+  }
+  toml_options::Table table(const toml::table& t, const std::string& field) const { return doc.table(t, field); }
   Result<nlohmann::json> to_json(const toml::node& n, const std::string& field) const;
   Result<std::vector<std::string>> options_list(const toml::node& n, const std::string& field) const;
   Result<Dim> dim(const toml::node& n, const std::string& field) const;

@@ -80,11 +80,15 @@ TEST_CASE("CoordinatorOptionsAreReadWithTheirDefaultsAndBadOnesNameTheOption") {
            {base + "lease_ttl_s = 1\n", "fleet.lease_ttl_s"},
            {base + "hedge_factor = -1\n", "fleet.hedge_factor"},
            {base + "coordinator_timeout_ms = 0\n", "fleet.coordinator_timeout_ms"},
+           {base + "repository = \"Kiln\"\n", "fleet.repository"},
+           {"[fleet]\nregistry = \"https://r:5000/v2\"\nsigning_key_file = \"/k.pem\"\n", "fleet.registry"},
+           {"[fleet]\nregistry = \"https://user:secret@r:5000\"\nsigning_key_file = \"/k.pem\"\n", "fleet.registry"},
        }) {
     CAPTURE(b.text);
     FleetConfig d;
     auto r = apply_fleet_toml(d, b.text, "t.toml");
     REQUIRE_FALSE(r.has_value());
     CHECK_MESSAGE(r.error().message.find(b.says) != std::string::npos, r.error().message);
+    CHECK(r.error().message.find("secret") == std::string::npos);  // never a credential
   }
 }

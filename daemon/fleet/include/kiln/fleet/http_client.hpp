@@ -60,6 +60,12 @@ struct HttpResponse {
 // Receives a 2xx response's body in order; an error stops the transfer.
 using BodySink = std::function<Status(std::span<const std::byte>)>;
 
+// Whether `url` may be an HttpClient's base URL: http:// or https://, a host, an optional
+// port, no path, no user:password. invalid_argument says what is wrong, never echoing a URL
+// that carries credentials. create() applies it; kilnd's [fleet] reader too, so that
+// `kilnd --check-config` refuses what the fleet tier would refuse at start.
+Status check_base_url(std::string_view url);
+
 class HttpClient {
  public:
   // invalid_argument: malformed URL, user:password in the URL (use a credentials file),
