@@ -8,6 +8,8 @@
 #include <cstring>
 #include <string>
 
+#include "client_fixture.hpp"
+#include "kilnd_builds.hpp"
 #include "kiln/client/client.hpp"
 #include "kiln/client/kiln.h"
 #include "kiln/key.hpp"
@@ -189,11 +191,8 @@ TEST_CASE("CSourcesAreListedAndFetchedAndAMissingOneIsNotFound") {
     std::fwrite(archive.data(), 1, archive.size(), f);
     std::fclose(f);
   }
-  kiln::client::ConnectOptions o;
-  o.socket = d.socket();
-  auto cpp = kiln::client::Client::connect(o);
-  REQUIRE(cpp);
-  REQUIRE(cpp->put_source(kHash, "block.pt2", dir.path() / "block.pt2"));
+  auto cpp = kiln::test::connect_client(d.socket());
+  REQUIRE(cpp.put_source(kHash, "block.pt2", dir.path() / "block.pt2"));
 
   kiln_client* c = nullptr;
   REQUIRE(kiln_connect(d.socket().c_str(), &c) == KILN_OK);
@@ -233,9 +232,7 @@ TEST_CASE("CSourcesAreListedAndFetchedAndAMissingOneIsNotFound") {
 TEST_CASE("CSourceRegisteredBuildOnMissAndRequestsByName") {
   TempDir dir;
   const kiln::NodeFields n = kiln::test::test_node_fields();
-  KilndProcess d(dir.path(), std::string("[builds]\nworker = [\"") + KILN_TEST_WORKER +
-                                 "\"]\nprobe_gpus = false\nfailure_ttl_s = 600\n[[builds.slots]]\nname = \"gpu0\"\n"
-                                 "gpu_arch = \"" + n.gpu_arch + "\"\ngpu_name = \"" + n.gpu_name + "\"\n");
+  KilndProcess d(dir.path(), kiln::test::builds_toml({.gpu_arch = n.gpu_arch, .gpu_name = n.gpu_name}));
   REQUIRE_MESSAGE(d.start(), d.log());
   kiln_client* c = nullptr;
   REQUIRE(kiln_connect(d.socket().c_str(), &c) == KILN_OK);

@@ -11,7 +11,9 @@
 #include <fstream>
 #include <random>
 
+#include "client_fixture.hpp"
 #include "kiln/client/client.hpp"
+#include "random_bytes.hpp"
 #include "support/kilnd_process.hpp"
 #include "temp_dir.hpp"
 
@@ -20,44 +22,16 @@ using kiln::client::Client;
 using kiln::client::ConnectOptions;
 using kiln::client::Transfer;
 using kiln::test::KilndProcess;
+using kiln::test::query_filter;
+using kiln::test::query_limit;
+using kiln::test::query_pinned;
 using kiln::test::TempDir;
 using kiln::test::test_key;
 
 namespace {
 
-[[maybe_unused]] client::ListQuery query_filter(const std::string& field, const std::string& value) {
-  client::ListQuery q;
-  q.filters[field] = value;
-  return q;
-}
-[[maybe_unused]] client::ListQuery query_pinned() {
-  client::ListQuery q;
-  q.pinned = true;
-  return q;
-}
-[[maybe_unused]] client::ListQuery query_limit(std::size_t n) {
-  client::ListQuery q;
-  q.limit = n;
-  return q;
-}
-
-std::vector<std::byte> random_bytes(std::size_t n, unsigned seed) {
-  std::vector<std::byte> out(n);
-  std::mt19937_64 rng(seed);
-  for (std::size_t i = 0; i < n; i += 8) {
-    std::uint64_t v = rng();
-    std::memcpy(out.data() + i, &v, std::min<std::size_t>(8, n - i));
-  }
-  return out;
-}
-
 Client connect(const KilndProcess& d, Transfer transfer = Transfer::descriptor) {
-  ConnectOptions o;
-  o.socket = d.socket();
-  o.transfer = transfer;
-  auto c = Client::connect(o);
-  REQUIRE_MESSAGE(c, (c ? "" : c.error().to_string()));
-  return std::move(*c);
+  return test::connect_client(d.socket(), transfer);
 }
 
 // Reads the artifact through its /proc/self/fd path, as another library would.
@@ -82,7 +56,7 @@ TEST_CASE("RoundTripsAreByteIdenticalThroughDescriptorAndStream") {
   for (std::size_t size : {std::size_t{0}, std::size_t{4096}, std::size_t{2'500'000}}) {
     CAPTURE(size);
     Key key = test_key(100 + n);
-    auto data = random_bytes(size, static_cast<unsigned>(size) + 1);
+    auto data = test::random_byte_vector(size, static_cast<unsigned>(size) + 1);
     auto put = fd_client.put(key, data);
     REQUIRE_MESSAGE(put, (put ? "" : put.error().to_string()));
     CHECK(put->size == size);
@@ -115,7 +89,7 @@ TEST_CASE("StreamedHitIsASealedMemfd") {
   KilndProcess d(dir.path());
   REQUIRE_MESSAGE(d.start(), d.log());
   Client c = connect(d, Transfer::stream);
-  auto data = random_bytes(10'000, 7);
+  auto data = test::random_byte_vector(10'000, 7);
   REQUIRE(c.put(test_key(1), data));
   auto hit = c.get(test_key(1));
   REQUIRE(hit);
@@ -131,7 +105,7 @@ TEST_CASE("PutFileStreamsAFileAndMissingFilesAreRefusedLocally") {
   KilndProcess d(dir.path());
   REQUIRE_MESSAGE(d.start(), d.log());
   Client c = connect(d);
-  auto data = random_bytes(3'000'000, 3);
+  auto data = test::random_byte_vector(3'000'000, 3);
   {
     std::ofstream f(dir / "artifact.pt2", std::ios::binary);
     f.write(reinterpret_cast<const char*>(data.data()), static_cast<std::streamsize>(data.size()));
@@ -186,7 +160,7 @@ TEST_CASE("StatListPinUnpinRemoveStatsAndStatus") {
   Client c = connect(d);
   std::vector<Digest> digests;
   for (int i = 0; i < 5; ++i) {
-    auto info = c.put(test_key(i), random_bytes(1000 + i, i));
+    auto info = c.put(test_key(i), test::random_byte_vector(1000 + i, i));
     REQUIRE(info);
     digests.push_back(info->key_digest);
   }
@@ -256,7 +230,7 @@ TEST_CASE("BadKeysAreRefusedWithTheFieldNamed") {
   Client c = connect(d);
   Key no_hash = test_key(1);
   no_hash.model_hash.clear();
-  auto put = c.put(no_hash, random_bytes(100, 1));
+  auto put = c.put(no_hash, test::random_byte_vector(100, 1));
   REQUIRE_FALSE(put);
   CHECK(put.error().code == Errc::invalid_argument);
   CHECK(put.error().message.find("model_hash") != std::string::npos);
@@ -266,7 +240,7 @@ TEST_CASE("BadKeysAreRefusedWithTheFieldNamed") {
   REQUIRE_FALSE(get);
   CHECK(get.error().code == Errc::invalid_argument);
   // The connection survives refused requests.
-  REQUIRE(c.put(test_key(1), random_bytes(100, 1)));
+  REQUIRE(c.put(test_key(1), test::random_byte_vector(100, 1)));
   CHECK(c.stats()->entries == 1);
 }
 

@@ -6,7 +6,9 @@
 #include <mutex>
 #include <thread>
 
+#include "client_fixture.hpp"
 #include "kiln/client/client.hpp"
+#include "random_bytes.hpp"
 #include "support/kilnd_process.hpp"
 #include "temp_dir.hpp"
 
@@ -14,26 +16,13 @@ using namespace kiln;
 using kiln::client::Client;
 using kiln::client::ConnectOptions;
 using kiln::test::KilndProcess;
+using kiln::test::query_filter;
+using kiln::test::query_limit;
+using kiln::test::query_pinned;
 using kiln::test::TempDir;
 using kiln::test::test_key;
 
 namespace {
-
-[[maybe_unused]] client::ListQuery query_filter(const std::string& field, const std::string& value) {
-  client::ListQuery q;
-  q.filters[field] = value;
-  return q;
-}
-[[maybe_unused]] client::ListQuery query_pinned() {
-  client::ListQuery q;
-  q.pinned = true;
-  return q;
-}
-[[maybe_unused]] client::ListQuery query_limit(std::size_t n) {
-  client::ListQuery q;
-  q.limit = n;
-  return q;
-}
 
 constexpr int kClients = 64;
 constexpr int kPutsPerClient = 4;
@@ -41,13 +30,7 @@ constexpr int kPutsPerClient = 4;
 // Deterministic content per (client, item), so any reader can check what it got.
 std::vector<std::byte> content(int client, int item) {
   std::size_t size = static_cast<std::size_t>(1 + (client * 7919 + item * 104729) % 300'000);
-  std::vector<std::byte> out(size);
-  std::uint32_t x = static_cast<std::uint32_t>(client * 1000 + item + 1);
-  for (auto& b : out) {
-    x = x * 1664525u + 1013904223u;
-    b = static_cast<std::byte>(x >> 24);
-  }
-  return out;
+  return kiln::test::random_byte_vector(size, static_cast<std::uint64_t>(client * 1000 + item + 1));
 }
 
 int key_id(int client, int item) { return client * 100 + item; }
@@ -108,16 +91,13 @@ TEST_CASE("SixtyFourConcurrentClientsLoseNothing") {
   REQUIRE(failures.load() == 0);
 
   // Afterwards every surviving artifact is there, byte-identical; the removed ones are gone.
-  ConnectOptions o;
-  o.socket = d.socket();
-  auto c = Client::connect(o);
-  REQUIRE(c);
-  auto stats = c->stats();
+  auto c = test::connect_client(d.socket());
+  auto stats = c.stats();
   REQUIRE(stats);
   CHECK(stats->entries == kClients * (kPutsPerClient - 1));
   for (int t = 0; t < kClients; ++t) {
     for (int i = 0; i < kPutsPerClient; ++i) {
-      auto hit = c->get(test_key(key_id(t, i)));
+      auto hit = c.get(test_key(key_id(t, i)));
       REQUIRE(hit);
       if (i == kPutsPerClient - 1) {
         CHECK_FALSE(hit->has_value());
@@ -128,7 +108,7 @@ TEST_CASE("SixtyFourConcurrentClientsLoseNothing") {
       }
     }
   }
-  auto pinned = c->list(query_pinned());
+  auto pinned = c.list(query_pinned());
   REQUIRE(pinned);
   CHECK(pinned->entries.size() == kClients);
 }
@@ -137,23 +117,20 @@ TEST_CASE("OneClientSharedByThreadsSerializesItsCalls") {
   TempDir dir;
   KilndProcess d(dir.path());
   REQUIRE_MESSAGE(d.start(), d.log());
-  ConnectOptions o;
-  o.socket = d.socket();
-  auto c = Client::connect(o);
-  REQUIRE(c);
+  auto c = test::connect_client(d.socket());
   std::atomic<int> failures{0};
   std::vector<std::thread> threads;
   for (int t = 0; t < 8; ++t) {
     threads.emplace_back([&, t] {
       for (int i = 0; i < 5; ++i) {
         auto data = content(t, i);
-        if (!c->put(test_key(key_id(t, i)), data)) ++failures;
-        auto hit = c->get(test_key(key_id(t, i)));
+        if (!c.put(test_key(key_id(t, i)), data)) ++failures;
+        auto hit = c.get(test_key(key_id(t, i)));
         if (!hit || !*hit || *(**hit).read_all() != data) ++failures;
       }
     });
   }
   for (auto& th : threads) th.join();
   CHECK(failures.load() == 0);
-  CHECK(c->stats()->entries == 40);
+  CHECK(c.stats()->entries == 40);
 }

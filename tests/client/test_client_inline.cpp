@@ -8,6 +8,7 @@
 
 #include <cstring>
 
+#include "client_fixture.hpp"
 #include "kiln/client/client.hpp"
 #include "support/kilnd_process.hpp"
 #include "temp_dir.hpp"
@@ -27,13 +28,7 @@ std::vector<std::byte> bytes_of(std::size_t n, char seed) {
   return out;
 }
 
-Client connect(const KilndProcess& d) {
-  ConnectOptions o;  // the default transfer
-  o.socket = d.socket();
-  auto c = Client::connect(o);
-  REQUIRE_MESSAGE(c, (c ? "" : c.error().to_string()));
-  return std::move(*c);
-}
+Client connect(const KilndProcess& d) { return test::connect_client(d.socket()); }  // the default transfer
 
 }  // namespace
 

@@ -5,6 +5,7 @@
 
 #include <fstream>
 
+#include "client_fixture.hpp"
 #include "kiln/client/client.hpp"
 #include "kiln/client/explain.hpp"
 #include "support/kilnd_process.hpp"
@@ -18,13 +19,7 @@ using kiln::test::TempDir;
 
 namespace {
 
-Client connect(const KilndProcess& d) {
-  client::ConnectOptions o;
-  o.socket = d.socket();
-  auto c = Client::connect(o);
-  REQUIRE_MESSAGE(c, (c ? "" : c.error().to_string()));
-  return std::move(*c);
-}
+Client connect(const KilndProcess& d) { return test::connect_client(d.socket()); }
 
 std::span<const std::byte> bytes(const std::string& s) { return std::as_bytes(std::span(s.data(), s.size())); }
 

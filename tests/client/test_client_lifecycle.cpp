@@ -12,6 +12,7 @@
 #include <cstring>
 #include <thread>
 
+#include "client_fixture.hpp"
 #include "kiln/client/client.hpp"
 #include "kiln/protocol/frame.hpp"
 #include "kiln/protocol/messages.hpp"
@@ -30,13 +31,7 @@ namespace {
 
 std::vector<std::byte> bytes_of(std::size_t n, std::uint8_t v) { return std::vector<std::byte>(n, std::byte{v}); }
 
-Client connect(const KilndProcess& d) {
-  ConnectOptions o;
-  o.socket = d.socket();
-  auto c = Client::connect(o);
-  REQUIRE_MESSAGE(c, (c ? "" : c.error().to_string()));
-  return std::move(*c);
-}
+Client connect(const KilndProcess& d) { return test::connect_client(d.socket()); }
 
 template <class F>
 std::chrono::milliseconds timed(F&& f) {

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <fstream>
 
+#include "client_fixture.hpp"
 #include "kiln/client/client.hpp"
 #include "kiln/client/json.hpp"
 #include "kiln/digest.hpp"
@@ -26,12 +27,7 @@ using kiln::test::TempDir;
 namespace {
 
 Client connect(const KilndProcess& d, Transfer transfer = Transfer::descriptor) {
-  ConnectOptions o;
-  o.socket = d.socket();
-  o.transfer = transfer;
-  auto c = Client::connect(o);
-  REQUIRE_MESSAGE(c, (c ? "" : c.error().to_string()));
-  return std::move(*c);
+  return test::connect_client(d.socket(), transfer);
 }
 
 std::string archive_bytes(std::size_t n, char seed) {

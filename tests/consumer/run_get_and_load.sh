@@ -9,25 +9,19 @@ rm -rf "$work" && mkdir -p "$work"
 sock_dir=$(mktemp -d /tmp/kiln-consumer-XXXXXX)
 sock=$sock_dir/kiln.sock
 trap 'kill $pid 2>/dev/null || true; rm -rf "$sock_dir"' EXIT
+# The test node (its one copy: tests/support/test_node.toml) and one build slot of its GPU.
+node=$(dirname "$0")/../support/test_node.toml
+node_field() { sed -n "s/^$1 = //p" "$node"; }
 cat > "$work/kilnd.toml" <<TOML
 [builds]
 worker = ["$worker"]
 probe_gpus = false
 [[builds.slots]]
 name = "gpu0"
-gpu_arch = "sm_test"
-gpu_name = "Test GPU"
-[node]
-gpu_arch = "sm_test"
-gpu_name = "Test GPU"
-torch_version = "test-torch"
-torch_git = "test-git"
-cuda_version = "test-cuda"
-triton_version = "test-triton"
-platform = "linux"
-machine = "x86_64"
-cpu_isa = "test-isa"
+gpu_arch = $(node_field gpu_arch)
+gpu_name = $(node_field gpu_name)
 TOML
+cat "$node" >> "$work/kilnd.toml"
 "$kilnd" --socket "$sock" --store "$work/store" --config "$work/kilnd.toml" > "$work/kilnd.log" 2>&1 &
 pid=$!
 i=0

@@ -9,6 +9,7 @@
 #include <random>
 
 #include "kiln/protocol/messages.hpp"
+#include "random_bytes.hpp"
 #include "support/kilnd_process.hpp"
 #include "support/raw_client.hpp"
 #include "temp_dir.hpp"
@@ -19,13 +20,6 @@ namespace proto = kiln::protocol;
 using proto::MsgType;
 
 namespace {
-
-std::string bytes_of(std::size_t n, unsigned seed) {
-  std::string s(n, '\0');
-  std::mt19937 rng(seed);
-  for (auto& ch : s) ch = static_cast<char>(rng());
-  return s;
-}
 
 struct Got {
   proto::Delivery delivery;
@@ -81,7 +75,7 @@ TEST_CASE("auto: small artifacts inline in one CHUNK, larger ones as a descripto
   CHECK(hello->inline_max == 8192);
   CHECK(std::find(hello->capabilities.begin(), hello->capabilities.end(), "auto") != hello->capabilities.end());
 
-  const std::string zero, small = bytes_of(4096, 1), edge = bytes_of(8192, 2), large = bytes_of(8193, 3);
+  const std::string zero, small = test::random_bytes(4096, 1), edge = test::random_bytes(8192, 2), large = test::random_bytes(8193, 3);
   const Digest dz = put(c, "zero", zero), ds = put(c, "small", small), de = put(c, "edge", edge),
                dl = put(c, "large", large);
   for (int round = 0; round < 2; ++round) {  // cold (from the store), then from the hot set
@@ -119,7 +113,7 @@ TEST_CASE("auto: a client whose frames are smaller than the artifact gets a desc
   auto hello = proto::decode<proto::HelloReply>(r.body);
   REQUIRE(hello);
   CHECK(hello->inline_max == 4096);
-  const std::string data = bytes_of(6000, 4);
+  const std::string data = test::random_bytes(6000, 4);
   const Digest dd = put(c, "mid", data);
   auto g = get(c, dd, proto::Delivery::automatic);
   CHECK(g.delivery == proto::Delivery::fd);

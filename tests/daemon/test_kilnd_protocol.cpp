@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "kiln/protocol/messages.hpp"
+#include "random_bytes.hpp"
 #include "support/kilnd_process.hpp"
 #include "support/raw_client.hpp"
 #include "temp_dir.hpp"
@@ -43,13 +44,6 @@ void check_serves(const KilndProcess& d) {
   CHECK(r.header.type == MsgType::ok);
 }
 
-std::string bytes_of(std::size_t n, unsigned seed) {
-  std::string s(n, '\0');
-  std::mt19937 rng(seed);
-  for (auto& ch : s) ch = static_cast<char>(rng());
-  return s;
-}
-
 }  // namespace
 
 TEST_CASE("put, get by descriptor and by stream, stat, list, delete round trip") {
@@ -62,7 +56,7 @@ TEST_CASE("put, get by descriptor and by stream, stat, list, delete round trip")
   CHECK(hello->roles == std::vector<std::string>{"read", "write", "admin"});
 
   const Key key = test_key("roundtrip");
-  const std::string data = bytes_of(3 << 20, 1);  // several chunks
+  const std::string data = test::random_bytes(3 << 20, 1);  // several chunks
   auto put = c.put(key, data, 1 << 20);
   REQUIRE(put.header.type == MsgType::ok);
   auto put_reply = proto::decode<proto::PutReply>(put.body);
@@ -257,7 +251,7 @@ TEST_CASE("malformed frames close only their own connection") {
   SUBCASE("random bytes") {
     for (unsigned seed = 0; seed < 20; ++seed) {
       RawClient c(d.socket());
-      auto junk = bytes_of(1 + seed * 97, seed);
+      auto junk = test::random_bytes(1 + seed * 97, seed);
       c.send_bytes(junk.data(), junk.size());
       // Either an error and a close, or nothing yet (too few bytes for a header): both fine.
       (void)c.recv(std::chrono::milliseconds(200));
@@ -370,7 +364,7 @@ TEST_CASE("a put whose chunk headers and bodies arrive in separate reads is stor
   c.hello();
   for (int round = 0; round < 6; ++round) {
     const Key key = test_key("split-" + std::to_string(round));
-    const std::string data = bytes_of(300'000 + static_cast<std::size_t>(round), static_cast<unsigned>(round) + 7);
+    const std::string data = test::random_bytes(300'000 + static_cast<std::size_t>(round), static_cast<unsigned>(round) + 7);
     auto id = c.next_id();
     proto::PutRequest req;
     req.key = key;

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import tomllib
 
 import pytest
 
@@ -21,10 +22,13 @@ sys.path.insert(0, os.path.join(HERE, "..", "..", "client", "python"))
 
 import kiln  # noqa: E402
 
-# The node fields the test kilnd and its test worker report (test_worker.cpp's toolchain op).
-TEST_NODE = {"gpu_arch": "sm_test", "gpu_name": "Test GPU", "torch_version": "test-torch", "torch_git": "test-git",
-             "cuda_version": "test-cuda", "triton_version": "test-triton", "platform": "linux",
-             "machine": "x86_64"}
+# The test node (its one copy: tests/support/test_node.toml), the [node] table every test
+# kilnd is configured with. TEST_NODE: the fields a key carries; cpu_isa is left to kilnd.
+TEST_NODE_TOML = os.path.join(HERE, "..", "support", "test_node.toml")
+with open(TEST_NODE_TOML, "rb") as _f:
+    _NODE = tomllib.load(_f)["node"]
+TEST_NODE = {k: v for k, v in _NODE.items() if k != "cpu_isa"}
+TEST_CPU_ISA = _NODE["cpu_isa"]
 
 
 def _required_env(name):
@@ -51,7 +55,8 @@ class Kilnd:
             f.write(f'[builds]\nworker = ["{worker}"]\nprobe_gpus = false\nfailure_ttl_s = 600\n'
                     f'[[builds.slots]]\nname = "gpu0"\ngpu_arch = "{TEST_NODE["gpu_arch"]}"\n'
                     f'gpu_name = "{TEST_NODE["gpu_name"]}"\n')
-            f.write("[node]\n" + "".join(f'{k} = "{v}"\n' for k, v in TEST_NODE.items()) + 'cpu_isa = "test-isa"\n')
+            with open(TEST_NODE_TOML) as node:
+                f.write(node.read())
         self.proc = None
 
     def start(self, timeout=30):

@@ -11,7 +11,7 @@ import threading
 import pytest
 
 import kiln
-from conftest import TEST_NODE
+from conftest import TEST_CPU_ISA, TEST_NODE
 
 HASH = "3fa2bd6e2c3c6bb1a1f0ff7c6e4d3b2a1908f7e6d5c4b3a29180f7e6d5c4b3a2"
 
@@ -41,7 +41,7 @@ def test_put_get_round_trip_as_path_file_and_buffer(kilnd, streaming):
             with art.open() as f:
                 assert f.read(10) == data[:10]
             assert bytes(art.buffer()) == data
-            assert art.key_digest == info["key_digest"] == c.key_digest(dict(key(), cpu_isa="test-isa"))
+            assert art.key_digest == info["key_digest"] == c.key_digest(dict(key(), cpu_isa=TEST_CPU_ISA))
             by_digest = c.get(art.key_digest)
             assert by_digest.read() == data
             by_digest.close()
@@ -111,7 +111,7 @@ def test_daemon_restart_is_unavailable_once_then_the_same_client_works(kilnd):
         c.stats()
     kilnd.start()
     assert c.get(key()).read() == b"survives"
-    assert c.status()["node"]["gpu_arch"] == "sm_test"
+    assert c.status()["node"]["gpu_arch"] == TEST_NODE["gpu_arch"]
     c.close()
     c.close()  # idempotent
     with pytest.raises(ValueError):

@@ -7,6 +7,7 @@
 #include "blob_format.hpp"
 #include "blob_reader.hpp"
 #include "blob_writer.hpp"
+#include "random_bytes.hpp"
 #include "store_test_util.hpp"
 #include "temp_dir.hpp"
 
@@ -123,9 +124,7 @@ TEST_CASE("zstd compresses code-like bytes; random bytes, where zstd does not ga
   auto code = write_blob(dir.path(), kiln::test::as_bytes(text));
   CHECK(code.file_size * 20 < text.size());
   CHECK(code.header.compression == Compression::zstd);
-  std::vector<std::byte> random(1'000'000);
-  std::mt19937_64 rng(1);
-  for (auto& b : random) b = static_cast<std::byte>(rng());
+  const std::vector<std::byte> random = kiln::test::random_byte_vector(1'000'000, 1);
   auto rnd = write_blob(dir.path(), random);
   CHECK(rnd.header.compression == Compression::none);
   CHECK(rnd.file_size == random.size() + kBlobHeaderSize);

@@ -2,6 +2,7 @@
 #include <doctest/doctest.h>
 
 #include "kiln/storage/store.hpp"
+#include "random_bytes.hpp"
 #include "store_test_util.hpp"
 #include "temp_dir.hpp"
 
@@ -12,12 +13,7 @@ using kiln::test::make_key;
 namespace {
 
 // Random bytes do not compress: stored size ~= size + header, so sizes are predictable.
-std::vector<std::byte> incompressible(std::size_t n, std::uint64_t seed) {
-  std::vector<std::byte> out(n);
-  std::mt19937_64 rng(seed);
-  for (auto& b : out) b = static_cast<std::byte>(rng());
-  return out;
-}
+std::vector<std::byte> incompressible(std::size_t n, std::uint64_t seed) { return kiln::test::random_byte_vector(n, seed); }
 
 std::unique_ptr<Store> open_store(const std::filesystem::path& root, std::uint64_t quota, std::uint64_t hard) {
   StoreOptions o;

@@ -8,6 +8,7 @@
 
 #include "kiln/storage/fault_file_system.hpp"
 #include "kiln/storage/store.hpp"
+#include "random_bytes.hpp"
 #include "store_test_util.hpp"
 #include "temp_dir.hpp"
 
@@ -27,12 +28,6 @@ std::unique_ptr<Store> open_store(const std::filesystem::path& root, FileSystem*
   return std::move(*s);
 }
 
-std::vector<std::byte> random_bytes(std::size_t n, std::uint64_t seed) {
-  std::vector<std::byte> out(n);
-  std::mt19937_64 rng(seed);
-  for (auto& b : out) b = static_cast<std::byte>(rng());
-  return out;
-}
 
 }  // namespace
 
@@ -64,7 +59,7 @@ TEST_CASE("a full disk fails the put with no_space, leaves no temporary, and los
   REQUIRE(kept);
   for (std::uint64_t budget : {0ull, 50ull, 80ull, 4096ull, 300'000ull}) {
     ffs.fail_writes_after(budget);
-    auto r = store->put_bytes(make_key(2), random_bytes(2'000'000, budget));
+    auto r = store->put_bytes(make_key(2), kiln::test::random_byte_vector(2'000'000, budget));
     REQUIRE_FALSE(r);
     CHECK(r.error().code == Errc::no_space);
     CHECK(r.error().message.find("No space left") != std::string::npos);
@@ -74,7 +69,7 @@ TEST_CASE("a full disk fails the put with no_space, leaves no temporary, and los
   }
   CHECK(store->stats()->entries == 1);
   // Space comes back: puts work again.
-  auto later = store->put_bytes(make_key(2), random_bytes(200'000, 7));
+  auto later = store->put_bytes(make_key(2), kiln::test::random_byte_vector(200'000, 7));
   REQUIRE(later);
   auto v = store->verify();
   REQUIRE(v);

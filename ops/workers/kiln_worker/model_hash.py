@@ -1,4 +1,5 @@
-"""The `hash` op: a source's model hash and signature (schema/sources.md says what is hashed).
+"""A source's model hash (schema/sources.md says what is hashed); the `hash` op that
+reports it is sources.py.
 
 The hash covers the exported graph (every node's operation, arguments and output
 shape/dtype), the input and output specs (parameter/buffer names, shapes and dtypes), the
@@ -9,7 +10,7 @@ block, exported by the same code, hash the same.
 import hashlib
 import json
 
-import signature
+from spelling import dim_text, dtype_name
 
 HASH_FORMAT = "kiln-model-hash/1"
 
@@ -58,8 +59,8 @@ def _tensor_meta(t):
     import torch
 
     strided = t.layout == torch.strided
-    return {"shape": [signature.dim_text(d) for d in t.shape], "dtype": signature.dtype_name(t.dtype),
-            "stride": [signature.dim_text(s) for s in t.stride()] if strided else []}
+    return {"shape": [dim_text(d) for d in t.shape], "dtype": dtype_name(t.dtype),
+            "stride": [dim_text(s) for s in t.stride()] if strided else []}
 
 
 def _val(v):
@@ -121,33 +122,3 @@ def hash_document(ep):
 def model_hash(ep):
     doc = json.dumps(hash_document(ep), sort_keys=True, separators=(",", ":"))
     return hashlib.sha256((HASH_FORMAT + "\n" + doc).encode()).hexdigest()
-
-
-def describe_source(path):
-    ep = signature.load_source(path, device=None)
-    weights = signature.state_tensors(ep)
-    inputs, call, _ = signature.call_signature(ep)
-    return {
-        "model_hash": model_hash(ep),
-        "inputs": inputs,
-        "call": call,
-        "weight_free": signature.is_weight_free(ep),
-        "dtype": signature.weight_dtype(ep),
-        "constants": [{"name": n, "shape": list(t.shape), "dtype": signature.dtype_name(t.dtype)}
-                      for n, t in sorted(weights.items())],
-    }
-
-
-def strip_source(path, output):
-    """Writes a weight-free copy of the source at `path` to `output` (schema/sources.md)
-    and describes it; its model hash is the original's (weights are not hashed)."""
-    import torch
-
-    ep = signature.load_source(path, device=None)
-    before = model_hash(ep)
-    torch.export.save(signature.strip_weights(ep), output)
-    out = describe_source(output)
-    if out["model_hash"] != before:
-        raise signature.WorkerError(f"stripping the weights changed the model hash ({before} -> {out['model_hash']}); "
-                                    "not writing a source that would not match its original")
-    return out

@@ -1,5 +1,7 @@
 """Request parsing and dispatch for the kiln worker (schema/worker-protocol.md): the top of
-the worker. It imports the ops lazily; they import only report.py and each other."""
+the worker, which nothing imports but __main__. It imports the ops lazily (toolchain,
+sources, aoti, megacache); imports point one way, down: ops -> signature ->
+model_hash -> spelling, and every module -> report."""
 import json
 import sys
 import time
@@ -18,11 +20,11 @@ def _dispatch(request):
         # The CPU ISA probe runs compilers (~25 s); kilnd detects it itself and says "host": false.
         return toolchain.describe(with_cpu_isa=bool(request.get("host", True)))
     if op == "hash":
-        import model_hash
-        return model_hash.describe_source(_required(request, "source"))
+        import sources
+        return sources.describe_source(_required(request, "source"))
     if op == "strip":
-        import model_hash
-        return model_hash.strip_source(_required(request, "source"), _required(request, "output"))
+        import sources
+        return sources.strip_source(_required(request, "source"), _required(request, "output"))
     if op == "build":
         key = _required(request, "key")
         kind = key.get("kind")

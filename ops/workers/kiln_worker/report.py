@@ -1,6 +1,6 @@
 """How every part of the worker reports: WorkerError for failures the daemon passes on to
-its waiters, log() for the build log (stderr). The ops import this, never protocol.py, so
-imports point one way: protocol (the dispatcher) -> ops -> report."""
+its waiters, log() for the build log (stderr). Every module imports this, and it imports
+none of them; nothing imports protocol.py (the dispatcher) but __main__."""
 import sys
 
 

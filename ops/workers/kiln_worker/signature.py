@@ -5,19 +5,13 @@ import json
 import os
 
 import call_structure
+import model_hash as model_hashing
 from report import WorkerError, log
+from spelling import dtype_name
 
 # Relative L2 error allowed between compiled and eager outputs, by the key's dtype.
 TOLERANCE = {"bfloat16": 2e-2, "float16": 5e-3, "float32": 1e-3, "float64": 1e-6}
 _UNBOUNDED = 2**63 - 1
-
-
-def dtype_name(dt):
-    return str(dt).replace("torch.", "")
-
-
-def dim_text(d):
-    return int(d) if isinstance(d, int) else str(d)
 
 
 def load_source(path, device="cuda", model_hash=None):
@@ -302,9 +296,7 @@ def key_call(key):
 
 def check_model_hash(ep, want):
     """A source is never trusted to match the hash it was registered under: recomputed here."""
-    import model_hash
-
-    have = model_hash.model_hash(ep)
+    have = model_hashing.model_hash(ep)
     if have != want:
         raise WorkerError(f"the source registered under model hash {want} hashes to {have} on this "
                           "node; refusing to build from it (register the block's own export with kilnctl source add)")

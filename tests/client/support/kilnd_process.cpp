@@ -13,22 +13,9 @@
 #include <thread>
 
 #include "kiln/client/client.hpp"
+#include "text_file.hpp"
 
 namespace kiln::test {
-
-NodeFields test_node_fields() {
-  NodeFields n;
-  n.gpu_arch = "sm_90";
-  n.gpu_name = "NVIDIA H200";
-  n.torch_version = "2.11.0+cu130";
-  n.torch_git = "0123456789abcdef0123456789abcdef01234567";
-  n.cuda_version = "13.0";
-  n.triton_version = "3.6.0";
-  n.platform = "linux";
-  n.machine = "x86_64";
-  n.cpu_isa = "avx512";
-  return n;
-}
 
 Key test_key(int n) {
   Key k;
@@ -61,14 +48,8 @@ KilndProcess::KilndProcess(std::filesystem::path dir, std::string extra_toml) : 
   ::chmod(tmpl, 0755);
   socket_dir_ = tmpl;
   socket_ = socket_dir_ / "kiln.sock";
-  NodeFields n = test_node_fields();
   std::ofstream cfg(dir_ / "kilnd.toml");
-  cfg << "log_level = \"info\"\n" << extra_toml << "\n"
-      << "[node]\n"
-      << "gpu_arch = \"" << n.gpu_arch << "\"\ngpu_name = \"" << n.gpu_name << "\"\n"
-      << "torch_version = \"" << n.torch_version << "\"\ntorch_git = \"" << n.torch_git << "\"\n"
-      << "cuda_version = \"" << n.cuda_version << "\"\ntriton_version = \"" << n.triton_version << "\"\n"
-      << "platform = \"" << n.platform << "\"\nmachine = \"" << n.machine << "\"\ncpu_isa = \"" << n.cpu_isa << "\"\n";
+  cfg << "log_level = \"info\"\n" << extra_toml << "\n" << slurp(test_node_toml());
 }
 
 KilndProcess::~KilndProcess() {

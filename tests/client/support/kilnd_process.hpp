@@ -1,8 +1,8 @@
 // A real kilnd, started as a child process on a socket and store inside a test folder.
 // Used by the client and kilnctl integration tests (tests/client, tests/ops).
 //
-// The config written for it fills every node field (so keys that leave them empty are
-// complete) and takes the test's extra TOML; kilnd's log goes to <dir>/kilnd.log, and
+// The config written for it takes the test's extra TOML and the test node's [node] table
+// (tests/support/test_node.toml: so keys that leave the node fields empty are complete); kilnd's log goes to <dir>/kilnd.log, and
 // the destructor kills a kilnd still running.
 #pragma once
 
@@ -16,11 +16,10 @@
 
 #include "kiln/key.hpp"
 #include "kiln/result.hpp"
+#include "test_node.hpp"
 
 namespace kiln::test {
 
-// The node fields the test config gives kilnd.
-NodeFields test_node_fields();
 // A key with every non-node field set and node fields empty (the daemon fills them).
 // `n` makes keys differ (in model hash and region).
 Key test_key(int n);

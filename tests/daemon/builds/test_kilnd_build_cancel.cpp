@@ -13,69 +13,39 @@
 
 #include "kiln/key.hpp"
 #include "kiln/protocol/frame.hpp"
+#include "kilnd_builds.hpp"
 #include "support/kilnd_process.hpp"
+#include "support/raw_calls.hpp"
 #include "support/raw_client.hpp"
 #include "temp_dir.hpp"
+#include "text_file.hpp"
+#include "wait_until.hpp"
 
 using namespace kiln;
 using namespace std::chrono_literals;
 using json = nlohmann::json;
+using test::wait_until;
 namespace proto = kiln::protocol;
 namespace fs = std::filesystem;
 
 namespace {
 
-std::string read_text(const fs::path& p) {
-  std::ifstream in(p);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-bool wait_until(const std::function<bool()>& cond, std::chrono::milliseconds limit = 8s) {
-  auto end = std::chrono::steady_clock::now() + limit;
-  while (std::chrono::steady_clock::now() < end) {
-    if (cond()) return true;
-    std::this_thread::sleep_for(10ms);
-  }
-  return cond();
-}
-
-std::string config() {
-  return std::string("[builds]\nworker = [\"") + KILN_TEST_WORKER +
-         "\"]\nprobe_gpus = false\nfailure_ttl_s = 600\nbuild_timeout_s = 600\n"
-         "[[builds.slots]]\nname = \"gpu0\"\ngpu_arch = \"sm_test\"\ngpu_name = \"Test GPU\"\n";
-}
-
 struct Node {
   test::TempDir dir;
-  test::KilndProcess kilnd{dir.path(), config()};
+  test::KilndProcess kilnd{dir.path(), test::builds_toml({.build_timeout_s = 600})};
   fs::path count_file = dir / "builds.txt";
 
-  std::unique_ptr<test::RawClient> client() {
-    auto c = std::make_unique<test::RawClient>(kilnd.socket());
-    c->hello();
-    return c;
-  }
+  test::RawConn client() { return test::connect_raw(kilnd.socket()); }
 
   // Registers a source that commands the test worker; returns its model hash.
   std::string add_source(json command) {
     command["count_file"] = count_file.string();
-    const std::string text = command.dump();
-    const std::string hash = sha256(text).hex();
-    auto c = client();
-    const auto id = c->next_id();
-    REQUIRE(c->send_frame(proto::MsgType::put_source, id, json{{"model_hash", hash}, {"name", "slow.json"}}.dump()));
-    REQUIRE(c->send_frame(proto::MsgType::chunk, id, text, proto::kFlagEnd));
-    auto r = c->recv();
-    REQUIRE(r.has_value());
-    REQUIRE_MESSAGE(r->header.type == proto::MsgType::ok, r->body);
-    return hash;
+    return test::put_source_text(*client(), "slow.json", command.dump());
   }
 
   // The pid of the n-th worker started, 0 if none yet.
   pid_t worker(std::size_t n) const {
-    std::istringstream in(read_text(count_file));
+    std::istringstream in(test::slurp(count_file));
     std::string region;
     pid_t pid = 0;
     for (std::size_t i = 0; i <= n; ++i)
@@ -101,24 +71,12 @@ struct Node {
 // The worker is kilnd's child: gone (killed and reaped), with its process group.
 bool gone(pid_t pid) { return ::kill(pid, 0) != 0 && errno == ESRCH && ::kill(-pid, 0) != 0 && errno == ESRCH; }
 
-// A key with the node fields left to kilnd.
-Key client_key(const std::string& hash, const std::string& region) {
-  Key k;
-  k.kind = ArtifactKind::aoti;
-  k.model_hash = hash;
-  k.region = region;
-  k.dtype = "bfloat16";
-  k.inputs = {{{Dim::fixed(1), Dim::fixed(4608), Dim::fixed(3072)}, "bfloat16", "strided"}};
-  return k;
-}
-
 std::string get_build(const Key& k) { return "{\"key\":" + k.to_json() + ",\"on_miss\":\"build\"}"; }
 std::string build_wait(const Key& k) { return "{\"key\":" + k.to_json() + ",\"wait\":true}"; }
 
-json call_ok(test::RawClient& c, proto::MsgType type, const std::string& body) {
-  auto r = c.call(type, body);
-  REQUIRE_MESSAGE(r.header.type == proto::MsgType::ok, r.body);
-  return json::parse(r.body);
+// A request whose reply must be OK: the reply's JSON.
+json call_json(test::RawClient& c, proto::MsgType type, const std::string& body) {
+  return json::parse(test::call_ok(c, type, body));
 }
 
 }  // namespace
@@ -128,7 +86,7 @@ TEST_CASE("AClientThatDisconnectsWhileWaitingStopsItsBuildAndKilndKeepsServing")
   const std::string hash = n.add_source({{"behavior", "ok"}, {"sleep_ms", 30000}, {"log", "compiling slowly"}});
   {
     auto waiter = n.client();
-    REQUIRE(waiter->send_frame(proto::MsgType::get, waiter->next_id(), get_build(client_key(hash, "Block"))));
+    REQUIRE(waiter->send_frame(proto::MsgType::get, waiter->next_id(), get_build(test::source_key(hash, "Block"))));
     REQUIRE(wait_until([&] { return n.worker(0) != 0; }));
     CHECK(n.scratch_entries() >= 2);  // its job folder and its source copy
   }  // the client goes away without a word
@@ -143,25 +101,25 @@ TEST_CASE("AClientThatDisconnectsWhileWaitingStopsItsBuildAndKilndKeepsServing")
   auto admin = n.client();
   json status;
   CHECK(wait_until([&] {  // the worker is reaped a moment before the build is recorded
-    status = call_ok(*admin, proto::MsgType::build_status, "{}");
+    status = call_json(*admin, proto::MsgType::build_status, "{}");
     return status["builds"].size() == 1 && status["builds"][0]["state"] == "cancelled";
   }, 3s));
   REQUIRE(status["builds"].size() == 1);
   const std::string digest = status["builds"][0]["key_digest"];
-  json logs = call_ok(*admin, proto::MsgType::logs, "{\"key_digest\":\"" + digest + "\"}");
+  json logs = call_json(*admin, proto::MsgType::logs, "{\"key_digest\":\"" + digest + "\"}");
   CHECK(logs["found"] == true);
   CHECK(logs["record"]["error"].get<std::string>().starts_with("cancelled: "));
   CHECK(logs["record"]["log"].get<std::string>().find("compiling slowly") != std::string::npos);
   CHECK(wait_until([&] { return n.scratch_entries() == 0; }, 2s));
   CHECK(n.kilnd.log().find("nobody waits for it any more") != std::string::npos);
   CHECK(n.kilnd.running());
-  call_ok(*admin, proto::MsgType::status, "{}");
+  call_json(*admin, proto::MsgType::status, "{}");
 }
 
 TEST_CASE("ACancelledWaitLeavesTheBuildToAnotherConnectionsWaiterOrStopsItWhenAlone") {
   Node n;
   const std::string shared = n.add_source({{"behavior", "ok"}, {"sleep_ms", 3000}});
-  const Key key = client_key(shared, "Shared");
+  const Key key = test::source_key(shared, "Shared");
   auto a = n.client();
   auto b = n.client();
   // b's wait starts the build, so it is known to be waiting once the worker runs (had a
@@ -200,7 +158,7 @@ TEST_CASE("ACancelledWaitLeavesTheBuildToAnotherConnectionsWaiterOrStopsItWhenAl
   // Alone, a cancelled wait stops the build.
   const std::string slow = n.add_source({{"behavior", "ok"}, {"sleep_ms", 30000}});
   const auto c_id = a->next_id();
-  REQUIRE(a->send_frame(proto::MsgType::build, c_id, build_wait(client_key(slow, "Alone"))));
+  REQUIRE(a->send_frame(proto::MsgType::build, c_id, build_wait(test::source_key(slow, "Alone"))));
   REQUIRE(wait_until([&] { return n.worker(1) != 0; }));
   REQUIRE(a->send_frame(proto::MsgType::cancel, a->next_id(), "{\"request_id\":" + std::to_string(c_id) + "}"));
   for (int i = 0; i < 2; ++i) {  // the CANCEL's reply and the wait's ERROR cancelled
@@ -211,5 +169,5 @@ TEST_CASE("ACancelledWaitLeavesTheBuildToAnotherConnectionsWaiterOrStopsItWhenAl
   CHECK(wait_until([&] { return gone(n.worker(1)); }, 5s));
   CHECK(wait_until([&] { return n.scratch_entries() == 0; }, 2s));
   // The connection is still good.
-  call_ok(*a, proto::MsgType::status, "{}");
+  call_json(*a, proto::MsgType::status, "{}");
 }

@@ -17,52 +17,28 @@
 
 #include "kiln/key.hpp"
 #include "kiln/protocol/frame.hpp"
+#include "kilnd_builds.hpp"
 #include "support/kilnd_process.hpp"
+#include "support/raw_calls.hpp"
 #include "support/raw_client.hpp"
 #include "temp_dir.hpp"
+#include "text_file.hpp"
+#include "wait_until.hpp"
 
 using namespace kiln;
 using namespace std::chrono_literals;
 using json = nlohmann::json;
+using test::wait_until;
 namespace proto = kiln::protocol;
 namespace fs = std::filesystem;
 
 namespace {
 
-std::string read_text(const fs::path& p) {
-  std::ifstream in(p);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-bool wait_until(const std::function<bool()>& cond, std::chrono::milliseconds limit = 8s) {
-  auto end = std::chrono::steady_clock::now() + limit;
-  while (std::chrono::steady_clock::now() < end) {
-    if (cond()) return true;
-    std::this_thread::sleep_for(10ms);
-  }
-  return cond();
-}
-
-std::string config() {
-  return std::string("[builds]\nworker = [\"") + KILN_TEST_WORKER +
-         "\"]\nprobe_gpus = false\nbuild_timeout_s = 600\n"
-         "[[builds.slots]]\nname = \"gpu0\"\ngpu_arch = \"sm_test\"\ngpu_name = \"Test GPU\"\n";
-}
-
-Key client_key(const std::string& hash) {
-  Key k;
-  k.kind = ArtifactKind::aoti;
-  k.model_hash = hash;
-  k.region = "Block";
-  k.dtype = "bfloat16";
-  k.inputs = {{{Dim::fixed(1), Dim::fixed(4608), Dim::fixed(3072)}, "bfloat16", "strided"}};
-  return k;
-}
+// kilnd's default failure TTL; builds of one slot that may run 10 minutes.
+std::string config() { return test::builds_toml({.failure_ttl_s = std::nullopt, .build_timeout_s = 600}); }
 
 pid_t first_pid(const fs::path& file, bool with_region) {
-  std::istringstream in(read_text(file));
+  std::istringstream in(test::slurp(file));
   std::string region;
   pid_t pid = 0;
   if (with_region && !(in >> region)) return 0;
@@ -97,17 +73,11 @@ TEST_CASE("AWorkerGroupLeftByASigkilledKilndIsKilledByTheNextKilndAtStart") {
     const std::string text =
         json{{"behavior", "hang_child"}, {"count_file", count_file.string()}, {"child_pid_file", child_file.string()}}
             .dump();
-    const std::string hash = sha256(text).hex();
     test::RawClient c(kilnd.socket());
     c.hello();
-    const auto id = c.next_id();
-    REQUIRE(c.send_frame(proto::MsgType::put_source, id, json{{"model_hash", hash}, {"name", "hang.json"}}.dump()));
-    REQUIRE(c.send_frame(proto::MsgType::chunk, id, text, proto::kFlagEnd));
-    auto r = c.recv();
-    REQUIRE(r.has_value());
-    REQUIRE_MESSAGE(r->header.type == proto::MsgType::ok, r->body);
+    const std::string hash = test::put_source_text(c, "hang.json", text);
     REQUIRE(c.send_frame(proto::MsgType::get, c.next_id(),
-                         "{\"key\":" + client_key(hash).to_json() + ",\"on_miss\":\"build\"}"));
+                         "{\"key\":" + test::source_key(hash).to_json() + ",\"on_miss\":\"build\"}"));
     REQUIRE(wait_until([&] { return first_pid(count_file, true) != 0 && first_pid(child_file, false) != 0; }));
     worker = first_pid(count_file, true);
     child = first_pid(child_file, false);
@@ -116,7 +86,7 @@ TEST_CASE("AWorkerGroupLeftByASigkilledKilndIsKilledByTheNextKilndAtStart") {
       return folders.size() == 1 && fs::exists(folders[0] / "worker.pgid");
     }));
     job = job_folders(jobs)[0];
-    CHECK(read_text(job / "worker.pgid").starts_with(std::to_string(worker) + " "));
+    CHECK(test::slurp(job / "worker.pgid").starts_with(std::to_string(worker) + " "));
     CHECK(::getpgid(child) == worker);  // the child is in the worker's group
 
     kilnd.signal(SIGKILL);  // a crash: no shutdown, no cleanup

@@ -4,13 +4,10 @@
 // to cut one node off from etcd (a partition) while the others reach it.
 #pragma once
 
-#include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/socket.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -24,9 +21,7 @@
 #include <vector>
 
 #include "kiln/fleet/etcd_client.hpp"
-#include "registry_fixture.hpp"
-
-extern char** environ;
+#include "server_process.hpp"
 
 namespace kiln::test {
 
@@ -41,45 +36,22 @@ class Etcd {
   void start() {
     const std::string client = "http://127.0.0.1:" + std::to_string(port_);
     const std::string peer = "http://127.0.0.1:" + std::to_string(peer_port_);
-    std::vector<std::string> args{"/usr/bin/etcd",
-                                  "--name", "kiln-test",
-                                  "--data-dir", (dir_ / "data").string(),
-                                  "--listen-client-urls", client,
-                                  "--advertise-client-urls", client,
-                                  "--listen-peer-urls", peer,
-                                  "--initial-advertise-peer-urls", peer,
-                                  "--initial-cluster", "kiln-test=" + peer,
-                                  "--log-outputs", "stderr"};
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    const std::string log = (dir_ / "etcd.log").string();
-    posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-    posix_spawn_file_actions_adddup2(&fa, 1, 2);
-    if (::posix_spawn(&pid_, argv[0], &fa, nullptr, argv.data(), environ) != 0) {
-      throw std::runtime_error("cannot start /usr/bin/etcd (apt-get install etcd-server)");
-    }
-    posix_spawn_file_actions_destroy(&fa);
     // Ready when its gateway answers a range (it listens before it has a leader).
     auto c = fleet::EtcdClient::create({{url()}, std::chrono::milliseconds(500)});
     if (!c) throw std::runtime_error(c.error().to_string());
-    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-    while (!(*c)->range_prefix("kiln-test-ready").has_value()) {
-      if (std::chrono::steady_clock::now() > deadline) {
-        throw std::runtime_error("etcd did not answer within 30 s:\n" + slurp(dir_ / "etcd.log"));
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
+    process_.start({"/usr/bin/etcd",
+                    "--name", "kiln-test",
+                    "--data-dir", (dir_ / "data").string(),
+                    "--listen-client-urls", client,
+                    "--advertise-client-urls", client,
+                    "--listen-peer-urls", peer,
+                    "--initial-advertise-peer-urls", peer,
+                    "--initial-cluster", "kiln-test=" + peer,
+                    "--log-outputs", "stderr"},
+                   dir_ / "etcd.log", [&] { return (*c)->range_prefix("kiln-test-ready").has_value(); },
+                   std::chrono::seconds(30), "etcd", "cannot start /usr/bin/etcd (apt-get install etcd-server)");
   }
-  void stop() {
-    if (pid_ <= 0) return;
-    ::kill(pid_, SIGKILL);
-    int st = 0;
-    ::waitpid(pid_, &st, 0);
-    pid_ = -1;
-  }
+  void stop() { process_.stop(SIGKILL); }
 
   std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
   int port() const { return port_; }
@@ -87,7 +59,7 @@ class Etcd {
  private:
   std::filesystem::path dir_;
   int port_, peer_port_;
-  pid_t pid_ = -1;
+  ServerProcess process_;
 };
 
 // Forwards loopback TCP connections to `target_port`. freeze() stops moving bytes, both

@@ -3,73 +3,20 @@
 // shipped /etc/docker/registry/config.yml is not used (its htpasswd path is a folder).
 #pragma once
 
-#include <fcntl.h>
-#include <netinet/in.h>
 #include <signal.h>
-#include <spawn.h>
-#include <sys/socket.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <chrono>
-#include <cstdio>
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
-#include <stdexcept>
 #include <string>
-#include <thread>
 #include <vector>
 
-extern char** environ;
+#include "run_shell.hpp"
+#include "server_process.hpp"
+#include "text_file.hpp"
 
 namespace kiln::test {
-
-inline std::string slurp(const std::filesystem::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-// Runs a shell command; throws with its output when it fails.
-inline std::string sh(const std::string& cmd) {
-  std::string full = "(" + cmd + ") 2>&1";
-  FILE* p = ::popen(full.c_str(), "r");
-  if (!p) throw std::runtime_error("popen failed: " + cmd);
-  std::string out;
-  char buf[4096];
-  while (std::size_t n = std::fread(buf, 1, sizeof buf, p)) out.append(buf, n);
-  int st = ::pclose(p);
-  if (st != 0) throw std::runtime_error("command failed (" + std::to_string(st) + "): " + cmd + "\n" + out);
-  return out;
-}
-
-inline int free_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  a.sin_port = 0;
-  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  socklen_t len = sizeof a;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  int port = ntohs(a.sin_port);
-  ::close(fd);
-  return port;
-}
-
-inline bool port_open(int port) {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  a.sin_port = htons(static_cast<std::uint16_t>(port));
-  bool ok = ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
-  ::close(fd);
-  return ok;
-}
 
 class Registry {
  public:
@@ -101,34 +48,11 @@ class Registry {
   ~Registry() { stop(); }
 
   void start() {
-    std::vector<std::string> args{"/usr/bin/docker-registry", "serve", (dir_ / "config.yml").string()};
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    const std::string log = (dir_ / "registry.log").string();
-    posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-    posix_spawn_file_actions_adddup2(&fa, 1, 2);
-    if (::posix_spawn(&pid_, argv[0], &fa, nullptr, argv.data(), environ) != 0) {
-      throw std::runtime_error("cannot start docker-registry");
-    }
-    posix_spawn_file_actions_destroy(&fa);
-    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-    while (!port_open(port_)) {
-      if (std::chrono::steady_clock::now() > deadline) {
-        throw std::runtime_error("docker-registry did not listen within 20 s:\n" + slurp(dir_ / "registry.log"));
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
+    process_.start({"/usr/bin/docker-registry", "serve", (dir_ / "config.yml").string()}, dir_ / "registry.log",
+                   [this] { return port_open(port_); }, std::chrono::seconds(20), "docker-registry",
+                   "cannot start docker-registry");
   }
-  void stop() {
-    if (pid_ <= 0) return;
-    ::kill(pid_, SIGTERM);
-    int st = 0;
-    ::waitpid(pid_, &st, 0);
-    pid_ = -1;
-  }
+  void stop() { process_.stop(SIGTERM); }
 
   std::string url() const { return "https://127.0.0.1:" + std::to_string(port_); }
   int port() const { return port_; }
@@ -139,6 +63,25 @@ class Registry {
   std::filesystem::path blob_file(const std::string& hex) const {
     return dir_ / "data/docker/registry/v2/blobs/sha256" / hex.substr(0, 2) / hex / "data";
   }
+  // The [fleet] table of a kilnd that shares artifacts through this registry, with retries
+  // and timeouts short enough for tests; the text ends in a newline, so keys may follow.
+  struct FleetToml {
+    bool push = true, pull = true;
+    std::filesystem::path signing_key_file = {};  // empty: none
+    std::vector<std::string> trusted_keys = {};
+  };
+  std::string fleet_toml(const FleetToml& o) const {
+    std::ostringstream t;
+    t << "[fleet]\nregistry = \"" << url() << "\"\nrepository = \"kiln/test\"\n"
+      << "basic_auth_file = \"" << auth_file().string() << "\"\nca_file = \"" << ca().string() << "\"\n"
+      << "push = " << (o.push ? "true" : "false") << "\npull = " << (o.pull ? "true" : "false") << "\n"
+      << "push_retry_min_s = 1\npush_retry_max_s = 1\nconnect_timeout_s = 2\nio_timeout_s = 5\n";
+    if (!o.signing_key_file.empty()) t << "signing_key_file = \"" << o.signing_key_file.string() << "\"\n";
+    t << "trusted_keys = [";
+    for (std::size_t i = 0; i < o.trusted_keys.size(); ++i) t << (i ? ", " : "") << "\"" << o.trusted_keys[i] << "\"";
+    t << "]\n";
+    return t.str();
+  }
   // curl against the registry with the test CA and credentials; returns the body.
   std::string curl(const std::string& path, const std::string& extra = "") const {
     return sh("curl -sS --fail --cacert " + ca().string() + " -u " + kUser + ":" + kPassword + " " + extra + " '" +
@@ -148,7 +91,7 @@ class Registry {
  private:
   std::filesystem::path dir_;
   int port_;
-  pid_t pid_ = -1;
+  ServerProcess process_;
 };
 
 }  // namespace kiln::test

@@ -12,7 +12,9 @@
 #include <doctest/doctest.h>
 #include <nlohmann/json.hpp>
 
+#include "kilnd_builds.hpp"
 #include "support/kilnd_process.hpp"
+#include "support/raw_calls.hpp"
 #include "support/raw_client.hpp"
 #include "kiln/protocol/messages.hpp"
 #include "kiln/fleet/publish.hpp"
@@ -37,18 +39,7 @@ struct NodeOpts {
 };
 
 std::string node_toml(const test::Registry& reg, const NodeOpts& o) {
-  std::ostringstream t;
-  t << "[builds]\nworker = [\"" << KILN_TEST_WORKER << "\"]\nprobe_gpus = false\nfailure_ttl_s = 0\n"
-    << "[[builds.slots]]\nname = \"gpu0\"\ngpu_arch = \"sm_test\"\ngpu_name = \"Test GPU\"\n"
-    << "[fleet]\nregistry = \"" << reg.url() << "\"\nrepository = \"kiln/test\"\n"
-    << "basic_auth_file = \"" << reg.auth_file().string() << "\"\nca_file = \"" << reg.ca().string() << "\"\n"
-    << "push = " << (o.push ? "true" : "false") << "\npull = " << (o.pull ? "true" : "false") << "\n"
-    << "push_retry_min_s = 1\npush_retry_max_s = 1\nconnect_timeout_s = 2\nio_timeout_s = 5\n";
-  if (!o.key_file.empty()) t << "signing_key_file = \"" << o.key_file.string() << "\"\n";
-  t << "trusted_keys = [";
-  for (std::size_t i = 0; i < o.trusted.size(); ++i) t << (i ? ", " : "") << "\"" << o.trusted[i] << "\"";
-  t << "]\n";
-  return t.str();
+  return test::builds_toml({.failure_ttl_s = 0}) + reg.fleet_toml({o.push, o.pull, o.key_file, o.trusted});
 }
 
 // A signing key written where kilnd reads it; returns its trust-list entry.
@@ -59,46 +50,17 @@ std::string make_key(const fs::path& dir, const std::string& name) {
   return k->public_key().to_string();
 }
 
-using Conn = std::unique_ptr<test::RawClient>;
+using Conn = test::RawConn;
 
-Conn connect(const test::KilndProcess& k) {
-  auto c = std::make_unique<test::RawClient>(k.socket());
-  c->hello();
-  return c;
-}
+Conn connect(const test::KilndProcess& k) { return test::connect_raw(k.socket()); }
 
-// A request and its OK reply's body; fails the test on an error reply.
-std::string call(Conn& c, protocol::MsgType type, const std::string& body) {
-  auto r = c->call(type, body);
-  REQUIRE_MESSAGE(r.header.type == protocol::MsgType::ok, r.body);
-  return r.body;
-}
+std::string call(Conn& c, protocol::MsgType type, const std::string& body) { return test::call_ok(*c, type, body); }
 
-Key client_key(const std::string& hash, const std::string& region = "Block") {
-  Key k;
-  k.kind = ArtifactKind::aoti;
-  k.model_hash = hash;
-  k.region = region;
-  k.dtype = "bfloat16";
-  k.inputs = {{{Dim::fixed(1), Dim::fixed(64)}, "bfloat16", "strided"}};
-  return k;
-}
+Key client_key(const std::string& hash, const std::string& region = "Block") { return test::source_key(hash, region, {1, 64}); }
 
 std::string register_source(Conn& c, const fs::path& dir, const std::string& name, json command) {
   command["count_file"] = (dir / "builds.txt").string();
-  const std::string text = command.dump();
-  const std::string hash = sha256(text).hex();
-  protocol::PutSourceRequest req;
-  req.model_hash = hash;
-  req.name = name;
-  req.size = text.size();
-  const auto id = c->next_id();
-  REQUIRE(c->send_frame(protocol::MsgType::put_source, id, protocol::encode(req)));
-  REQUIRE(c->send_frame(protocol::MsgType::chunk, id, text, protocol::kFlagEnd));
-  auto r = c->recv(60s);
-  REQUIRE(r.has_value());
-  REQUIRE_MESSAGE(r->header.type == protocol::MsgType::ok, r->body);
-  return hash;
+  return test::put_source_text(*c, name, command.dump());
 }
 
 std::size_t builds_done(const fs::path& dir) {

@@ -30,10 +30,13 @@
 #include "kiln/fleet/etcd_client.hpp"
 #include "kiln/fleet/signature.hpp"
 #include "kiln/protocol/messages.hpp"
+#include "kilnd_builds.hpp"
 #include "registry_fixture.hpp"
 #include "support/kilnd_process.hpp"
+#include "support/raw_calls.hpp"
 #include "support/raw_client.hpp"
 #include "temp_dir.hpp"
+#include "wait_until.hpp"
 
 using namespace kiln;
 using namespace std::chrono_literals;
@@ -77,14 +80,8 @@ class Fleet {
 
   std::string toml(const NodeSpec& s) const {
     std::ostringstream t;
-    t << "[builds]\nworker = [\"" << KILN_TEST_WORKER << "\"]\nprobe_gpus = false\nfailure_ttl_s = " << s.failure_ttl_s
-      << "\nbuild_timeout_s = " << s.build_timeout_s << "\n[[builds.slots]]\nname = \"gpu0\"\ngpu_arch = \"sm_test\"\ngpu_name = \"Test GPU\"\n"
-      << "[fleet]\nregistry = \"" << reg_.url() << "\"\nrepository = \"kiln/test\"\n"
-      << "basic_auth_file = \"" << reg_.auth_file().string() << "\"\nca_file = \"" << reg_.ca().string() << "\"\n"
-      << "push_retry_min_s = 1\npush_retry_max_s = 1\nconnect_timeout_s = 2\nio_timeout_s = 5\n"
-      << "signing_key_file = \"" << (dir_.path() / (s.name + ".pem")).string() << "\"\ntrusted_keys = [";
-    for (std::size_t i = 0; i < trusted_.size(); ++i) t << (i ? ", " : "") << "\"" << trusted_[i] << "\"";
-    t << "]\n";
+    t << test::builds_toml({.failure_ttl_s = s.failure_ttl_s, .build_timeout_s = s.build_timeout_s})
+      << reg_.fleet_toml({.signing_key_file = dir_.path() / (s.name + ".pem"), .trusted_keys = trusted_});
     if (!s.etcd_url.empty()) {
       t << "coordinator = [\"" << s.etcd_url << "\"]\nnode_name = \"" << s.name << "\"\nlease_ttl_s = " << kLeaseTtl
         << "\ncoordinator_timeout_ms = 5000\npoll_max_ms = 200\nhedge_factor = " << s.hedge_factor
@@ -160,19 +157,11 @@ class Fleet {
   std::map<std::string, int> metrics_ports_;
 };
 
-using Conn = std::unique_ptr<test::RawClient>;
+using Conn = test::RawConn;
 
-Conn connect(const test::KilndProcess& k) {
-  auto c = std::make_unique<test::RawClient>(k.socket());
-  c->hello();
-  return c;
-}
+Conn connect(const test::KilndProcess& k) { return test::connect_raw(k.socket()); }
 
-std::string call(Conn& c, protocol::MsgType type, const std::string& body) {
-  auto r = c->call(type, body);
-  REQUIRE_MESSAGE(r.header.type == protocol::MsgType::ok, r.body);
-  return r.body;
-}
+std::string call(Conn& c, protocol::MsgType type, const std::string& body) { return test::call_ok(*c, type, body); }
 
 json status(const test::KilndProcess& k) {
   auto c = connect(k);
@@ -183,31 +172,12 @@ std::uint64_t claims_count(const test::KilndProcess& k, const char* outcome) {
   return status(k)["fleet"]["coordinator"]["counts"][outcome].get<std::uint64_t>();
 }
 
-Key client_key(const std::string& hash, const std::string& region) {
-  Key k;
-  k.kind = ArtifactKind::aoti;
-  k.model_hash = hash;
-  k.region = region;
-  k.dtype = "bfloat16";
-  k.inputs = {{{Dim::fixed(1), Dim::fixed(64)}, "bfloat16", "strided"}};
-  return k;
-}
+Key client_key(const std::string& hash, const std::string& region) { return test::source_key(hash, region, {1, 64}); }
 
 // Registers the same source on a node (same text, same model hash on every node).
 std::string register_source(const test::KilndProcess& k, const std::string& text) {
   auto c = connect(k);
-  const std::string hash = sha256(text).hex();
-  protocol::PutSourceRequest req;
-  req.model_hash = hash;
-  req.name = "src.json";
-  req.size = text.size();
-  const auto id = c->next_id();
-  REQUIRE(c->send_frame(protocol::MsgType::put_source, id, protocol::encode(req)));
-  REQUIRE(c->send_frame(protocol::MsgType::chunk, id, text, protocol::kFlagEnd));
-  auto r = c->recv(60s);
-  REQUIRE(r.has_value());
-  REQUIRE_MESSAGE(r->header.type == protocol::MsgType::ok, r->body);
-  return hash;
+  return test::put_source_text(*c, "src.json", text);
 }
 
 // The key digest the nodes compute (node fields from STATUS).
@@ -228,12 +198,7 @@ std::string key_hex(const test::KilndProcess& k, Key key) {
 }
 
 bool wait_until(const std::function<bool()>& pred, std::chrono::milliseconds limit = 60s) {
-  auto deadline = std::chrono::steady_clock::now() + limit;
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (pred()) return true;
-    std::this_thread::sleep_for(50ms);
-  }
-  return pred();
+  return test::wait_until(pred, limit, 50ms);
 }
 
 // One client: GET with on_miss = build, descriptor delivery.

@@ -10,6 +10,7 @@
 #include <random>
 
 #include "kiln/protocol/messages.hpp"
+#include "random_bytes.hpp"
 #include "resp_client.hpp"
 #include "support/kilnd_process.hpp"
 #include "support/raw_client.hpp"
@@ -32,13 +33,6 @@ struct Daemon {
     return "[torch_cache]\nsocket = \"" + torch_sock.string() + "\"\nmax_value_bytes = \"16MiB\"\n" + extra;
   }
 };
-
-std::string bytes(std::size_t n, unsigned seed) {
-  std::mt19937 rng(seed);
-  std::string s(n, '\0');
-  for (auto& c : s) c = static_cast<char>(rng());
-  return s;
-}
 
 // The connection was closed with no reply at all: what kilnd does instead of an error.
 void check_closed_silently(RespClient& c) {
@@ -151,7 +145,7 @@ TEST_CASE("values of 1.2 MB and 10 MB go in and come back exactly, over partial 
   RespClient c(t.torch_sock);
   for (std::size_t n : {std::size_t(1'200'000), std::size_t(10'000'000)}) {
     CAPTURE(n);
-    std::string v = bytes(n, static_cast<unsigned>(n));
+    std::string v = kiln::test::random_bytes(n, n);
     std::string key = "pt2:fx-graph-v1::large" + std::to_string(n) + ":c1";
     std::string req = "*3\r\n$3\r\nSET\r\n$" + std::to_string(key.size()) + "\r\n" + key + "\r\n$" +
                       std::to_string(n) + "\r\n" + v + "\r\n";
@@ -203,7 +197,7 @@ TEST_CASE("malformed and oversized input closes that connection only, without an
   std::mt19937 rng(12);
   for (int i = 0; i < 200; ++i) {
     RespClient c(t.torch_sock);
-    std::string junk = bytes(rng() % 300, static_cast<unsigned>(i));
+    std::string junk = kiln::test::random_bytes(rng() % 300, static_cast<unsigned>(i));
     if (i % 2) junk = "*3\r\n$3\r\nSET\r\n" + junk;
     c.send_raw(junk);
   }

@@ -1,5 +1,7 @@
 #include "ops_test_util.hpp"
 
+#include "kilnd_builds.hpp"
+
 #include <doctest/doctest.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -60,14 +62,9 @@ Run kilnctl(std::vector<std::string> args, const std::filesystem::path& socket) 
 }
 
 std::string builds_toml(int slots, int failure_ttl_s) {
-  auto node = kiln::test::test_node_fields();
-  std::ostringstream t;
-  t << "[builds]\nworker = [\"" << KILN_TEST_WORKER << "\"]\nprobe_gpus = false\nfailure_ttl_s = " << failure_ttl_s << "\n";
-  for (int i = 0; i < slots; ++i) {
-    t << "[[builds.slots]]\nname = \"gpu" << i << "\"\ngpu_arch = \"" << node.gpu_arch << "\"\ngpu_name = \""
-      << node.gpu_name << "\"\n";
-  }
-  return t.str();
+  const auto node = kiln::test::test_node_fields();
+  return kiln::test::builds_toml(
+      {.slots = slots, .gpu_arch = node.gpu_arch, .gpu_name = node.gpu_name, .failure_ttl_s = failure_ttl_s});
 }
 
 void write_file(const std::filesystem::path& p, const std::string& bytes) {
@@ -80,16 +77,6 @@ std::string read_file(const std::filesystem::path& p) {
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
-}
-
-std::string random_bytes(std::size_t n, unsigned seed) {
-  std::string s(n, '\0');
-  std::uint32_t x = seed * 2654435761u + 1;
-  for (auto& c : s) {
-    x = x * 1664525u + 1013904223u;
-    c = static_cast<char>(x >> 24);
-  }
-  return s;
 }
 
 std::vector<std::string> lines_starting(const std::string& text, const std::string& prefix) {

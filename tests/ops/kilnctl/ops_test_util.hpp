@@ -2,11 +2,15 @@
 // binary, start a kilnd whose builds run the test worker, write small files.
 #pragma once
 
+#include <cstddef>
 #include <filesystem>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
+#include "client_fixture.hpp"
+#include "random_bytes.hpp"
 #include "support/kilnd_process.hpp"
 
 namespace kiln::ops_test {
@@ -23,10 +27,14 @@ Run kilnctl(std::vector<std::string> args, const std::filesystem::path& socket =
 // test node (tests/client/support/kilnd_process.cpp).
 std::string builds_toml(int slots, int failure_ttl_s = 600);
 
+// A libkiln client of `d` (tests/support/client_fixture.hpp).
+inline client::Client connect(const test::KilndProcess& d) { return test::connect_client(d.socket()); }
+inline std::span<const std::byte> as_bytes(const std::string& s) { return std::as_bytes(std::span(s.data(), s.size())); }
+
 void write_file(const std::filesystem::path& p, const std::string& bytes);
 std::string read_file(const std::filesystem::path& p);
-// Deterministic bytes.
-std::string random_bytes(std::size_t n, unsigned seed);
+// Deterministic bytes (tests/support/random_bytes.hpp).
+using kiln::test::random_bytes;
 // Lines of `text` that start with `prefix`.
 std::vector<std::string> lines_starting(const std::string& text, const std::string& prefix);
 

@@ -17,16 +17,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-client::Client connect(const test::KilndProcess& d) {
-  client::ConnectOptions o;
-  o.socket = d.socket();
-  auto c = client::Client::connect(o);
-  REQUIRE_MESSAGE(c, (c ? "" : c.error().to_string()));
-  return std::move(*c);
-}
-
-std::span<const std::byte> as_bytes(const std::string& s) { return std::as_bytes(std::span(s.data(), s.size())); }
-
 struct Stored {
   Digest key_digest;
   std::string bytes;

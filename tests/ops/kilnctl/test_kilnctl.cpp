@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "kiln/client/client.hpp"
+#include "random_bytes.hpp"
 #include "support/kilnd_process.hpp"
 #include "temp_dir.hpp"
 
@@ -116,16 +117,6 @@ std::string file_bytes(const std::filesystem::path& p) {
   return ss.str();
 }
 
-std::string random_text(std::size_t n, unsigned seed) {
-  std::string s(n, '\0');
-  std::uint32_t x = seed;
-  for (auto& c : s) {
-    x = x * 1664525u + 1013904223u;
-    c = static_cast<char>(x >> 24);
-  }
-  return s;
-}
-
 }  // namespace
 
 TEST_CASE("PutGetStatRoundTripsThroughFilesAndPipes") {
@@ -137,7 +128,7 @@ TEST_CASE("PutGetStatRoundTripsThroughFilesAndPipes") {
   for (std::size_t size : {std::size_t{0}, std::size_t{4096}, std::size_t{2'500'000}}) {
     CAPTURE(size);
     const std::string region = "Block" + std::to_string(n++);
-    const std::string data = random_text(size, static_cast<unsigned>(size) + 5);
+    const std::string data = kiln::test::random_bytes(size, static_cast<unsigned>(size) + 5);
     {
       std::ofstream f(dir / "in.bin", std::ios::binary);
       f << data;
@@ -171,7 +162,7 @@ TEST_CASE("PutGetStatRoundTripsThroughFilesAndPipes") {
   }
 
   // put from stdin
-  const std::string piped_in = random_text(100'000, 9);
+  const std::string piped_in = kiln::test::random_bytes(100'000, 9);
   auto put = kilnctl(cmd({"put", "-"}, key_flags("FromStdin"), d), piped_in);
   REQUIRE_MESSAGE(put.code == 0, put.err);
   auto back = kilnctl(cmd({"get"}, key_flags("FromStdin"), d));
@@ -322,7 +313,7 @@ TEST_CASE("GetIntoADeviceFifoOrLinkWritesThroughItAndNeverReplacesIt") {
   TempDir dir;
   KilndProcess d(dir.path());
   REQUIRE_MESSAGE(d.start(), d.log());
-  const std::string data = random_text(300'000, 21);
+  const std::string data = kiln::test::random_bytes(300'000, 21);
   {
     std::ofstream f(dir / "in.bin", std::ios::binary);
     f << data;

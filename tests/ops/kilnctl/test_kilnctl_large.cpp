@@ -7,6 +7,7 @@
 #include <fstream>
 
 #include "kiln/digest.hpp"
+#include "random_bytes.hpp"
 #include "support/kilnd_process.hpp"
 #include "temp_dir.hpp"
 
@@ -37,23 +38,7 @@ TEST_CASE("KilnctlMovesThreeHundredMegabytesByteIdentical") {
   KilndProcess d(dir.path());
   REQUIRE_MESSAGE(d.start(), d.log());
   constexpr std::size_t kSize = 300'000'000;
-  {
-    std::ofstream f(dir / "big.pt2", std::ios::binary);
-    std::vector<char> block(1 << 20);
-    std::uint64_t x = 2463534242ull;
-    for (std::size_t done = 0; done < kSize;) {
-      std::size_t n = std::min(block.size(), kSize - done);
-      for (std::size_t i = 0; i < n; ++i) {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        block[i] = static_cast<char>(x);
-      }
-      f.write(block.data(), static_cast<std::streamsize>(n));
-      done += n;
-    }
-  }
-  const Digest want = file_digest(dir / "big.pt2");
+  const Digest want = kiln::test::write_random_file(dir / "big.pt2", kSize, 2463534242ull);
   const std::string ctl = kiln::test::kilnctl_path().string() + " --socket " + d.socket().string() + " ";
   const std::string key = " --kind aoti --model-hash " + sha256("big").hex() +
                           " --region Big --dtype bfloat16 --input bfloat16:1x4096x3072";

@@ -16,16 +16,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-client::Client connect(const test::KilndProcess& d) {
-  client::ConnectOptions o;
-  o.socket = d.socket();
-  auto c = client::Client::connect(o);
-  REQUIRE_MESSAGE(c, (c ? "" : c.error().to_string()));
-  return std::move(*c);
-}
-
-std::span<const std::byte> as_bytes(const std::string& s) { return std::as_bytes(std::span(s.data(), s.size())); }
-
 fs::path blob_file(const fs::path& store, const Digest& blob) {
   std::string hex = blob.hex();
   return store / "blobs" / hex.substr(0, 2) / (hex + ".blob");

@@ -1,0 +1,36 @@
+// A kilnd that builds through the test worker (tests/support/test_worker.cpp): the
+// [builds] table of its config, and keys for the sources that command the worker.
+// Library kiln_test_builds (tests/CMakeLists.txt), which also builds the test worker.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "kiln/key.hpp"
+
+namespace kiln::test {
+
+// The kiln_test_worker built here.
+std::filesystem::path test_worker_path();
+
+struct BuildsToml {
+  int slots = 1;                              // build slots gpu0, gpu1, ..., all of one GPU:
+  std::string gpu_arch = "sm_test";           //   its gpu_arch
+  std::string gpu_name = "Test GPU";          //   and gpu_name
+  std::optional<int> failure_ttl_s = 600;     // nullopt: kilnd's default
+  std::optional<int> build_timeout_s = {};    // nullopt: kilnd's default
+};
+
+// "[builds]" with worker = [the test worker], probe_gpus = false, and the build slots; the
+// text ends in a newline, so more tables may follow.
+std::string builds_toml(const BuildsToml& options = {});
+
+// An AOTI key for the source registered under `model_hash`, one bfloat16 input of `shape`,
+// the node fields left empty for kilnd to fill.
+Key source_key(const std::string& model_hash, const std::string& region = "Block",
+               const std::vector<std::int64_t>& shape = {1, 4608, 3072});
+
+}  // namespace kiln::test
