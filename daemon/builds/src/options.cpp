@@ -45,7 +45,7 @@ Status read_string(const toml::table& t, std::string_view origin, const std::str
 
 Status apply_table(BuildsConfig& c, const toml::table& b, std::string_view origin) {
   static const std::set<std::string> known{"enabled", "worker", "work_dir", "probe_gpus", "builds_per_gpu",
-                                           "build_timeout_s", "probe_timeout_s", "failure_ttl_s", "max_log_bytes",
+                                           "build_timeout_s", "probe_timeout_s", "source_check_timeout_s", "failure_ttl_s", "max_log_bytes",
                                            "keep_failed_work", "cancel_unwanted", "slots"};
   for (auto&& [k, v] : b) {
     (void)v;
@@ -69,8 +69,11 @@ Status apply_table(BuildsConfig& c, const toml::table& b, std::string_view origi
   KILN_TRY(read_bool(b, origin, "probe_gpus", s.probe_gpus));
   KILN_TRY(read_int(b, origin, "builds_per_gpu", s.builds_per_slot, 1, 64));
   long long timeout = s.build_timeout.count() / 1000, probe = s.probe_timeout.count() / 1000, ttl = s.failure_ttl.count();
+  long long check = s.source_check_timeout.count() / 1000;
   KILN_TRY(read_int(b, origin, "build_timeout_s", timeout, 1, 7 * 24 * 3600));
   KILN_TRY(read_int(b, origin, "probe_timeout_s", probe, 1, 3600));
+  KILN_TRY(read_int(b, origin, "source_check_timeout_s", check, 1, 24 * 3600));
+  s.source_check_timeout = std::chrono::seconds(check);
   KILN_TRY(read_int(b, origin, "failure_ttl_s", ttl, 0, 30 * 24 * 3600));
   s.build_timeout = std::chrono::seconds(timeout);
   s.probe_timeout = std::chrono::seconds(probe);
