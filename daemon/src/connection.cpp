@@ -341,6 +341,18 @@ asio::awaitable<bool> Connection::begin_upload(const Request& r) {
   if (up) {
     auto& store = state_.store;
     auto stream = co_await offload(state_.pool, [&store] { return store.begin_put(); });
+    if (stream && up->type == proto::MsgType::put_source && state_.builds) {
+      // A node that builds verifies a source's model hash before storing it.
+      auto* builds = state_.builds;
+      auto check = co_await offload(state_.pool, [builds] { return builds->begin_source_check(); });
+      if (!check) {
+        auto drop = std::make_shared<std::unique_ptr<storage::PutStream>>(std::move(*stream));
+        asio::post(state_.pool, [drop] { drop->reset(); });
+        stream = std::move(check).error();
+      } else {
+        up->check = std::move(*check);
+      }
+    }
     if (stream) {
       up->stream = std::move(*stream);
       uploads_.emplace(r.id, std::make_shared<Upload>(std::move(*up)));
@@ -394,7 +406,7 @@ asio::awaitable<bool> Connection::upload_chunk(std::uint32_t id, bool end) {
   }
   if (!body_.empty()) {
     std::span<const std::byte> data(body_);
-    auto job = [up, data] {
+    auto job = [up, data]() -> Status {
       if (up->sha) up->sha->update(data);
       if (up->keep_aoti_copy) {
         if (up->aoti_copy.size() + data.size() <= Upload::kMaxAotiCopy) {
@@ -404,6 +416,7 @@ asio::awaitable<bool> Connection::upload_chunk(std::uint32_t id, bool end) {
           std::string().swap(up->aoti_copy);
         }
       }
+      if (up->check) KILN_TRY(up->check->write(data));
       return up->stream->write(data);
     };
     auto st = co_await offload(state_.pool, job);

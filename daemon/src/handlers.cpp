@@ -425,7 +425,27 @@ asio::awaitable<Outcome> commit_upload(Connection& c, std::uint32_t id, const st
   auto& s = c.state();
   Request r{shared->type, id, {}, shared->received};
   if (shared->type == MsgType::put_source) {
-    auto job = [&s, shared] { return s.store.put_source(shared->model_hash, std::move(shared->stream), shared->name); };
+    if (shared->check) {
+      // The worker's hash op, on the builds' own threads (bounded by source_check_timeout_s):
+      // a source that does not hash to its model hash is never stored (schema/sources.md).
+      auto verify = [shared](std::function<void(Status)> done) {
+        shared->check->verify(shared->model_hash, std::move(done));
+      };
+      Status verified = co_await await_callback<Status>(verify);
+      auto drop = [shared] {
+        shared->check.reset();  // removes the check's file
+        if (shared->stream) shared->stream.reset();
+        return true;
+      };
+      if (!verified) {
+        (void)co_await offload(s.pool, drop);
+        co_return fail(verified.error());
+      }
+    }
+    auto job = [&s, shared] {
+      shared->check.reset();
+      return s.store.put_source(shared->model_hash, std::move(shared->stream), shared->name);
+    };
     auto src = co_await offload(s.pool, job);
     if (!src) co_return fail(src.error());
     proto::PutSourceReply reply;

@@ -8,6 +8,7 @@
 #include <optional>
 #include <string>
 
+#include "kiln/daemon/build_service.hpp"
 #include "kiln/digest.hpp"
 #include "kiln/key.hpp"
 #include "kiln/protocol/frame.hpp"
@@ -26,6 +27,9 @@ struct Upload {
   // PUT_SOURCE
   std::string model_hash;
   std::string name;
+  // The bytes again, for the build worker's hash op before the source is stored (null: this
+  // node cannot build, and stores sources unverified). Touched on the store pool only.
+  std::unique_ptr<SourceCheck> check;
   // Promises checked at END.
   std::optional<std::uint64_t> expect_size;
   std::optional<Digest> expect_blob;

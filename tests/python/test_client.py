@@ -119,13 +119,22 @@ def test_daemon_restart_is_unavailable_once_then_the_same_client_works(kilnd):
 
 
 def test_sources_round_trip_and_a_missing_one_is_not_found(client, tmp_path):
+    import hashlib
+
     p = tmp_path / "block.pt2"
     p.write_bytes(b"archive bytes")
-    info = client.sources.put(HASH, p, name="named.pt2")
-    assert info["model_hash"] == HASH and info["name"] == "named.pt2"
-    assert [s["model_hash"] for s in client.sources.list()] == [HASH]
+    # kilnd verifies a source's model hash with its build worker before storing it (the
+    # test worker's hash op: the SHA-256 of the file); under another hash it is refused.
+    own = hashlib.sha256(b"archive bytes").hexdigest()
+    with pytest.raises(kiln.InvalidArgument) as e:
+        client.sources.put(HASH, p)
+    assert own in e.value.message and HASH in e.value.message and "nothing was stored" in e.value.message
+    assert client.sources.list() == []
+    info = client.sources.put(own, p, name="named.pt2")
+    assert info["model_hash"] == own and info["name"] == "named.pt2"
+    assert [s["model_hash"] for s in client.sources.list()] == [own]
     assert client.sources.list(prefix="ff") == []
-    with client.sources.get(HASH) as src:
+    with client.sources.get(own) as src:
         assert src.read() == b"archive bytes" and src.path.startswith("/proc/self/fd/")
     with pytest.raises(kiln.NotFound) as e:
         client.sources.get("d" * 64)

@@ -11,6 +11,7 @@ std::string builds_toml(const BuildsToml& o) {
   t << "[builds]\nworker = [\"" << test_worker_path().string() << "\"]\nprobe_gpus = false\n";
   if (o.failure_ttl_s) t << "failure_ttl_s = " << *o.failure_ttl_s << "\n";
   if (o.build_timeout_s) t << "build_timeout_s = " << *o.build_timeout_s << "\n";
+  if (o.source_check_timeout_s) t << "source_check_timeout_s = " << *o.source_check_timeout_s << "\n";
   for (int i = 0; i < o.slots; ++i)
     t << "[[builds.slots]]\nname = \"gpu" << i << "\"\ngpu_arch = \"" << o.gpu_arch << "\"\ngpu_name = \"" << o.gpu_name
       << "\"\n";

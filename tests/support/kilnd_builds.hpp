@@ -22,6 +22,7 @@ struct BuildsToml {
   std::string gpu_name = "Test GPU";          //   and gpu_name
   std::optional<int> failure_ttl_s = 600;     // nullopt: kilnd's default
   std::optional<int> build_timeout_s = {};    // nullopt: kilnd's default
+  std::optional<int> source_check_timeout_s = {};  // nullopt: kilnd's default
 };
 
 // "[builds]" with worker = [the test worker], probe_gpus = false, and the build slots; the

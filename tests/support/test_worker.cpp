@@ -17,7 +17,8 @@
 // so that one scheduler can hold sources that behave differently. The toolchain op answers
 // fixed "test" versions, or fails when KILN_TEST_WORKER_TOOLCHAIN=fail. The hash op answers
 // the SHA-256 of the source file as its model hash, with the command's "inputs" and "call"
-// (default: none, positional).
+// (default: none, positional); first it sleeps "hash_sleep_ms", and with "hash_fail": true
+// it fails as for a file that is no torch.export archive.
 //
 // Like the Python worker, a build refuses a key whose model hash is not the source's own
 // (the SHA-256 here), and one whose call differs from the command's "call"; and it writes
@@ -211,6 +212,8 @@ int main() {
     const std::string text = read_file(req.value("source", ""));
     json cmd = json::parse(text, nullptr, false);
     if (!cmd.is_object()) cmd = json::object();
+    if (int ms = cmd.value("hash_sleep_ms", 0); ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+    if (cmd.value("hash_fail", false)) return fail("not a torch.export archive (hash_fail)");
     json inputs = cmd.value("inputs", json::array());
     return answer({{"protocol", 1},
                    {"ok", true},

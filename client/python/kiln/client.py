@@ -208,7 +208,11 @@ class Sources:
 
     def put(self, model_hash, path, name=None):
         """Registers the file at `path` as the source of `model_hash` (write role); returns its
-        metadata. Replaces a source of the same hash."""
+        metadata. A node that builds hashes the file with its build worker first and raises
+        InvalidArgument (naming both hashes; nothing stored) when it hashes to another model
+        hash, Timeout when the hash op runs past the node's limit. The same bytes again are
+        accepted; other bytes under a hash that has a source raise InvalidArgument (a source
+        is never replaced). schema/sources.md."""
         out = _out_string()
         _check(_capi.lib().kiln_put_source_file(self._client._handle(), _b(model_hash), _b(name),
                                                 _b(os.fspath(path)), ctypes.byref(out)))

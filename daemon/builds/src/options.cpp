@@ -11,8 +11,8 @@ using toml_options::Table;
 
 Status apply_table(BuildsConfig& c, const Table& b) {
   KILN_TRY(b.only({"enabled", "worker", "work_dir", "probe_gpus", "builds_per_gpu", "build_timeout_s",
-                   "probe_timeout_s", "failure_ttl_s", "max_log_bytes", "keep_failed_work", "cancel_unwanted",
-                   "slots"}));
+                   "probe_timeout_s", "source_check_timeout_s", "failure_ttl_s", "max_log_bytes",
+                   "keep_failed_work", "cancel_unwanted", "slots"}));
   using std::chrono::seconds;
   SchedulerOptions& s = c.scheduler;
   KILN_TRY(b.boolean("enabled", c.enabled));
@@ -23,6 +23,7 @@ Status apply_table(BuildsConfig& c, const Table& b) {
   KILN_TRY(b.integer("builds_per_gpu", s.builds_per_slot, 1, 64));
   KILN_TRY(b.duration("build_timeout_s", s.build_timeout, seconds(1), seconds(7 * 24 * 3600)));
   KILN_TRY(b.duration("probe_timeout_s", s.probe_timeout, seconds(1), seconds(3600)));
+  KILN_TRY(b.duration("source_check_timeout_s", s.source_check_timeout, seconds(1), seconds(24 * 3600)));
   KILN_TRY(b.duration("failure_ttl_s", s.failure_ttl, seconds(0), seconds(30 * 24 * 3600)));
   KILN_TRY(b.integer("max_log_bytes", s.max_log_bytes, 1024, 64ll << 20));
   KILN_TRY(b.boolean("keep_failed_work", s.keep_failed_work));

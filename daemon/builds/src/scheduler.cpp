@@ -3,6 +3,7 @@
 #include "kiln/builds/scheduler.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <future>
@@ -19,6 +20,7 @@
 
 #include "build_runner.hpp"
 #include "node_probe.hpp"
+#include "source_check.hpp"
 #include "source_copies.hpp"
 #include "worker_group.hpp"
 
@@ -80,10 +82,12 @@ class Core {
     for (std::size_t s = 0; s < probed_.slots.size(); ++s)
       for (unsigned i = 0; i < options_.builds_per_slot; ++i) threads_.emplace_back([this, s] { slot_loop(s); });
     threads_.emplace_back([this] { timer_loop(); });
+    for (int i = 0; i < kCheckThreads; ++i) threads_.emplace_back([this] { check_loop(); });
   }
 
   void stop() {
     std::vector<Delivery> ds;
+    std::vector<std::function<void(Status)>> dropped_checks;
     {
       std::lock_guard lock(mu_);
       if (stopping_) return;
@@ -93,8 +97,14 @@ class Core {
         q.clear();
       }
       for (auto& [d, job] : jobs_) job->cancel.requested = true;
+      checks_cancel_ = true;
+      for (auto& c : checks_) dropped_checks.push_back(std::move(c.done));
+      checks_.clear();
     }
+    for (auto& done : dropped_checks)
+      done(make_error(Errc::cancelled, "cannot verify the source's model hash: kilnd is shutting down; nothing was stored"));
     cv_.notify_all();
+    check_cv_.notify_all();
     timer_cv_.notify_all();
     for (auto& t : threads_) t.join();
     threads_.clear();
@@ -102,6 +112,41 @@ class Core {
   }
 
   NodeFields node() const { return probed_.node; }
+
+  // A check of an uploaded source, when this node can build (see scheduler.hpp).
+  Result<std::unique_ptr<daemon::SourceCheck>> begin_source_check(const std::weak_ptr<Core>& self) {
+    if (probed_.slots.empty() || !probed_.toolchain_error.empty()) return std::unique_ptr<daemon::SourceCheck>();
+    WorkerCommand worker = options_.worker;
+    worker.on_spawn = nullptr;
+    // The hash op loads the archive, whose constants may live on the GPU: it sees the
+    // first slot's GPU (and no other), as a build there would.
+    if (!probed_.slots.front().visible_device.empty())
+      worker.env["CUDA_VISIBLE_DEVICES"] = probed_.slots.front().visible_device;
+    CheckQueue queue = [self](CheckWork work, std::function<void(Status)> done) {
+      auto core = self.lock();
+      if (!core) {
+        done(make_error(Errc::cancelled, "cannot verify the source's model hash: kilnd is shutting down; nothing was stored"));
+        return;
+      }
+      core->queue_check(std::move(work), std::move(done));
+    };
+    return make_source_check(options_.work_dir / "checks", std::move(worker), options_.source_check_timeout, std::move(queue));
+  }
+
+  void queue_check(CheckWork work, std::function<void(Status)> done) {
+    {
+      std::lock_guard lock(mu_);
+      if (!stopping_) {
+        checks_.push_back(PendingCheck{std::move(work), std::move(done)});
+        done = nullptr;
+      }
+    }
+    if (done) {
+      done(make_error(Errc::cancelled, "cannot verify the source's model hash: kilnd is shutting down; nothing was stored"));
+      return;
+    }
+    check_cv_.notify_one();
+  }
 
   NodeReport report() const {
     NodeReport r;
@@ -360,6 +405,23 @@ class Core {
     }
   }
 
+  // Source checks (PUT_SOURCE): the worker's hash op, off the slots and off kilnd's
+  // threads, first come first served.
+  void check_loop() {
+    std::unique_lock lock(mu_);
+    for (;;) {
+      check_cv_.wait(lock, [&] { return stopping_ || !checks_.empty(); });
+      if (stopping_) return;
+      PendingCheck c = std::move(checks_.front());
+      checks_.pop_front();
+      lock.unlock();
+      Status st = c.work(&checks_cancel_);
+      c.done(std::move(st));
+      c = PendingCheck{};  // the check's file goes with its work, outside the lock
+      lock.lock();
+    }
+  }
+
   void timer_loop() {
     std::unique_lock lock(mu_);
     for (;;) {
@@ -399,6 +461,12 @@ class Core {
     }
   }
 
+  struct PendingCheck {
+    CheckWork work;
+    std::function<void(Status)> done;
+  };
+  static constexpr int kCheckThreads = 2;
+
   const SchedulerOptions options_;
   storage::Store& store_;
   const ProbedNode probed_;
@@ -408,6 +476,8 @@ class Core {
   mutable std::mutex mu_;
   std::condition_variable cv_;        // slot threads: work queued or stopping
   std::condition_variable timer_cv_;  // timer thread: a new deadline or stopping
+  std::condition_variable check_cv_;  // check threads: a source check queued or stopping
+  std::atomic<bool> checks_cancel_{false};  // set at stop: running hash ops are killed
   // State below is protected by mu_.
   bool stopping_ = false;
   std::uint64_t seq_ = 0;
@@ -416,6 +486,7 @@ class Core {
   std::vector<std::size_t> running_;                       // per slot
   std::multimap<Clock::time_point, std::weak_ptr<WaiterState>> deadlines_;
   std::deque<JobReport> recent_;
+  std::deque<PendingCheck> checks_;  // source checks not started yet
   std::uint64_t started_ = 0, ok_ = 0, failed_ = 0, cancelled_ = 0;
 
   std::vector<std::thread> threads_;
@@ -454,6 +525,7 @@ class SchedulerImpl final : public BuildScheduler {
   }
   std::vector<JobReport> jobs() const override { return core_->jobs(); }
   std::optional<JobReport> job(const Digest& d) const override { return core_->job(d); }
+  Result<std::unique_ptr<daemon::SourceCheck>> begin_source_check() override { return core_->begin_source_check(core_); }
 
  private:
   std::shared_ptr<Core> core_;
@@ -480,8 +552,8 @@ Result<std::unique_ptr<BuildScheduler>> BuildScheduler::create(SchedulerOptions 
                                       " is in use by another kilnd; give each kilnd its own ([builds] work_dir)");
   }
   // Scratch of builds a previous kilnd did not finish (it was killed): job folders, source
-  // copies and partial copies.
-  for (const char* sub : {"jobs", "sources"}) {
+  // copies and partial copies, and the files of source checks.
+  for (const char* sub : {"jobs", "sources", "checks"}) {
     for (auto it = std::filesystem::directory_iterator(options.work_dir / sub, ec);
          !ec && it != std::filesystem::directory_iterator(); it.increment(ec)) {
       // A job folder whose worker still runs (kilnd was SIGKILLed): its group is killed

@@ -168,6 +168,8 @@ class SchedulerService final : public daemon::BuildService {
     return reply;
   }
 
+  Result<std::unique_ptr<daemon::SourceCheck>> begin_source_check() override { return scheduler_.begin_source_check(); }
+
   // STATUS: what the scheduler's probe found at start and its slots' queues now.
   proto::GpuReport gpu_report() const override {
     const NodeReport node = scheduler_.report();

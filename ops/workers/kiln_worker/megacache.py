@@ -7,6 +7,10 @@ loads them with torch.compiler.load_cache_artifacts() and compiles the same modu
 warm. Checked before handing over: new random weights are copied into the module, the
 compiled module is run again (weights are graph inputs, no recompile) and compared with
 eager.
+
+torch keys the entries by device, index included: they are built on cuda:0 (kilnd's
+CUDA_VISIBLE_DEVICES gives the worker one GPU) and warm a consumer whose block runs on
+cuda:0 of its own process (schema/key.md, "The device index never enters a key").
 """
 import os
 import time

@@ -6,13 +6,30 @@ shape/dtype), the input and output specs (parameter/buffer names, shapes and dty
 values of lifted tensor constants, and the range constraints of dynamic dimensions. It does
 not cover parameter or buffer VALUES, node names or stack traces: two fine-tunes of one
 block, exported by the same code, hash the same.
+
+User code the graph only names is hashed by content: a user-defined Triton kernel called
+through torch's triton_kernel_wrapper_functional/_mutation (its source with the jit
+functions it calls, its autotune configs, and its constant arguments, never the process-
+local side-table indexes), and a custom operator's Python implementation where torch has
+it (torch.library.custom_op / triton_op: the functions' source and the Triton kernels they
+call). Devices are hashed by type, never index, whether the graph holds a torch.device or a
+string ("cuda:3").
 """
 import hashlib
+import inspect
 import json
+import textwrap
 
 from spelling import dim_text, dtype_name
 
 HASH_FORMAT = "kiln-model-hash/1"
+
+# Torch's own operator namespaces: their code ships with the torch version the key names.
+_TORCH_NAMESPACES = {"aten", "prims", "prim", "_c10d_functional", "c10d_functional", "_dtensor", "quantized",
+                     "_quantized", "rngprims", "profiler", "inductor", "higher_order", "_test", "debugprims",
+                     "_c10d_functional_autograd", "mkldnn", "quantized_decomposed", "onednn", "fbgemm_internal"}
+_TRITON_WRAPPERS = ("triton_kernel_wrapper_functional", "triton_kernel_wrapper_mutation")
+_MAX_DEPTH = 4
 
 
 def _target_name(target):
@@ -75,14 +92,197 @@ def _val(v):
     return {"sym": str(v)}
 
 
+def _sha256_text(text):
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _source_text(fn):
+    """The source of a Python function, dedented; "" where Python has none (a builtin)."""
+    try:
+        return textwrap.dedent(inspect.getsource(fn))
+    except (OSError, TypeError):
+        return ""
+
+
+def _is_triton_kernel(obj):
+    """A triton.jit function, or a wrapper of one (autotune, heuristics): duck-typed, so
+    this module needs no Triton where none is called."""
+    for _ in range(_MAX_DEPTH):
+        if obj is None:
+            return False
+        if type(obj).__name__ == "JITFunction" or (hasattr(obj, "src") and hasattr(obj, "arg_names")):
+            return True
+        obj = getattr(obj, "fn", None)
+    return False
+
+
+def triton_kernel_description(kernel):
+    """What a user-defined Triton kernel computes, free of process-dependent values: the
+    SHA-256 of its source (with the jit functions it calls, as torch's own FX graph cache
+    hashes it), the wrappers' tuning (autotune configs, heuristics), its name."""
+    wrappers = []
+    for _ in range(_MAX_DEPTH):
+        if type(kernel).__name__ == "JITFunction" or hasattr(kernel, "arg_names"):
+            break
+        entry = {"wrapper": type(kernel).__name__}
+        configs = getattr(kernel, "configs", None)
+        if configs:
+            entry["configs"] = sorted(sorted(str(kv) for kv in (c.all_kwargs() if hasattr(c, "all_kwargs") else
+                                                                 vars(c)).items()) for c in configs)
+        if getattr(kernel, "keys", None) is not None and isinstance(kernel.keys, (list, tuple)):
+            entry["keys"] = [str(k) for k in kernel.keys]
+        values = getattr(kernel, "values", None)
+        if isinstance(values, dict):  # triton.heuristics: name -> function of the arguments
+            entry["heuristics"] = {str(k): _sha256_text(_source_text(v)) for k, v in sorted(values.items())}
+        wrappers.append(entry)
+        kernel = kernel.fn
+    source = None
+    try:  # torch's own closure of the kernel's source (the jit functions it calls, constexprs)
+        from torch._inductor.codegen.wrapper import user_defined_triton_kernel_transitive_closure_source_code
+        source = user_defined_triton_kernel_transitive_closure_source_code(kernel)
+    except Exception:  # noqa: BLE001 - older torch, or not a real JITFunction: its own source
+        source = None
+    if not source:
+        source = getattr(kernel, "src", None) or _source_text(getattr(kernel, "fn", kernel))
+    fn = getattr(kernel, "fn", kernel)
+    return {"name": getattr(fn, "__name__", type(kernel).__name__), "source_sha256": _sha256_text(source),
+            "wrappers": wrappers}
+
+
+def _referenced_objects(fn):
+    """The objects a function refers to by name (globals it reads, cells it closes over)."""
+    code = getattr(fn, "__code__", None)
+    out = []
+    if code is not None:
+        names = set(code.co_names)
+        for const in code.co_consts:  # nested functions' names (grid lambdas, inner helpers)
+            if hasattr(const, "co_names"):
+                names.update(const.co_names)
+        glb = getattr(fn, "__globals__", {})
+        out.extend(glb[n] for n in sorted(names) if n in glb)
+    for cell in getattr(fn, "__closure__", None) or ():
+        try:
+            out.append(cell.cell_contents)
+        except ValueError:  # an empty cell
+            pass
+    return out
+
+
+def function_description(fn, depth=0, seen=None):
+    """A Python implementation by content: the SHA-256 of its source, the Triton kernels it
+    calls and, for a wrapper closing over the user's function (torch.library.triton_op's
+    backend), that function too. Not: its module, address or position in the file."""
+    seen = set() if seen is None else seen
+    fn = inspect.unwrap(fn) if callable(fn) else fn
+    if id(fn) in seen or depth > _MAX_DEPTH:
+        return None
+    seen.add(id(fn))
+    kernels, inner = {}, []
+    for obj in _referenced_objects(fn):
+        if _is_triton_kernel(obj):
+            d = triton_kernel_description(obj)
+            kernels[d["source_sha256"] + d["name"]] = d
+        elif inspect.isfunction(obj) and getattr(obj, "__code__", None) is not None and \
+                not getattr(obj, "__module__", "").startswith(("torch", "triton")):
+            sub = function_description(obj, depth + 1, seen)
+            if sub is not None:
+                inner.append(sub)
+    return {"source_sha256": _sha256_text(_source_text(fn)), "triton_kernels": [kernels[k] for k in sorted(kernels)],
+            "calls": sorted(inner, key=lambda d: json.dumps(d, sort_keys=True))}
+
+
+def custom_op_description(target):
+    """The Python implementation of a custom operator (torch.library.custom_op / triton_op)
+    by content, or None: torch's own operators, and operators whose implementation is not
+    Python (C++ extensions: their library version is the user's to key), are hashed by name."""
+    if getattr(target, "_schema", None) is None:  # not an operator (operator.getitem, ...)
+        return None
+    name = getattr(target, "namespace", None) or str(target).split(".")[0].split("::")[0]
+    if name in _TORCH_NAMESPACES:
+        return None
+    try:
+        from torch._library.custom_ops import _maybe_get_opdef
+        opdef = _maybe_get_opdef(target)
+    except Exception:  # noqa: BLE001 - a torch without torch.library custom ops
+        opdef = None
+    if opdef is None:
+        return None
+    fns = [getattr(opdef, "_init_fn", None), getattr(opdef, "_abstract_fn", None)]
+    fns += [v for _, v in sorted((getattr(opdef, "_backend_fns", None) or {}).items(), key=lambda kv: str(kv[0]))]
+    parts = [function_description(f) for f in fns if callable(f)]
+    return {"implementation": [p for p in parts if p is not None]}
+
+
+def _is_triton_wrapper(target):
+    return getattr(target, "__name__", None) in _TRITON_WRAPPERS or \
+        (callable(getattr(target, "name", None)) and str(target) in _TRITON_WRAPPERS)
+
+
+def _triton_wrapper_kwargs(kwargs):
+    """A Triton wrapper's kwargs with the side-table indexes (kernel_idx, constant_args_idx:
+    process-local counters) replaced by what they point at."""
+    from torch._higher_order_ops.triton_kernel_wrap import kernel_side_table
+
+    out = dict(kwargs)
+    if "kernel_idx" in out:
+        out["kernel_idx"] = {"triton_kernel": triton_kernel_description(kernel_side_table.get_kernel(out["kernel_idx"]))}
+    if "constant_args_idx" in out and hasattr(kernel_side_table, "get_constant_args"):
+        out["constant_args_idx"] = {"constant_args": kernel_side_table.get_constant_args(out["constant_args_idx"])}
+    return out
+
+
+def _device_positions(target):
+    """Names and positions of a torch operator's Device arguments (from its schema)."""
+    schema = getattr(target, "_schema", None)
+    if schema is None:
+        return {}
+    return {a.name: i for i, a in enumerate(schema.arguments) if str(a.type).rstrip("?") == "Device"}
+
+
+def normalize_device_args(target, args, kwargs):
+    """args and kwargs with every device given as text ("cuda:3") made a torch.device, which
+    _canon hashes by type: an operator's Device arguments (by its schema), and a keyword
+    named `device` of any callable."""
+    import torch
+
+    def dev(v):
+        if isinstance(v, str):
+            try:
+                return torch.device(v)
+            except RuntimeError:
+                return v
+        return v
+
+    positions = _device_positions(target)
+    args = list(args)
+    for name, i in positions.items():
+        if i < len(args):
+            args[i] = dev(args[i])
+    kwargs = dict(kwargs)
+    for name in set(positions) | {"device"}:
+        if name in kwargs:
+            kwargs[name] = dev(kwargs[name])
+    return tuple(args), kwargs
+
+
 def graph_description(gm):
     import torch.fx
 
     index, nodes = {}, []
     for i, node in enumerate(gm.graph.nodes):
         index[node] = i
-        entry = {"op": node.op, "args": _canon(node.args, index), "kwargs": _canon(node.kwargs, index),
+        args, kwargs = node.args, node.kwargs
+        impl = None
+        if node.op == "call_function":
+            args, kwargs = normalize_device_args(node.target, args, kwargs)
+            if _is_triton_wrapper(node.target):
+                kwargs = _triton_wrapper_kwargs(kwargs)
+            else:
+                impl = custom_op_description(node.target)
+        entry = {"op": node.op, "args": _canon(args, index), "kwargs": _canon(kwargs, index),
                  "val": _val(node.meta.get("val"))}
+        if impl is not None:
+            entry["impl"] = impl
         if node.op in ("call_function", "call_method"):
             entry["target"] = _target_name(node.target)
         elif node.op == "get_attr":

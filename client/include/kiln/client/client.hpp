@@ -220,9 +220,12 @@ class Client {
                                 const PutOptions& options = {});
 
   // Registers `file` (a torch.export archive) as the source of `model_hash` (64 hex), read
-  // as it goes (PUT_SOURCE; write role). The same bytes again are accepted; other bytes
-  // under a hash that has a source are invalid_argument (sources are never replaced).
-  // io_error if the file is unreadable; invalid_argument for a bad hash.
+  // as it goes (PUT_SOURCE; write role). A daemon that builds first runs its build worker's
+  // hash op on the bytes: a file that hashes to another model hash is invalid_argument
+  // (the message names both; nothing is stored), timeout when the hash op runs past the
+  // daemon's source_check_timeout_s (schema/sources.md). The same bytes again are
+  // accepted; other bytes under a hash that has a source are invalid_argument (sources are
+  // never replaced). io_error if the file is unreadable; invalid_argument for a bad hash.
   Result<SourceInfo> put_source(const std::string& model_hash, const std::string& name,
                                 const std::filesystem::path& file);
 

@@ -11,9 +11,11 @@
 // and exactly once unless stated otherwise; the server re-posts them to its own executor.
 #pragma once
 
+#include <cstddef>
 #include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -44,6 +46,26 @@ class BuildWait {
   virtual void withdraw() = 0;
 };
 
+// One PUT_SOURCE's bytes, held in a file of the build service's so that the node's build
+// worker can hash them BEFORE anything is stored (schema/sources.md, "A hash is verified,
+// never trusted"). Destroying it removes the file (blocking file I/O: destroy it where
+// blocking work runs, not on an I/O thread).
+class SourceCheck {
+ public:
+  virtual ~SourceCheck() = default;
+  // Appends uploaded bytes. Blocking file I/O: call it off the event loop. io_error when
+  // the file cannot be written.
+  virtual Status write(std::span<const std::byte> data) = 0;
+  // Runs the build worker's `hash` op on what was written, on the build service's own
+  // threads (never the caller's), bounded by [builds] source_check_timeout_s. done() is
+  // called exactly once, from any thread: ok when the file hashes to `model_hash`;
+  // invalid_argument when it hashes to another model hash (the message names both) or the
+  // worker cannot hash it (not a torch.export archive it can load: the worker's own error);
+  // timeout when the worker ran past the limit (its process group is killed); cancelled
+  // when kilnd shuts down. Call it once, after the last write().
+  virtual void verify(const std::string& model_hash, std::function<void(Status)> done) = 0;
+};
+
 class BuildService {
  public:
   virtual ~BuildService() = default;
@@ -68,6 +90,14 @@ class BuildService {
 
   // BUILD_STATUS: builds known by handle, by key digest, or all.
   virtual Result<protocol::BuildStatusReply> status(const protocol::BuildStatusRequest& request) = 0;
+
+  // PUT_SOURCE: a check for one upload when this node verifies sources, which it does
+  // exactly when it can build (a build slot, and a worker that reported its toolchain: the
+  // torch that builds is the torch that hashes). nullptr when it cannot build: the source
+  // is then stored unverified, and the worker's own check before every build stays the
+  // guard wherever the source is built later. io_error: the check's file cannot be made.
+  // Cheap; never blocks on a build or a worker. The default verifies nothing (nullptr).
+  virtual Result<std::unique_ptr<SourceCheck>> begin_source_check() { return std::unique_ptr<SourceCheck>(); }
 
   // STATUS: the node's GPUs as probed at start (or the note saying why none) and each
   // build slot's queue depth now. Cheap, never blocks on a build or runs a probe. The

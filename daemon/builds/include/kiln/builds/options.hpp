@@ -8,6 +8,7 @@
 //   builds_per_gpu = 1          # builds at once per slot
 //   build_timeout_s = 1800      # a worker past this is killed with its process group
 //   probe_timeout_s = 180       # the worker's toolchain probe at start
+//   source_check_timeout_s = 600  # a source's hash op when it is registered (PUT_SOURCE)
 //   failure_ttl_s = 600         # a failed key fails fast this long (0 = never remembered)
 //   max_log_bytes = 1048576     # stderr kept per build (its last bytes)
 //   keep_failed_work = false    # keep a failed build's scratch folder under work_dir/jobs

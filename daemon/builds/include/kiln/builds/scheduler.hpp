@@ -24,6 +24,11 @@
 //    daemon. The outcome and the worker's stderr are recorded (Store::record_build). A
 //    failed key fails fast for `failure_ttl` (negative cache, from Store::last_build, so it
 //    survives restarts) unless the request forces a rebuild.
+//  - Source checks (PUT_SOURCE): begin_source_check() holds an upload in a file under
+//    work_dir/checks; its verify() runs the worker's `hash` op on a check thread of the
+//    scheduler's own (two, first come first served; never a caller's or a slot's thread),
+//    bounded by source_check_timeout, with the first slot's CUDA_VISIBLE_DEVICES. Only a
+//    node that can build checks (a slot and a toolchain); otherwise nullptr.
 //  - Refusals, immediate: Errc::unsupported when no slot can build the key's GPU, when the
 //    node has no GPU or slot at all, or when the key's toolchain or host fields are not
 //    this node's; Errc::no_source when no source is registered for the key's model hash.
@@ -44,6 +49,7 @@
 
 #include "kiln/builds/gpu_probe.hpp"
 #include "kiln/builds/worker_process.hpp"
+#include "kiln/daemon/build_service.hpp"
 #include "kiln/digest.hpp"
 #include "kiln/key.hpp"
 #include "kiln/result.hpp"
@@ -75,6 +81,8 @@ struct SchedulerOptions {
   unsigned builds_per_slot = 1;
   std::chrono::milliseconds build_timeout{std::chrono::minutes(30)};
   std::chrono::milliseconds probe_timeout{std::chrono::minutes(3)};
+  // A source's hash op at registration (PUT_SOURCE): killed with its group past this.
+  std::chrono::milliseconds source_check_timeout{std::chrono::minutes(10)};
   std::chrono::seconds failure_ttl{std::chrono::minutes(10)};  // 0 = failures not remembered
   std::size_t max_log_bytes = 1u << 20;
   bool keep_failed_work = false;         // leave a failed build's scratch folder for debugging
@@ -165,6 +173,11 @@ class BuildScheduler {
 
   // Blocking convenience over request(): waits up to options.wait (0 = until done).
   Result<storage::ArtifactInfo> request_and_wait(const Key& key, const RequestOptions& options);
+
+  // A check of one uploaded source (kiln/daemon/build_service.hpp, SourceCheck) when this
+  // node can build (a slot, and a worker that reported its toolchain), else nullptr.
+  // io_error: the check's file under work_dir/checks cannot be created.
+  virtual Result<std::unique_ptr<daemon::SourceCheck>> begin_source_check() = 0;
 
   // Builds queued, running, and the most recent finished ones (newest last).
   virtual std::vector<JobReport> jobs() const = 0;
