@@ -13,8 +13,8 @@
 
 #include "kiln/client/client.hpp"
 #include "kiln/digest.hpp"
-#include "support/client_fixture.hpp"
-#include "support/kilnd_builds.hpp"
+#include "client_fixture.hpp"
+#include "kilnd_builds.hpp"
 #include "support/kilnd_process.hpp"
 #include "temp_dir.hpp"
 
