@@ -2,7 +2,10 @@
 // worker (tests/support/test_worker.cpp), keys for the test node, counting builds.
 #pragma once
 
+#include <chrono>
 #include <fstream>
+#include <future>
+#include <memory>
 #include <sstream>
 #include <string>
 
@@ -13,8 +16,31 @@
 #include "kiln/key.hpp"
 #include "kiln/storage/store.hpp"
 #include "temp_dir.hpp"
+#include "wait_until.hpp"
 
 namespace kiln::test {
+
+using Outcome = Result<storage::ArtifactInfo>;
+
+// One request's answer from the scheduler: the callback to give it, the Waiter it returns
+// (dropping it leaves the build), and the outcome once it comes.
+struct Pending {
+  std::shared_ptr<std::promise<Outcome>> promise = std::make_shared<std::promise<Outcome>>();
+  std::future<Outcome> future = promise->get_future();
+  std::unique_ptr<build::Waiter> waiter;
+
+  build::BuildCallback callback() {
+    return [p = promise](Outcome r) { p->set_value(std::move(r)); };
+  }
+  // The outcome; the test fails (REQUIRE) when none comes within `limit`.
+  Outcome get(std::chrono::seconds limit = std::chrono::seconds(30)) {
+    REQUIRE(future.wait_for(limit) == std::future_status::ready);
+    return future.get();
+  }
+  bool answered() { return future.wait_for(std::chrono::seconds(0)) == std::future_status::ready; }
+};
+
+inline std::string message(const Outcome& r) { return r ? "ok" : r.error().to_string(); }
 
 inline std::string read_text(const std::filesystem::path& p) {
   std::ifstream in(p);

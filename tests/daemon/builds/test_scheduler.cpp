@@ -15,35 +15,14 @@ using namespace kiln;
 using namespace kiln::build;
 using namespace std::chrono_literals;
 using kiln::test::BuildFixture;
+using kiln::test::message;
+using kiln::test::Outcome;
+using kiln::test::Pending;
 
 namespace {
 
-using Outcome = Result<storage::ArtifactInfo>;
-
-struct Pending {
-  std::shared_ptr<std::promise<Outcome>> promise = std::make_shared<std::promise<Outcome>>();
-  std::future<Outcome> future = promise->get_future();
-  std::unique_ptr<Waiter> waiter;
-
-  BuildCallback callback() {
-    return [p = promise](Outcome r) { p->set_value(std::move(r)); };
-  }
-  Outcome get(std::chrono::seconds limit = 30s) {
-    REQUIRE(future.wait_for(limit) == std::future_status::ready);
-    return future.get();
-  }
-};
-
-std::string message(const Outcome& r) { return r ? "ok" : r.error().to_string(); }
-
-bool wait_until(const std::function<bool()>& cond, std::chrono::milliseconds limit = 10s) {
-  auto end = std::chrono::steady_clock::now() + limit;
-  while (std::chrono::steady_clock::now() < end) {
-    if (cond()) return true;
-    std::this_thread::sleep_for(20ms);
-  }
-  return cond();
-}
+// This file's conditions get more time than the shared default.
+bool wait_until(const std::function<bool()>& cond) { return kiln::test::wait_until(cond, 10s, 20ms); }
 
 }  // namespace
 

@@ -18,6 +18,8 @@ using namespace std::chrono_literals;
 using kiln::test::BuildFixture;
 namespace fs = std::filesystem;
 
+using kiln::test::wait_until;
+
 namespace {
 
 // Everything under `dir`, recursively, as relative paths (for the failure message).
@@ -34,15 +36,6 @@ std::string listing(const std::vector<std::string>& v) {
   std::string s;
   for (const auto& e : v) s += e + " ";
   return s;
-}
-
-bool wait_until(const std::function<bool()>& cond, std::chrono::milliseconds limit = 8s) {
-  auto end = std::chrono::steady_clock::now() + limit;
-  while (std::chrono::steady_clock::now() < end) {
-    if (cond()) return true;
-    std::this_thread::sleep_for(10ms);
-  }
-  return cond();
 }
 
 }  // namespace

@@ -104,6 +104,8 @@ TEST_CASE("PrewarmOfOnlyStoredKeysEndsAtOnce") {
   CHECK(f.builds() == 0);
 }
 
+using kiln::test::wait_until;
+
 namespace {
 
 // done() for ensure(): counts its calls, keeps the first status.
@@ -121,15 +123,6 @@ struct Done {
     return future.get();
   }
 };
-
-bool wait_until(const std::function<bool()>& cond, std::chrono::milliseconds limit = 8s) {
-  auto end = std::chrono::steady_clock::now() + limit;
-  while (std::chrono::steady_clock::now() < end) {
-    if (cond()) return true;
-    std::this_thread::sleep_for(10ms);
-  }
-  return cond();
-}
 
 pid_t first_worker(const kiln::test::BuildFixture& f) {
   std::istringstream in(kiln::test::read_text(f.count_file));
