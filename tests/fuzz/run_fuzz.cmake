@@ -4,6 +4,8 @@
 #   fuzz_protocol: seeds in SRC/corpus (message bodies).
 #   fuzz_tar: seeds made here with CMake's own tar writer (a small GNU tar and a pax
 #   archive with a long name), so no binary seed lives in the repository.
+#   fuzz_resp: seeds written here: a mode byte ('3': read and write roles; '7': and a
+#   password) and what redis-py and torch send.
 execute_process(COMMAND ${CMAKE_COMMAND} -S ${SRC} -B ${BIN} -G Ninja -DCMAKE_CXX_COMPILER=${CXX}
                         -DCMAKE_BUILD_TYPE=RelWithDebInfo
                 RESULT_VARIABLE rc)
@@ -31,6 +33,14 @@ if(FUZZ_TARGET STREQUAL "fuzz_tar")
   if(rc1 OR rc2)
     message(FATAL_ERROR "making the tar seeds failed")
   endif()
+endif()
+if(FUZZ_TARGET STREQUAL "fuzz_resp")
+  set(seeds ${BIN}/seeds)
+  file(MAKE_DIRECTORY ${seeds})
+  file(WRITE ${seeds}/hello3 "3*2\r\n$5\r\nHELLO\r\n$1\r\n3\r\n*4\r\n$6\r\nCLIENT\r\n$7\r\nSETINFO\r\n$8\r\nLIB-NAME\r\n$8\r\nredis-py\r\n")
+  file(WRITE ${seeds}/set_get "3*5\r\n$3\r\nSET\r\n$27\r\npt2:fx-graph-v1::abcdef01:c1\r\n$5\r\nvalue\r\n$2\r\nEX\r\n$2\r\n60\r\n*2\r\n$3\r\nGET\r\n$27\r\npt2:fx-graph-v1::abcdef01:c1\r\n")
+  file(WRITE ${seeds}/auth "7*3\r\n$4\r\nAUTH\r\n$7\r\ndefault\r\n$6\r\nsecret\r\n*2\r\n$3\r\nGET\r\n$1\r\nk\r\n")
+  file(WRITE ${seeds}/inline "1PING\r\nSELECT 0\r\n\r\nGET k\r\nQUIT\r\n")
 endif()
 execute_process(COMMAND ${BIN}/${FUZZ_TARGET} -max_total_time=${SECONDS} -rss_limit_mb=2048 -max_len=65536
                         -artifact_prefix=${BIN}/crashes/ ${BIN}/corpus ${seeds}
