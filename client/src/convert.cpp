@@ -69,6 +69,7 @@ DaemonStatus from_status(protocol::StatusReply&& r) {
   s.torch_cache_listen = std::move(r.torch_cache_listen);
   s.verify_checked = r.verify_checked;
   s.verify_total = r.verify_total;
+  s.fleet = std::move(r.fleet);
   for (auto& b : r.build_slots)
     s.build_slots.push_back(BuildSlotInfo{std::move(b.name), std::move(b.gpu_arch), std::move(b.gpu_name), b.running, b.queued});
   return s;

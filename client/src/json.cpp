@@ -64,6 +64,10 @@ std::string to_json(const DaemonStatus& s) {
   j["can_build"] = s.builds_unavailable.empty();
   if (!s.builds_unavailable.empty()) j["builds_unavailable"] = s.builds_unavailable;
   if (s.verify_total) j["verify"] = {{"checked", s.verify_checked}, {"total", s.verify_total}};
+  if (!s.fleet.empty()) {
+    auto f = nlohmann::json::parse(s.fleet, nullptr, false);
+    if (!f.is_discarded()) j["fleet"] = std::move(f);
+  }
   if (!s.torch_cache_socket.empty() || !s.torch_cache_listen.empty()) {
     auto& t = j["torch_cache"] = nlohmann::json::object();
     if (!s.torch_cache_socket.empty()) t["socket"] = s.torch_cache_socket;

@@ -1,5 +1,6 @@
-// Handlers for admin operations (evict, verify, gc, reload), cancel, and the build
-// operations, which go through the BuildService seam (build_service.hpp).
+// Handlers for admin operations (evict, verify, gc, reload, the fleet's transfers),
+// cancel, and the build operations, which go through the BuildService seam
+// (build_service.hpp).
 #include <ctime>
 #include <deque>
 
@@ -264,6 +265,76 @@ asio::awaitable<Outcome> handle_logs(Connection& c, const Request& r) {
   co_return co_await reply_ok(c, r, proto::encode(reply), reply.found ? "found" : "no build recorded");
 }
 
+Error no_fleet() {
+  return make_error(Errc::unsupported, "this kilnd is in no fleet: configure [fleet] in kilnd.toml (registry, repository)");
+}
+
+asio::awaitable<Outcome> handle_fleet_push(Connection& c, const Request& r) {
+  auto req = proto::decode<proto::FleetPushRequest>(r.body);
+  if (!req) co_return fail(req.error());
+  auto& s = c.state();
+  if (!s.fleet) co_return fail(no_fleet());
+  // What the filters select, less what came from the registry (it is there already).
+  struct Selected {
+    std::vector<Digest> keys;
+    std::uint64_t matched = 0, from_registry = 0;
+  };
+  storage::ListQuery q;
+  q.filters = req->filters;
+  auto list = [&s, q]() -> Result<Selected> {
+    auto items = s.store.list(q);
+    if (!items) return std::move(items).error();
+    Selected sel;
+    for (const auto& a : *items) {
+      sel.matched++;
+      if (a.origin == "registry") sel.from_registry++;
+      else sel.keys.push_back(a.key_digest);
+    }
+    return sel;
+  };
+  auto selected = co_await offload(s.pool, list);
+  if (!selected) co_return fail(selected.error());
+  auto* fleet = s.fleet;
+  auto start = [fleet, keys = selected->keys, wait = req->wait](std::function<void(Result<proto::FleetPushReply>)> done) {
+    fleet->push(keys, wait, std::move(done));
+  };
+  auto reply = co_await await_callback<Result<proto::FleetPushReply>>(start);
+  if (!reply) co_return fail(reply.error());
+  reply->matched = selected->matched;
+  reply->from_registry = selected->from_registry;
+  co_return co_await reply_ok(c, r, proto::encode(*reply),
+                              std::to_string(reply->queued) + " queued, " + std::to_string(reply->pushed) + " pushed");
+}
+
+asio::awaitable<Outcome> handle_fleet_pull(Connection& c, const Request& r) {
+  auto req = proto::decode<proto::FleetPullRequest>(r.body);
+  if (!req) co_return fail(req.error());
+  auto& s = c.state();
+  if (!s.fleet) co_return fail(no_fleet());
+  auto* fleet = s.fleet;
+  auto start = [fleet, request = *req](std::function<void(Result<proto::FleetPullReply>)> done) {
+    fleet->pull(request, std::move(done));
+  };
+  auto reply = co_await await_callback<Result<proto::FleetPullReply>>(start);
+  if (!reply) co_return fail(reply.error());
+  co_return co_await reply_ok(c, r, proto::encode(*reply),
+                              std::to_string(reply->pulled) + " pulled, " + std::to_string(reply->failed) + " failed");
+}
+
+asio::awaitable<Outcome> handle_fleet_prune(Connection& c, const Request& r) {
+  auto req = proto::decode<proto::FleetPruneRequest>(r.body);
+  if (!req) co_return fail(req.error());
+  auto& s = c.state();
+  if (!s.fleet) co_return fail(no_fleet());
+  auto* fleet = s.fleet;
+  auto start = [fleet, request = *req](std::function<void(Result<proto::FleetPruneReply>)> done) {
+    fleet->prune(request, std::move(done));
+  };
+  auto reply = co_await await_callback<Result<proto::FleetPruneReply>>(start);
+  if (!reply) co_return fail(reply.error());
+  co_return co_await reply_ok(c, r, proto::encode(*reply), std::to_string(reply->pruned) + " pruned");
+}
+
 }  // namespace
 
 asio::awaitable<Outcome> handle_admin_request(Connection& c, const Request& r) {
@@ -277,6 +348,9 @@ asio::awaitable<Outcome> handle_admin_request(Connection& c, const Request& r) {
     case MsgType::prewarm_submit: co_return co_await handle_prewarm(c, r);
     case MsgType::build_status: co_return co_await handle_build_status(c, r);
     case MsgType::logs: co_return co_await handle_logs(c, r);
+    case MsgType::fleet_push: co_return co_await handle_fleet_push(c, r);
+    case MsgType::fleet_pull: co_return co_await handle_fleet_pull(c, r);
+    case MsgType::fleet_prune: co_return co_await handle_fleet_prune(c, r);
     default:
       co_return fail(make_error(Errc::protocol_error, std::string("no handler for ") +
                                                           std::string(proto::type_name(r.type))));

@@ -148,5 +148,5 @@ TEST_CASE("listing and fetching sources need the read role and are requests") {
   CHECK(is_request_type(MsgType::get_source));
   CHECK(type_name(MsgType::list_sources) == "LIST_SOURCES");
   CHECK(op_name(MsgType::get_source) == "get_source");
-  CHECK_FALSE(is_known_type(0x1C));
+  CHECK_FALSE(is_known_type(0x1F));
 }

@@ -76,6 +76,7 @@ Result<std::unique_ptr<Fleet>> Fleet::start(const FleetConfig& config, storage::
   std::unique_ptr<Fleet> f(new Fleet(config, store, std::move(*http), std::move(key), std::move(*trust)));
   for (unsigned i = 0; i < config.pull_threads; ++i) f->workers_.emplace_back([p = f.get()] { p->worker_loop(); });
   if (config.push) f->pusher_ = std::thread([p = f.get()] { p->pusher_loop(); });
+  f->admin_ = std::thread([p = f.get()] { p->admin_loop(); });
   spdlog::info("fleet: registry {} repository {} (pull {}, push {}{}; {} trusted key(s){})", config.registry,
                config.repository, config.pull ? "on" : "off", config.push ? "on" : "off",
                f->key_ ? ", signing as " + f->key_->name() : "", f->trust_.keys().size(),
@@ -92,6 +93,14 @@ Fleet::Fleet(FleetConfig config, storage::Store& store, std::shared_ptr<const Ht
       trust_(std::move(trust)) {}
 
 Fleet::~Fleet() {
+  // The operator's transfer first: it may be waiting on pull workers and the pusher.
+  halt_ = true;
+  {
+    std::lock_guard lock(admin_mu_);
+    admin_stopping_ = true;
+  }
+  admin_cv_.notify_all();
+  if (admin_.joinable()) admin_.join();
   {
     std::lock_guard l1(work_mu_);
     std::lock_guard l2(push_mu_);
@@ -245,10 +254,12 @@ std::optional<Fleet::Verified> Fleet::verify(const std::string& subject, const D
   return std::nullopt;
 }
 
-bool Fleet::pull_artifact(const Digest& key_digest) {
+bool Fleet::pull_artifact(const Digest& key_digest) { return pull_artifact_outcome(key_digest).stored; }
+
+Fleet::PullOutcome Fleet::pull_artifact_outcome(const Digest& key_digest) {
   const std::string subject = artifact_subject(key_digest);
-  std::promise<bool> promise;
-  std::shared_future<bool> fut;
+  std::promise<PullOutcome> promise;
+  std::shared_future<PullOutcome> fut;
   bool leader = false;
   {
     std::lock_guard lock(flights_mu_);
@@ -262,11 +273,12 @@ bool Fleet::pull_artifact(const Digest& key_digest) {
     }
   }
   if (!leader) return fut.get();
-  bool got = false;
+  PullOutcome got;
   try {
     got = do_pull_artifact(key_digest);
   } catch (const std::exception& e) {
     spdlog::error("fleet: pull of {} failed: {}", key_digest.hex(), e.what());
+    got.why = e.what();
   }
   promise.set_value(got);
   std::lock_guard lock(flights_mu_);
@@ -274,10 +286,10 @@ bool Fleet::pull_artifact(const Digest& key_digest) {
   return got;
 }
 
-bool Fleet::do_pull_artifact(const Digest& key_digest) {
+Fleet::PullOutcome Fleet::do_pull_artifact(const Digest& key_digest) {
   const std::string tag = key_digest.hex();
   const std::string what = "artifact " + tag.substr(0, 16);
-  if (auto have = store_.stat(key_digest); have && *have) return true;  // stored meanwhile
+  if (auto have = store_.stat(key_digest); have && *have) return {true, {}};  // stored meanwhile
   auto manifest = registry_.get_manifest(tag);
   if (!manifest) {
     if (is_network(manifest.error())) {
@@ -286,32 +298,33 @@ bool Fleet::do_pull_artifact(const Digest& key_digest) {
     } else {
       refuse(what, Refusal::corrupt, manifest.error().message);
     }
-    return false;
+    return {false, manifest.error().message};
   }
   note_reachable();
   if (!*manifest) {
     misses_++;
-    return false;
+    return {false, "not in the registry"};
   }
   const Digest manifest_digest = (*manifest)->digest;
   auto m = oci::parse_manifest((*manifest)->bytes, "manifest " + tag);
   if (!m) {
     refuse(what, Refusal::corrupt, m.error().message);
-    return false;
+    return {false, std::string(refusal_name(Refusal::corrupt)) + ": " + m.error().message};
   }
   if (m->config.media_type != oci::kKeyConfigType) {
     refuse(what, Refusal::corrupt, "its config is " + m->config.media_type + ", not a kiln key");
-    return false;
+    return {false, "corrupt: its config is " + m->config.media_type + ", not a kiln key"};
   }
   auto config = registry_.get_small_blob(m->config, 1 << 20);
   if (!config) {
-    refuse(what, is_network(config.error()) ? Refusal::unreachable : Refusal::corrupt, config.error().message);
-    return false;
+    const Refusal r = is_network(config.error()) ? Refusal::unreachable : Refusal::corrupt;
+    refuse(what, r, config.error().message);
+    return {false, std::string(refusal_name(r)) + ": " + config.error().message};
   }
   auto checked = oci::check_artifact(*m, *config, tag, "manifest " + tag);
   if (!checked) {
     refuse(what, Refusal::corrupt, checked.error().message);
-    return false;
+    return {false, std::string(refusal_name(Refusal::corrupt)) + ": " + checked.error().message};
   }
   std::optional<Verified> verified;
   Refusal why = Refusal::unsigned_;
@@ -319,12 +332,12 @@ bool Fleet::do_pull_artifact(const Digest& key_digest) {
   verified = verify(artifact_subject(key_digest), manifest_digest, why, detail);
   if (!verified && config_.require_signatures) {
     refuse(what, why, detail);
-    return false;
+    return {false, std::string(refusal_name(why)) + ": " + detail};
   }
   auto stream = store_.begin_put();
   if (!stream) {
     spdlog::warn("fleet: cannot store {}: {}", what, stream.error().to_string());
-    return false;
+    return {false, "cannot store it: " + stream.error().to_string()};
   }
   auto got = registry_.get_blob(checked->layer, [&](std::span<const std::byte> data) { return (*stream)->write(data); });
   if (!got) {
@@ -333,7 +346,7 @@ bool Fleet::do_pull_artifact(const Digest& key_digest) {
                 : is_network(got.error())          ? Refusal::unreachable
                                                    : Refusal::truncated;
     refuse(what, r, got.error().message);
-    return false;
+    return {false, std::string(refusal_name(r)) + ": " + got.error().message};
   }
   storage::PutMeta meta;
   meta.build_seconds = checked->meta.build_seconds.value_or(0);
@@ -341,13 +354,13 @@ bool Fleet::do_pull_artifact(const Digest& key_digest) {
   auto info = store_.commit(std::move(*stream), checked->key, meta);
   if (!info) {
     spdlog::warn("fleet: cannot store {}: {}", what, info.error().to_string());
-    return false;
+    return {false, "cannot store it: " + info.error().to_string()};
   }
   if (info->blob_digest != checked->layer.digest || info->key_digest != key_digest) {
     // Cannot happen unless the store and the registry disagree on SHA-256; never serve it.
     (void)store_.remove(key_digest);
     refuse(what, Refusal::corrupt, "stored bytes differ from the verified layer");
-    return false;
+    return {false, "corrupt: stored bytes differ from the verified layer"};
   }
   if (verified) {
     if (auto st = store_.put_signature(verified->record); !st) {
@@ -359,14 +372,14 @@ bool Fleet::do_pull_artifact(const Digest& key_digest) {
   bytes_pulled_ += info->size;
   spdlog::info("fleet: pulled {} ({} bytes, signed by {})", what, info->size, verified ? verified->signer : "nobody");
   remember("pulled " + what + " (" + std::to_string(info->size) + " B, signer " + (verified ? verified->signer : "-") + ")");
-  return true;
+  return {true, {}};
 }
 
 bool Fleet::pull_source(const std::string& model_hash) {
   if (!config_.pull || !oci::is_hex64(model_hash)) return false;
   const std::string subject = "source:" + model_hash;
-  std::promise<bool> promise;
-  std::shared_future<bool> fut;
+  std::promise<PullOutcome> promise;
+  std::shared_future<PullOutcome> fut;
   bool leader = false;
   {
     std::lock_guard lock(flights_mu_);
@@ -379,14 +392,14 @@ bool Fleet::pull_source(const std::string& model_hash) {
       leader = true;
     }
   }
-  if (!leader) return fut.get();
+  if (!leader) return fut.get().stored;
   bool got = false;
   try {
     got = do_pull_source(model_hash);
   } catch (const std::exception& e) {
     spdlog::error("fleet: pull of source {} failed: {}", model_hash, e.what());
   }
-  promise.set_value(got);
+  promise.set_value(PullOutcome{got, {}});
   std::lock_guard lock(flights_mu_);
   flights_.erase(subject);
   return got;

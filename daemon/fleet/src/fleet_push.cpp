@@ -61,10 +61,11 @@ Status Fleet::queue_push(const std::string& subject) {
   return {};
 }
 
-void Fleet::wake_pusher() {
+void Fleet::wake_pusher(bool urgent) {
   {
     std::lock_guard lock(push_mu_);
     push_wake_ = true;
+    push_urgent_ = push_urgent_ || urgent;
   }
   push_cv_.notify_all();
 }
@@ -83,9 +84,10 @@ void Fleet::pusher_loop() {
         lock.lock();
         if (due && !due->empty()) wait = std::chrono::seconds(0);
       }
-      push_cv_.wait_for(lock, wait, [&] { return stopping_ || (push_wake_ && pause.count() == 0); });
+      push_cv_.wait_for(lock, wait, [&] { return stopping_ || (push_wake_ && (pause.count() == 0 || push_urgent_)); });
       if (stopping_) return;
       push_wake_ = false;
+      push_urgent_ = false;
     }
     pause = std::chrono::seconds(0);
     auto due = store_.pending_pushes(unix_now(), 16);
@@ -100,6 +102,17 @@ void Fleet::pusher_loop() {
         if (stopping_) return;
       }
       Status st = push_subject(item.subject);
+      // Told after the row is dequeued or marked failed, below, by the guard's destructor.
+      struct Progress {
+        Fleet& f;
+        ~Progress() {
+          {
+            std::lock_guard lock(f.push_mu_);
+            ++f.push_attempts_;
+          }
+          f.push_progress_cv_.notify_all();
+        }
+      } progress{*this};
       if (st) {
         if (auto d = store_.push_done(item.subject); !d) {
           spdlog::warn("fleet: pushed {} but cannot dequeue it: {}", item.subject, d.error().to_string());

@@ -49,6 +49,11 @@ std::string Fleet::status_json() const {
   j["recent"] = recent_;
   j["last_error"] = last_error_;
   j["last_contact"] = last_contact_;
+  if (transfer_) {
+    j["transfer"] = {{"op", transfer_->op}, {"done", transfer_->done}, {"total", transfer_->total}, {"bytes", transfer_->bytes}};
+  } else {
+    j["transfer"] = nullptr;
+  }
   return j.dump();
 }
 

@@ -9,6 +9,8 @@
 #include <algorithm>
 #include <fstream>
 #include <limits>
+#include <mutex>
+#include <optional>
 #include <sstream>
 
 #include <boost/asio/as_tuple.hpp>
@@ -136,7 +138,8 @@ Result<Url> parse_url(std::string_view text) {
 // What went wrong, and where, for an error message: never headers.
 struct Failure {
   std::string phase = "connect";
-  Status status;   // set when a callback (sink or body source) failed
+  Status status;          // set when a callback (sink or body source) failed
+  bool reusable = false;  // the whole response was read and the server keeps the connection
 };
 
 bool connect_phase(const std::string& phase) { return phase == "resolve" || phase == "connect" || phase == "TLS handshake"; }
@@ -230,6 +233,7 @@ asio::awaitable<void> exchange(Stream& stream, const HttpOptions& o, const Url& 
     }
   }
   f.phase = "done";
+  f.reusable = p.keep_alive();
 }
 
 class Client final : public HttpClient {
@@ -266,63 +270,138 @@ class Client final : public HttpClient {
  private:
   inline static const std::string kNone;
 
+  // One connection, used by one request at a time: its own io_context (a pooled stream
+  // keeps the executor it was made with), TCP or TLS.
+  struct Conn {
+    explicit Conn(Url o) : origin(std::move(o)) {}
+    Url origin;
+    asio::io_context ioc;
+    std::optional<beast::tcp_stream> tcp;
+    std::optional<beast::ssl_stream<beast::tcp_stream>> tls;
+    std::chrono::steady_clock::time_point idle_since{};
+    bool connected() const { return tcp.has_value() || tls.has_value(); }
+  };
+
+  struct Attempt {
+    Result<HttpResponse> result = HttpResponse{};
+    bool reusable = false;  // the connection may serve another request
+    bool stale = false;     // failed before any of the response arrived (a reused connection the server closed)
+  };
+
+  static constexpr std::size_t kMaxIdle = 8;
+  static constexpr std::chrono::seconds kMaxIdleAge{15};
+
+  std::unique_ptr<Conn> take_idle(const Url& u) const {
+    std::lock_guard lock(pool_mu_);
+    const auto now = std::chrono::steady_clock::now();
+    std::erase_if(idle_, [&](const std::unique_ptr<Conn>& c) { return now - c->idle_since > kMaxIdleAge; });
+    for (auto it = idle_.rbegin(); it != idle_.rend(); ++it) {
+      if (!(*it)->origin.same_origin(u)) continue;
+      auto c = std::move(*it);
+      idle_.erase(std::next(it).base());
+      return c;
+    }
+    return nullptr;
+  }
+
+  void put_idle(std::unique_ptr<Conn> c) const {
+    c->idle_since = std::chrono::steady_clock::now();
+    std::lock_guard lock(pool_mu_);
+    if (idle_.size() >= kMaxIdle) idle_.erase(idle_.begin());  // the oldest goes
+    idle_.push_back(std::move(c));
+  }
+
+  // A request whose body is streamed from a source goes on a new connection: it cannot be
+  // sent again if a pooled one turns out closed. Others take an idle connection to the
+  // same origin when there is one, and are sent once more on a new one if it was closed
+  // before any of the response arrived.
   Result<HttpResponse> send_once(const Url& u, const HttpRequest& req, const std::string& auth, const BodySink* sink,
                                  std::uint64_t max_body) const {
-    asio::io_context ioc;
+    if (!req.body_source) {
+      if (auto conn = take_idle(u)) {
+        Attempt a = attempt(*conn, u, req, auth, sink, max_body);
+        if (a.reusable) put_idle(std::move(conn));
+        if (a.result || !a.stale) return std::move(a.result);
+      }
+    }
+    auto conn = std::make_unique<Conn>(u);
+    Attempt a = attempt(*conn, u, req, auth, sink, max_body);
+    if (a.reusable) put_idle(std::move(conn));
+    return std::move(a.result);
+  }
+
+  Attempt attempt(Conn& c, const Url& u, const HttpRequest& req, const std::string& auth, const BodySink* sink,
+                  std::uint64_t max_body) const {
+    const bool reused = c.connected();
     HttpResponse out;
     Failure f;
     std::exception_ptr eptr;
     auto run = [&]() -> asio::awaitable<void> {
-      auto ex = co_await asio::this_coro::executor;
-      asio::ip::tcp::resolver resolver(ex);
-      f.phase = "resolve";
-      auto endpoints = co_await resolver.async_resolve(u.host, u.port, use_awaitable);
-      beast::tcp_stream tcp(ex);
-      f.phase = "connect";
-      tcp.expires_after(o_.connect_timeout);
-      co_await tcp.async_connect(endpoints, use_awaitable);
-      if (!u.tls) {
-        co_await exchange(tcp, o_, u, req, auth, sink, max_body, out, f);
-        co_return;
+      if (!c.connected()) {
+        auto ex = co_await asio::this_coro::executor;
+        asio::ip::tcp::resolver resolver(ex);
+        f.phase = "resolve";
+        auto endpoints = co_await resolver.async_resolve(u.host, u.port, use_awaitable);
+        c.tcp.emplace(ex);
+        f.phase = "connect";
+        c.tcp->expires_after(o_.connect_timeout);
+        co_await c.tcp->async_connect(endpoints, use_awaitable);
+        if (u.tls) {
+          c.tls.emplace(std::move(*c.tcp), *ctx_);
+          c.tcp.reset();
+          f.phase = "TLS handshake";
+          if (!SSL_set_tlsext_host_name(c.tls->native_handle(), u.host.c_str())) {
+            throw boost::system::system_error(boost::system::error_code(static_cast<int>(::ERR_get_error()),
+                                                                        asio::error::get_ssl_category()));
+          }
+          c.tls->set_verify_callback(ssl::host_name_verification(u.host));
+          beast::get_lowest_layer(*c.tls).expires_after(o_.connect_timeout);
+          co_await c.tls->async_handshake(ssl::stream_base::client, use_awaitable);
+        }
       }
-      beast::ssl_stream<beast::tcp_stream> tls(std::move(tcp), *ctx_);
-      f.phase = "TLS handshake";
-      if (!SSL_set_tlsext_host_name(tls.native_handle(), u.host.c_str())) {
-        throw boost::system::system_error(boost::system::error_code(static_cast<int>(::ERR_get_error()),
-                                                                    asio::error::get_ssl_category()));
-      }
-      tls.set_verify_callback(ssl::host_name_verification(u.host));
-      beast::get_lowest_layer(tls).expires_after(o_.connect_timeout);
-      co_await tls.async_handshake(ssl::stream_base::client, use_awaitable);
-      co_await exchange(tls, o_, u, req, auth, sink, max_body, out, f);
+      if (c.tls) co_await exchange(*c.tls, o_, u, req, auth, sink, max_body, out, f);
+      else co_await exchange(*c.tcp, o_, u, req, auth, sink, max_body, out, f);
     };
-    asio::co_spawn(ioc, run(), [&](std::exception_ptr e) { eptr = e; });
-    ioc.run();
+    c.ioc.restart();
+    asio::co_spawn(c.ioc, run(), [&](std::exception_ptr e) { eptr = e; });
+    c.ioc.run();
+    Attempt a;
     const std::string where = req.method + " " + u.origin() + u.target.substr(0, u.target.find('?'));
     if (eptr) {
+      a.stale = reused && out.status == 0 && (f.phase == "send" || f.phase == "response");
       try {
         std::rethrow_exception(eptr);
       } catch (const boost::system::system_error& e) {
         const auto ec = e.code();
         if (ec == beast::error::timeout) {
-          return make_error(Errc::timeout, where + ": no progress in " + f.phase + " within " +
-                                               std::to_string((connect_phase(f.phase) ? o_.connect_timeout : o_.io_timeout).count()) + " ms");
+          a.result = make_error(Errc::timeout, where + ": no progress in " + f.phase + " within " +
+                                                   std::to_string((connect_phase(f.phase) ? o_.connect_timeout : o_.io_timeout).count()) + " ms");
+          a.stale = false;  // a server that does not answer is not a closed connection
+          return a;
         }
         const Errc code = connect_phase(f.phase) ? Errc::unavailable : Errc::io_error;
         std::string what = ec == http::error::partial_message ? "connection closed before the whole body arrived"
                                                                : ec.message();
-        return make_error(code, where + ": " + f.phase + ": " + what);
+        a.result = make_error(code, where + ": " + f.phase + ": " + what);
       } catch (const std::exception& e) {
-        return make_error(Errc::io_error, where + ": " + f.phase + ": " + e.what());
+        a.result = make_error(Errc::io_error, where + ": " + f.phase + ": " + e.what());
       }
+      return a;
     }
-    if (!f.status) return make_error(f.status.error().code, where + ": " + f.status.error().message);
-    return out;
+    if (!f.status) {
+      a.result = make_error(f.status.error().code, where + ": " + f.status.error().message);
+      return a;
+    }
+    a.reusable = f.reusable && f.phase == "done";
+    a.result = std::move(out);
+    return a;
   }
 
   HttpOptions o_;
   Url base_;
   std::unique_ptr<ssl::context> ctx_;
+  mutable std::mutex pool_mu_;
+  mutable std::vector<std::unique_ptr<Conn>> idle_;  // guarded by pool_mu_; newest last
 };
 
 }  // namespace

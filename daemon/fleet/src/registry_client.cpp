@@ -198,6 +198,10 @@ Status RegistryClient::delete_manifest(const Digest& digest) const {
   auto r = call(HttpRequest{"DELETE", path("manifests/" + oci::digest_ref(digest)), {}, {}, {}, 0});
   if (!r) return std::move(r).error();
   if (r->status == 202 || r->status == 200 || r->status == 404) return {};
+  if (r->status == 405) {
+    return make_error(Errc::unsupported, "DELETE manifest " + oci::digest_ref(digest) +
+                                             ": the registry does not allow deletes (CNCF distribution: storage.delete.enabled: true)");
+  }
   return registry_error(*r, "DELETE manifest " + oci::digest_ref(digest));
 }
 

@@ -1,5 +1,6 @@
 // kilnctl keygen / trust / fleet: the fleet tier's keys and state (schema/signature.md).
-// keygen runs locally (OpenSSL); trust ls and fleet status ask kilnd (STATUS "fleet").
+// keygen runs locally (OpenSSL); trust ls and fleet status ask kilnd (STATUS "fleet");
+// fleet prune is in fleet_transfer.cpp.
 #include <fcntl.h>
 #include <openssl/evp.h>
 #include <openssl/pem.h>
@@ -13,6 +14,7 @@
 #include <ostream>
 
 #include "kilnctl/commands/commands.hpp"
+#include "kilnctl/commands/fleet_transfer.hpp"
 #include "kilnctl/exit_codes.hpp"
 
 namespace kiln::ctl {
@@ -130,8 +132,10 @@ void add_trust(CommandSet& set) {
 
 void add_fleet(CommandSet& set) {
   Context& ctx = set.context();
-  CLI::App* fleet = set.add("fleet", "The fleet tier: status (registry reachable, pending and failing pushes, recent pulls and refusals, build claims)",
-                            [&ctx] {
+  auto prune = std::make_shared<SubcommandAction>();
+  CLI::App* fleet = set.add("fleet", "The fleet tier: status (registry reachable, pending and failing pushes, recent pulls and refusals, build claims); prune",
+                            [&ctx, prune] {
+    if (prune->app->parsed()) return prune->action();
     auto f = fleet_state(ctx);
     if (!f) return ctx.fail(f.error());
     if (ctx.json) {
@@ -186,6 +190,7 @@ void add_fleet(CommandSet& set) {
     return 0;
   });
   fleet->add_subcommand("status", "Show the fleet tier's state (the default)")->fallthrough();
+  *prune = add_fleet_prune(*fleet, ctx);
 }
 
 }  // namespace kiln::ctl

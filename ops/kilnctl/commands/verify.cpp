@@ -1,14 +1,12 @@
 // kilnctl verify: re-hash every stored blob; quarantine and report what fails.
-#include <chrono>
-#include <condition_variable>
-#include <mutex>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <ostream>
-#include <thread>
 
 #include "kilnctl/byte_progress.hpp"
 #include "kilnctl/commands/commands.hpp"
 #include "kilnctl/commands/ops_util.hpp"
+#include "kilnctl/status_progress.hpp"
 
 namespace kiln::ctl {
 
@@ -18,38 +16,12 @@ void add_verify(CommandSet& set) {
     auto client = ctx.connect();
     if (!client) return ctx.fail(client.error());
     Result<protocol::VerifyReply> r = make_error(Errc::internal, "unset");
-    if (!progress_on_terminal(ctx.json)) {
-      r = call_typed<protocol::VerifyReply>(*client, protocol::MsgType::verify, protocol::VerifyRequest{});
-    } else {
-      // On a terminal: the request runs on a thread; this one reads kilnd's progress
-      // (STATUS "verify") over a second connection and redraws one line.
-      std::mutex mu;
-      std::condition_variable cv;
-      bool finished = false;  // guarded by mu
-      std::thread worker([&] {
-        auto reply = call_typed<protocol::VerifyReply>(*client, protocol::MsgType::verify, protocol::VerifyRequest{});
-        std::lock_guard lock(mu);
-        r = std::move(reply);
-        finished = true;
-        cv.notify_one();
-      });
-      auto watcher = ctx.connect();
-      bool drawn = false;
-      for (;;) {
-        {
-          // Redraw every 250 ms; leave as soon as the reply is in.
-          std::unique_lock lock(mu);
-          if (cv.wait_for(lock, std::chrono::milliseconds(250), [&] { return finished; })) break;
-        }
-        if (!watcher) continue;
-        auto s = watcher->status();
-        if (!s || s->verify_total == 0) continue;
-        ctx.err << "\r\x1b[2K" << verify_progress_text(s->verify_checked, s->verify_total) << std::flush;
-        drawn = true;
-      }
-      worker.join();
-      if (drawn) ctx.err << "\r\x1b[2K" << std::flush;
-    }
+    auto request = [&] { r = call_typed<protocol::VerifyReply>(*client, protocol::MsgType::verify, protocol::VerifyRequest{}); };
+    // On a terminal: kilnd's progress (STATUS "verify") on one line while it runs.
+    run_with_status_progress(ctx, request, [](const client::DaemonStatus& s) -> std::optional<std::string> {
+      if (s.verify_total == 0) return std::nullopt;
+      return verify_progress_text(s.verify_checked, s.verify_total);
+    });
     if (!r) return ctx.fail(r.error());
     if (ctx.json) {
       nlohmann::json corrupt = nlohmann::json::array(), missing = nlohmann::json::array();

@@ -236,4 +236,14 @@ Result<CheckedSource> check_source(const ParsedManifest& m, std::string_view con
   return s;
 }
 
+std::int64_t annotated_created_at(const ParsedManifest& m) { return parse_rfc3339(annotation(m, kCreated)); }
+
+bool annotations_match(const ParsedManifest& m, const std::map<std::string, std::string>& filters) {
+  for (const auto& [field, value] : filters) {
+    auto it = m.annotations.find(std::string(kKeyFieldPrefix) + field);
+    if (it == m.annotations.end() || it->second != value) return false;
+  }
+  return true;
+}
+
 }  // namespace kiln::oci

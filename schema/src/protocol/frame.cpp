@@ -26,13 +26,13 @@ std::uint32_t get_u32(const std::byte* p) {
 }  // namespace
 
 bool is_known_type(std::uint8_t type) noexcept {
-  return (type >= 0x01 && type <= 0x0A) || (type >= 0x10 && type <= 0x1B) || type == 0x20 || type == 0x21 ||
+  return (type >= 0x01 && type <= 0x0A) || (type >= 0x10 && type <= 0x1E) || type == 0x20 || type == 0x21 ||
          type == 0x80 || type == 0x81;
 }
 
 bool is_request_type(MsgType type) noexcept {
   auto t = static_cast<std::uint8_t>(type);
-  return (t >= 0x01 && t <= 0x0A) || (t >= 0x10 && t <= 0x1B);
+  return (t >= 0x01 && t <= 0x0A) || (t >= 0x10 && t <= 0x1E);
 }
 
 std::string_view type_name(MsgType type) noexcept {
@@ -59,6 +59,9 @@ std::string_view type_name(MsgType type) noexcept {
     case MsgType::cancel: return "CANCEL";
     case MsgType::list_sources: return "LIST_SOURCES";
     case MsgType::get_source: return "GET_SOURCE";
+    case MsgType::fleet_push: return "FLEET_PUSH";
+    case MsgType::fleet_pull: return "FLEET_PULL";
+    case MsgType::fleet_prune: return "FLEET_PRUNE";
     case MsgType::chunk: return "CHUNK";
     case MsgType::event: return "EVENT";
     case MsgType::ok: return "OK";
@@ -91,6 +94,9 @@ std::string_view op_name(MsgType type) noexcept {
     case MsgType::cancel: return "cancel";
     case MsgType::list_sources: return "list_sources";
     case MsgType::get_source: return "get_source";
+    case MsgType::fleet_push: return "fleet_push";
+    case MsgType::fleet_pull: return "fleet_pull";
+    case MsgType::fleet_prune: return "fleet_prune";
     case MsgType::chunk: return "chunk";
     case MsgType::event: return "event";
     case MsgType::ok: return "ok";

@@ -81,6 +81,7 @@ std::string conv(const json& j, BuildState& out);
 std::string conv(const json& j, BuildLog& out);
 std::string conv(const json& j, GpuEntry& out);
 std::string conv(const json& j, BuildSlotEntry& out);
+std::string conv(const json& j, FleetItem& out);
 
 template <class T>
 std::string conv(const json& j, std::vector<T>& out) {

@@ -373,7 +373,10 @@ Role required_role(MsgType type) noexcept {
     case MsgType::evict:
     case MsgType::verify:
     case MsgType::gc:
-    case MsgType::reload: return Role::admin;
+    case MsgType::reload:
+    case MsgType::fleet_push:
+    case MsgType::fleet_pull:
+    case MsgType::fleet_prune: return Role::admin;
     default: return Role::none;
   }
 }

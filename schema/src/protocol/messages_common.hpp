@@ -1,4 +1,4 @@
-// Internal to the codec: shared declarations of messages.cpp and messages_admin.cpp.
+// Internal to the codec: shared declarations of the messages_*.cpp files.
 #pragma once
 
 #include "json_codec.hpp"

@@ -2,9 +2,6 @@
 // compare-and-set claims, the gateway's omitted fields), and against a fake gateway whose
 // replies are malformed (clear errors, never a crash or a wrong answer). The records kiln
 // keeps in etcd (claim_record.hpp): round trips and refusals.
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <thread>
 
@@ -13,6 +10,7 @@
 #include "etcd_fixture.hpp"
 #include "kiln/fleet/claim_record.hpp"
 #include "kiln/fleet/etcd_client.hpp"
+#include "loopback_http_server.hpp"
 #include "temp_dir.hpp"
 
 using namespace kiln;
@@ -27,48 +25,13 @@ std::unique_ptr<EtcdClient> client(const std::vector<std::string>& endpoints) {
   return std::move(*c);
 }
 
-// Answers every connection with `reply` (a whole HTTP response), after reading the head.
-class FakeGateway {
- public:
-  explicit FakeGateway(std::string reply) : reply_(std::move(reply)) {
-    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    REQUIRE(::bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
-    socklen_t len = sizeof a;
-    ::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len);
-    port_ = ntohs(a.sin_port);
-    REQUIRE(::listen(fd_, 8) == 0);
-    thread_ = std::thread([this] {
-      for (;;) {
-        int c = ::accept(fd_, nullptr, nullptr);
-        if (c < 0) return;
-        std::string head;
-        char buf[4096];
-        while (head.find("\r\n\r\n") == std::string::npos) {
-          ssize_t n = ::read(c, buf, sizeof buf);
-          if (n <= 0) break;
-          head.append(buf, static_cast<std::size_t>(n));
-        }
-        (void)!::write(c, reply_.data(), reply_.size());
-        ::close(c);
-      }
-    });
-  }
-  ~FakeGateway() {
-    ::shutdown(fd_, SHUT_RDWR);
-    ::close(fd_);
-    thread_.join();
-  }
-  std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
-
- private:
-  std::string reply_;
-  int fd_ = -1;
-  int port_ = 0;
-  std::thread thread_;
-};
+// An etcd gateway that answers every request with `reply` (a whole HTTP response) and closes.
+test::LoopbackHttpServer::Answer reply_with(std::string reply) {
+  return [reply = std::move(reply)](int fd, const std::string&) {
+    test::say(fd, reply);
+    return false;
+  };
+}
 
 std::string http_reply(const std::string& body, const std::string& status = "200 OK") {
   return "HTTP/1.1 " + status + "\r\nContent-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) +
@@ -182,7 +145,7 @@ TEST_CASE("MalformedGatewayRepliesAreClearProtocolErrors") {
   };
   for (const auto& cs : cases) {
     CAPTURE(cs.what);
-    FakeGateway g(cs.reply);
+    test::LoopbackHttpServer g(reply_with(cs.reply));
     auto c = client({g.url()});
     auto r = c->txn({{"k", EtcdCompare::Target::create_revision, 0}}, {{EtcdOp::Kind::put, "k", "v", 0}},
                     {{EtcdOp::Kind::range, "k", {}, 0}});
@@ -191,11 +154,11 @@ TEST_CASE("MalformedGatewayRepliesAreClearProtocolErrors") {
     CHECK_MESSAGE(r.error().message.find(cs.says) != std::string::npos, r.error().message);
     CHECK(r.error().message.find(g.url()) != std::string::npos);  // names the endpoint
   }
-  FakeGateway no_id(http_reply(R"({"TTL":"5"})"));
+  test::LoopbackHttpServer no_id(reply_with(http_reply(R"({"TTL":"5"})")));
   auto g = client({no_id.url()})->grant(5s);
   REQUIRE_FALSE(g.has_value());
   CHECK(g.error().code == Errc::protocol_error);
-  FakeGateway no_result(http_reply(R"({"hello":1})"));
+  test::LoopbackHttpServer no_result(reply_with(http_reply(R"({"hello":1})")));
   auto k = client({no_result.url()})->keep_alive(7);
   REQUIRE_FALSE(k.has_value());
   CHECK(k.error().code == Errc::protocol_error);

@@ -1,8 +1,5 @@
 // The registry's HTTP client against misbehaving servers on loopback (plain TCP): a
 // server that hangs, one that answers 500, one that cuts a body short.
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -14,6 +11,7 @@
 
 #include "kiln/fleet/http_client.hpp"
 #include "kiln/fleet/registry_client.hpp"
+#include "loopback_http_server.hpp"
 
 using namespace kiln;
 using namespace kiln::fleet;
@@ -22,46 +20,16 @@ using namespace std::chrono_literals;
 namespace {
 
 // Accepts one connection, reads the request head, then runs `behave` on the socket.
-class OneShotServer {
- public:
-  explicit OneShotServer(std::function<void(int)> behave) {
-    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    REQUIRE(::bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
-    socklen_t len = sizeof a;
-    ::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len);
-    port_ = ntohs(a.sin_port);
-    REQUIRE(::listen(fd_, 4) == 0);
-    thread_ = std::thread([this, behave] {
-      int c = ::accept(fd_, nullptr, nullptr);
-      if (c < 0) return;
-      std::string head;
-      char buf[1024];
-      while (head.find("\r\n\r\n") == std::string::npos) {
-        ssize_t n = ::read(c, buf, sizeof buf);
-        if (n <= 0) break;
-        head.append(buf, static_cast<std::size_t>(n));
-      }
-      behave(c);
-      ::close(c);
-    });
-  }
-  ~OneShotServer() {
-    ::shutdown(fd_, SHUT_RDWR);
-    ::close(fd_);
-    thread_.join();
-  }
-  std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
+using test::LoopbackHttpServer;
+using test::say;
 
- private:
-  int fd_ = -1;
-  int port_ = 0;
-  std::thread thread_;
-};
-
-void say(int fd, const std::string& s) { (void)!::write(fd, s.data(), s.size()); }
+// One connection, one request: `behave` writes the reply (or stalls, or writes nothing).
+LoopbackHttpServer::Answer once(std::function<void(int)> behave) {
+  return [behave = std::move(behave)](int fd, const std::string&) {
+    behave(fd);
+    return false;
+  };
+}
 
 std::shared_ptr<const HttpClient> client(const std::string& url) {
   HttpOptions o;
@@ -78,9 +46,9 @@ std::shared_ptr<const HttpClient> client(const std::string& url) {
 
 TEST_CASE("ARegistryThatHangsTimesOutWithinTheIoTimeout") {
   std::atomic<bool> release{false};
-  OneShotServer server([&](int) {
+  LoopbackHttpServer server(once([&](int) {
     while (!release) std::this_thread::sleep_for(10ms);
-  });
+  }), 1);
   RegistryClient rc(client(server.url()), "kiln");
   auto t0 = std::chrono::steady_clock::now();
   auto st = rc.ping();
@@ -92,11 +60,11 @@ TEST_CASE("ARegistryThatHangsTimesOutWithinTheIoTimeout") {
 }
 
 TEST_CASE("ARegistryAnswering500IsUnavailableWithItsErrorCode") {
-  OneShotServer server([](int fd) {
+  LoopbackHttpServer server(once([](int fd) {
     const std::string body = R"({"errors":[{"code":"UNKNOWN","message":"disk on fire"}]})";
     say(fd, "HTTP/1.1 500 Internal Server Error\r\nContent-Type: application/json\r\nContent-Length: " +
                 std::to_string(body.size()) + "\r\n\r\n" + body);
-  });
+  }), 1);
   RegistryClient rc(client(server.url()), "kiln");
   auto st = rc.ping();
   REQUIRE_FALSE(st.has_value());
@@ -106,7 +74,7 @@ TEST_CASE("ARegistryAnswering500IsUnavailableWithItsErrorCode") {
 }
 
 TEST_CASE("ABodyCutShortIsAnErrorNotData") {
-  OneShotServer server([](int fd) { say(fd, "HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nonly ten b"); });
+  LoopbackHttpServer server(once([](int fd) { say(fd, "HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nonly ten b"); }), 1);
   auto c = client(server.url());
   std::string got;
   BodySink sink = [&](std::span<const std::byte> d) -> Status {
@@ -121,7 +89,7 @@ TEST_CASE("ABodyCutShortIsAnErrorNotData") {
 TEST_CASE("NothingListeningIsUnavailable") {
   int port = 0;
   {
-    OneShotServer s([](int) {});
+    LoopbackHttpServer s(once([](int) {}), 1);
     port = std::stoi(s.url().substr(s.url().rfind(':') + 1));
     // connect once so the server thread ends
     RegistryClient rc(client(s.url()), "kiln");
@@ -148,4 +116,44 @@ TEST_CASE("URLsWithCredentialsOrPathsAreRefused") {
   CHECK_FALSE(valid_tag(".x"));
   CHECK(valid_repository("kiln/test"));
   CHECK_FALSE(valid_repository("Kiln"));
+}
+
+namespace {
+
+// Serves "ok" to every request, several per connection (HTTP/1.1 keep-alive), one
+// connection at a time; counts the connections. With `close_after_each`, it closes each
+// connection after its first response without saying so, as a server whose idle timeout
+// ran out does.
+// Answers every request "200 ok"; keeps each connection open for the next one, or not.
+LoopbackHttpServer::Answer ok_and(bool keep_alive) {
+  return [keep_alive](int fd, const std::string&) {
+    say(fd, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok");
+    return keep_alive;
+  };
+}
+
+}  // namespace
+
+TEST_CASE("RequestsReuseOneKeptAliveConnection") {
+  LoopbackHttpServer server(ok_and(/*keep_alive=*/true));
+  auto c = client(server.url());
+  for (int i = 0; i < 5; ++i) {
+    auto r = c->send(HttpRequest{"GET", "/v2/", {}, {}, {}, 0});
+    REQUIRE(r.has_value());
+    CHECK(r->body == "ok");
+  }
+  CHECK(server.requests() == 5);
+  CHECK(server.connections() == 1);
+}
+
+TEST_CASE("AConnectionTheServerClosedWhileIdleIsReplacedAndTheRequestSentAgain") {
+  LoopbackHttpServer server(ok_and(/*keep_alive=*/false));
+  auto c = client(server.url());
+  for (int i = 0; i < 3; ++i) {
+    auto r = c->send(HttpRequest{"GET", "/v2/", {}, {}, {}, 0});
+    REQUIRE_MESSAGE(r.has_value(), r.error().to_string());
+    CHECK(r->body == "ok");
+  }
+  CHECK(server.requests() == 3);
+  CHECK(server.connections() == 3);
 }

@@ -328,3 +328,154 @@ TEST_CASE("TamperedUnsignedForeignAndMisboundArtifactsAreRefusedCountedAndRebuil
   CHECK(get(cc, planted) == get(ca, planted));
   CHECK(stat_of(cc, planted)["info"]["signer"] == "builder-a");
 }
+
+namespace {
+
+// kilnctl's --json document and its exit code (kilnctl writes diagnostics on stderr).
+struct CtlRun {
+  json doc;
+  int rc = -1;
+};
+
+CtlRun kilnctl(const test::KilndProcess& k, const std::string& args) {
+  const std::string out = test::sh(std::string(KILN_KILNCTL) + " --socket " + k.socket().string() + " " + args +
+                                   " --json 2>/dev/null; echo rc=$?");
+  CtlRun r;
+  const auto at = out.rfind("rc=");
+  REQUIRE(at != std::string::npos);
+  r.rc = std::stoi(out.substr(at + 3));
+  r.doc = json::parse(out.substr(0, at), nullptr, false);
+  return r;
+}
+
+void put(Conn& c, const Key& key, const std::string& bytes) {
+  auto r = c->put(key, bytes);
+  REQUIRE_MESSAGE(r.header.type == protocol::MsgType::ok, r.body);
+}
+
+}  // namespace
+
+TEST_CASE("KilnctlPushAndPullByFilterSeedARegistryFromANodeAndANodeFromTheRegistry") {
+  test::TempDir dir;
+  test::Registry reg(dir / "registry");
+  const std::string trust_a = make_key(dir.path(), "builder-a");
+  test::KilndProcess a(dir / "a", node_toml(reg, {true, true, dir / "builder-a.pem", {trust_a}}));
+  test::KilndProcess b(dir / "b", node_toml(reg, {false, true, {}, {trust_a}}));
+  auto ca = connect(a);
+  auto cb = connect(b);
+  // Artifacts that arrive by PUT (an import, a prewarm from elsewhere) are not pushed by
+  // themselves: only builds are.
+  const std::string hash(64, 'a');
+  const Key k1 = full_key(ca, client_key(hash, "One")), k2 = full_key(ca, client_key(hash, "Two"));
+  put(ca, k1, "bytes of one");
+  put(ca, k2, std::string(3 << 20, 't'));
+  CHECK(pending(ca) == 0);
+  CHECK(get(cb, k1).empty());
+
+  // Push what one filter selects, and wait for it.
+  CtlRun one = kilnctl(a, "push --filter region=One");
+  REQUIRE_MESSAGE(one.rc == 0, one.doc.dump());
+  CHECK(one.doc["matched"] == 1);
+  CHECK(one.doc["pushed"] == 1);
+  CHECK(one.doc["bytes"] == 12);
+  CHECK(one.doc["items"][0]["key_digest"] == k1.digest()->hex());
+  CHECK(one.doc["items"][0]["state"] == "pushed");
+  CHECK(get(cb, k1) == "bytes of one");
+  CHECK(get(cb, k2).empty());
+
+  // A pulling node lists, then pulls, what the registry holds.
+  test::KilndProcess c(dir / "c", node_toml(reg, {false, true, {}, {trust_a}}));
+  CHECK(kilnctl(a, "push").doc["pushed"] == 2);  // k1 is found signed there and not sent again
+  CtlRun dry = kilnctl(c, "pull --dry-run --filter region=Two");
+  REQUIRE(dry.rc == 0);
+  CHECK(dry.doc["listed"] == 2);
+  CHECK(dry.doc["matched"] == 1);
+  CHECK(dry.doc["items"][0]["state"] == "matched");
+  auto cc = connect(c);
+  CHECK(stat_of(cc, k2)["found"] == false);  // a dry run pulls nothing
+  CtlRun pulled = kilnctl(c, "pull");
+  REQUIRE_MESSAGE(pulled.rc == 0, pulled.doc.dump());
+  CHECK(pulled.doc["pulled"] == 2);
+  CHECK(pulled.doc["bytes"] == 12 + (3 << 20));
+  CHECK(get(cc, k2) == get(ca, k2));
+  CHECK(stat_of(cc, k2)["info"]["origin"] == "registry");
+  CHECK(stat_of(cc, k2)["info"]["signer"] == "builder-a");
+  CtlRun again = kilnctl(c, "pull");
+  CHECK(again.doc["local"] == 2);
+  CHECK(again.doc["pulled"] == 0);
+
+  // What came from the registry is not pushed back; a read-only node does not push.
+  CtlRun back = kilnctl(c, "push");
+  CHECK(back.rc != 0);
+  CHECK(back.doc["error"]["message"].get<std::string>().find("fleet.push = false") != std::string::npos);
+  CHECK(kilnctl(a, "pull --filter regionn=One").doc["error"]["message"].get<std::string>().find("not a key field") !=
+        std::string::npos);
+}
+
+TEST_CASE("AnOperatorsPushWithTheRegistryDownStaysQueuedAndDrainsWhenItReturns") {
+  test::TempDir dir;
+  test::Registry reg(dir / "registry");
+  const std::string trust_a = make_key(dir.path(), "builder-a");
+  test::KilndProcess a(dir / "a", node_toml(reg, {true, true, dir / "builder-a.pem", {trust_a}}));
+  auto ca = connect(a);
+  const Key k = full_key(ca, client_key(std::string(64, 'b'), "Queued"));
+  put(ca, k, "queued bytes");
+  reg.stop();
+  CtlRun r = kilnctl(a, "push");
+  CHECK(r.rc == 0);  // queued durably; nothing failed yet that a retry will not fix
+  CHECK(r.doc["queued"] == 1);
+  CHECK(r.doc["items"][0]["state"] == "pending");
+  CHECK(r.doc["items"][0]["error"].get<std::string>().find("not reachable") != std::string::npos);
+  CHECK(pending(ca) == 1);
+  reg.start();
+  CHECK(wait_until([&] { return pending(ca) == 0; }));
+  test::KilndProcess b(dir / "b", node_toml(reg, {false, true, {}, {trust_a}}));
+  auto cb = connect(b);
+  CHECK(get(cb, k) == "queued bytes");
+}
+
+TEST_CASE("FleetPruneDeletesOldManifestsWithTheirSignaturesAndLeavesNewerOnes") {
+  test::TempDir dir;
+  test::Registry reg(dir / "registry");
+  const std::string trust_a = make_key(dir.path(), "builder-a");
+  test::KilndProcess a(dir / "a", node_toml(reg, {true, true, dir / "builder-a.pem", {trust_a}}));
+  auto ca = connect(a);
+  const Key old_key = full_key(ca, client_key(std::string(64, 'c'), "Old"));
+  put(ca, old_key, "old bytes");
+  REQUIRE(kilnctl(a, "push").doc["pushed"] == 1);
+  std::this_thread::sleep_for(4100ms);  // creation times have one-second resolution
+  const Key new_key = full_key(ca, client_key(std::string(64, 'c'), "New"));
+  put(ca, new_key, "new bytes");
+  REQUIRE(kilnctl(a, "push --filter region=New").doc["pushed"] == 1);
+
+  const std::string old_hex = old_key.digest()->hex();
+  const std::string tags_before = reg.curl("/v2/kiln/test/tags/list");
+  REQUIRE(tags_before.find(old_hex) != std::string::npos);
+  CtlRun dry = kilnctl(a, "fleet prune --older-than 4s --dry-run");
+  REQUIRE_MESSAGE(dry.rc == 0, dry.doc.dump());
+  CHECK(dry.doc["examined"] == 2);
+  CHECK(dry.doc["matched"] == 1);
+  CHECK(dry.doc["items"][0]["key_digest"] == old_hex);
+  CHECK(reg.curl("/v2/kiln/test/tags/list") == tags_before);
+
+  CtlRun pruned = kilnctl(a, "fleet prune --older-than 4s");
+  REQUIRE_MESSAGE(pruned.rc == 0, pruned.doc.dump());
+  CHECK(pruned.doc["pruned"] == 1);
+  const std::string tags_after = reg.curl("/v2/kiln/test/tags/list");
+  CHECK(tags_after.find(old_hex) == std::string::npos);
+  CHECK(tags_after.find(new_key.digest()->hex()) != std::string::npos);
+  // Only the newer artifact's signature tag ("sha256-<manifest hex>.sig") is left.
+  const json tags = json::parse(tags_after);
+  std::size_t signatures = 0;
+  for (const auto& t : tags["tags"]) {
+    const std::string tag = t.get<std::string>();
+    if (tag.starts_with("sha256-") && tag.ends_with(".sig")) ++signatures;
+  }
+  CHECK(signatures == 1);
+  test::KilndProcess b(dir / "b", node_toml(reg, {false, true, {}, {trust_a}}));
+  auto cb = connect(b);
+  CHECK(get(cb, old_key).empty());
+  CHECK(get(cb, new_key) == "new bytes");
+  CHECK(get(ca, old_key) == "old bytes");  // the node that had it keeps it
+  CHECK(kilnctl(a, "fleet prune --older-than 0s").rc == 1);
+}

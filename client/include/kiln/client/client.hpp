@@ -168,6 +168,8 @@ struct DaemonStatus {
   std::string torch_cache_listen;     // the same on TCP, "host:port"; "" = none
   std::uint64_t verify_checked = 0;   // a VERIFY running now: blobs checked of verify_total
   std::uint64_t verify_total = 0;     // 0 = none running
+  std::string fleet;                  // the fleet tier's state, STATUS's "fleet" object as JSON text
+                                      // (schema/protocol.md); "" = no [fleet] configured
 };
 
 // What the daemon said in hello on the current connection.

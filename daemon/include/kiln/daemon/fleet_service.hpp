@@ -12,8 +12,11 @@
 
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "kiln/digest.hpp"
+#include "kiln/protocol/messages.hpp"
+#include "kiln/result.hpp"
 
 namespace kiln::daemon {
 
@@ -32,6 +35,26 @@ class FleetService {
   virtual std::string status_json() const = 0;
   // Prometheus text lines (kiln_fleet_*), appended to kilnd's /metrics.
   virtual std::string metrics_text() const = 0;
+
+  // The operator's transfers (FLEET_PUSH, FLEET_PULL, FLEET_PRUNE; schema/protocol.md).
+  // Each runs on the fleet's own thread, one at a time in the order asked, and reports
+  // once through `done`, from that thread. While one runs, status_json() has its
+  // "transfer" progress. unsupported when the node's [fleet] does not allow it (push or
+  // pull off, no signing key); unavailable when the registry cannot be reached; cancelled
+  // when kilnd stops first.
+  //
+  // push: queues `keys` (stored artifacts) on the durable push queue; with `wait`, reports
+  // once each is in the registry or an attempt at it has failed (it stays queued).
+  virtual void push(std::vector<Digest> keys, bool wait,
+                    std::function<void(Result<protocol::FleetPushReply>)> done) = 0;
+  // pull: every artifact in the repository that matches the filters and is not stored
+  // here, pulled and verified as a miss's pull is.
+  virtual void pull(protocol::FleetPullRequest request,
+                    std::function<void(Result<protocol::FleetPullReply>)> done) = 0;
+  // prune: deletes the matching artifact manifests (and their signatures) created before
+  // now minus older_than_s; the registry's garbage collection frees the blobs.
+  virtual void prune(protocol::FleetPruneRequest request,
+                     std::function<void(Result<protocol::FleetPruneReply>)> done) = 0;
 };
 
 }  // namespace kiln::daemon

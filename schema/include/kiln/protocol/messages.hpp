@@ -347,6 +347,63 @@ struct LogsReply {
   std::optional<BuildLog> record;
 };
 
+// ---- the fleet (admin): kilnctl push / pull / fleet prune -----------------------------
+
+// One artifact an admin fleet transfer handled.
+struct FleetItem {
+  Digest key_digest;
+  // push: "pushed" | "pending" (queued; the pusher retries it) | "failed";
+  // pull: "pulled" | "local" (already stored) | "failed" | "matched" (dry run);
+  // prune: "pruned" | "failed" | "matched" (dry run).
+  std::string state;
+  std::optional<std::string> error;
+  std::optional<std::uint64_t> size;        // bytes, where known
+  std::optional<std::int64_t> created_at;   // unix seconds (prune: the manifest's creation time)
+};
+// Filters: key field name -> exact value, as LIST's; decode refuses names that are not key fields.
+struct FleetPushRequest {
+  Filters filters;                // none = every stored artifact
+  bool wait = true;               // reply once each is pushed or has failed once
+};
+struct FleetPushReply {
+  std::uint64_t matched = 0;      // stored artifacts the filters selected
+  std::uint64_t from_registry = 0;  // of those, pulled from the registry: not pushed back
+  std::uint64_t queued = 0;
+  std::uint64_t pushed = 0;       // wait: in the registry now
+  std::uint64_t failed = 0;       // wait: an attempt failed; still queued, retried with backoff
+  std::uint64_t bytes = 0;        // wait: bytes of the artifacts pushed
+  std::vector<FleetItem> items;
+};
+struct FleetPullRequest {
+  Filters filters;                // none = every artifact in the repository
+  bool dry_run = false;           // list what would be pulled; pull nothing
+  bool sources = true;            // also pull the sources of the pulled artifacts' model hashes
+};
+struct FleetPullReply {
+  std::uint64_t listed = 0;       // artifact tags in the repository
+  std::uint64_t matched = 0;
+  std::uint64_t local = 0;        // of those, stored here already
+  std::uint64_t pulled = 0;
+  std::uint64_t failed = 0;       // refused or not reachable (each logged and counted)
+  std::uint64_t sources_pulled = 0;
+  std::uint64_t bytes = 0;
+  bool dry_run = false;
+  std::vector<FleetItem> items;
+};
+struct FleetPruneRequest {
+  std::uint64_t older_than_s = 0; // required, > 0: manifests created before now minus this
+  Filters filters;
+  bool dry_run = false;
+};
+struct FleetPruneReply {
+  std::uint64_t examined = 0;     // artifact manifests read
+  std::uint64_t matched = 0;
+  std::uint64_t pruned = 0;
+  std::uint64_t failed = 0;
+  bool dry_run = false;
+  std::vector<FleetItem> items;
+};
+
 // ---- codec ---------------------------------------------------------------------------
 
 std::string encode(const ErrorBody&);
@@ -391,6 +448,12 @@ std::string encode(const BuildStatusRequest&);
 std::string encode(const BuildStatusReply&);
 std::string encode(const LogsRequest&);
 std::string encode(const LogsReply&);
+std::string encode(const FleetPushRequest&);
+std::string encode(const FleetPushReply&);
+std::string encode(const FleetPullRequest&);
+std::string encode(const FleetPullReply&);
+std::string encode(const FleetPruneRequest&);
+std::string encode(const FleetPruneReply&);
 
 // Specialised for every struct above that has an encode().
 template <class T>

@@ -14,7 +14,11 @@
 // then config and layer blobs, then the signature, then the manifest's tag, so a tag never
 // points at an unsigned manifest. A key the registry already holds is not pushed again.
 //
-// Threads: `pull_threads` pull workers, one pusher. Destroy the Fleet before the Store.
+// The operator's transfers (push / pull / prune by filter, fleet_admin.cpp) run one at a
+// time on their own thread; pulls among them fan out over the pull workers.
+//
+// Threads: `pull_threads` pull workers, one pusher, one for the operator's transfers.
+// Destroy the Fleet before the Store.
 #pragma once
 
 #include <atomic>
@@ -35,6 +39,7 @@
 #include "kiln/fleet/options.hpp"
 #include "kiln/fleet/registry_client.hpp"
 #include "kiln/fleet/signature.hpp"
+#include "kiln/oci/mapping.hpp"
 #include "kiln/storage/store.hpp"
 
 namespace kiln::fleet {
@@ -68,6 +73,9 @@ class Fleet final : public daemon::FleetService {
   void fetch(const Digest& key_digest, std::function<void(bool)> done) override;
   std::string status_json() const override;
   std::string metrics_text() const override;
+  void push(std::vector<Digest> keys, bool wait, std::function<void(Result<protocol::FleetPushReply>)> done) override;
+  void pull(protocol::FleetPullRequest request, std::function<void(Result<protocol::FleetPullReply>)> done) override;
+  void prune(protocol::FleetPruneRequest request, std::function<void(Result<protocol::FleetPruneReply>)> done) override;
 
   // Blocking forms (call from a worker thread, not an event loop). true = now stored.
   bool pull_artifact(const Digest& key_digest);
@@ -75,8 +83,10 @@ class Fleet final : public daemon::FleetService {
   // Runs `job` on a pull worker.
   void post(std::function<void()> job);
   // Queues a push (durably) and wakes the pusher; also wakes it for rows the store queued.
+  // `urgent` wakes it even while it backs off after a failure (an operator's push, with the
+  // registry just seen to answer).
   Status queue_push(const std::string& subject);
-  void wake_pusher();
+  void wake_pusher(bool urgent = false);
   // Whether the registry holds an artifact under the key's tag (a HEAD; nothing is
   // verified or stored). Errors as RegistryClient's.
   Result<bool> registry_has(const Digest& key_digest) const;
@@ -99,7 +109,14 @@ class Fleet final : public daemon::FleetService {
   // The signature check; nullopt with `why` set on refusal.
   std::optional<Verified> verify(const std::string& subject, const Digest& manifest_digest, Refusal& why,
                                  std::string& detail) const;
-  bool do_pull_artifact(const Digest& key_digest);
+  // A pull's outcome; `why` says what stopped it (a refusal, the registry unreachable,
+  // absent) when nothing was stored.
+  struct PullOutcome {
+    bool stored = false;
+    std::string why;
+  };
+  PullOutcome pull_artifact_outcome(const Digest& key_digest);
+  PullOutcome do_pull_artifact(const Digest& key_digest);
   bool do_pull_source(const std::string& model_hash);
   void refuse(const std::string& what, Refusal why, const std::string& detail);
   void note_unreachable(const Error& e);
@@ -113,6 +130,20 @@ class Fleet final : public daemon::FleetService {
   void pusher_loop();
   void worker_loop();
 
+  // The operator's transfers (fleet_admin.cpp).
+  void post_admin(std::function<void()> job);
+  void admin_loop();
+  Result<protocol::FleetPushReply> run_push(const std::vector<Digest>& keys, bool wait);
+  Result<protocol::FleetPullReply> run_pull(const protocol::FleetPullRequest& request);
+  Result<protocol::FleetPruneReply> run_prune(const protocol::FleetPruneRequest& request);
+  // Artifact manifests (64-hex tags) whose annotations match `filters`; calls `each`
+  // with the tag and the parsed manifest (its digest too) until it returns false.
+  Status for_each_artifact_manifest(const std::map<std::string, std::string>& filters, bool fetch_manifests,
+                                    const std::function<bool(const Digest&, const FetchedManifest*, const oci::ParsedManifest*)>& each,
+                                    std::uint64_t& listed);
+  void set_transfer(const std::string& op, std::uint64_t done, std::uint64_t total, std::uint64_t bytes);
+  void clear_transfer();
+
   FleetConfig config_;
   storage::Store& store_;
   RegistryClient registry_;
@@ -121,7 +152,7 @@ class Fleet final : public daemon::FleetService {
 
   // Single flight: one pull per subject; later callers wait on its future.
   std::mutex flights_mu_;
-  std::unordered_map<std::string, std::shared_future<bool>> flights_;  // guarded by flights_mu_
+  std::unordered_map<std::string, std::shared_future<PullOutcome>> flights_;  // guarded by flights_mu_
 
   std::mutex work_mu_;
   std::condition_variable work_cv_;
@@ -132,9 +163,21 @@ class Fleet final : public daemon::FleetService {
   mutable std::mutex observer_mu_;
   FleetObserver* observer_ = nullptr;  // guarded by observer_mu_, held during calls to it
 
+  std::mutex admin_mu_;
+  std::condition_variable admin_cv_;
+  std::deque<std::function<void()>> admin_work_;  // guarded by admin_mu_
+  bool admin_stopping_ = false;                    // guarded by admin_mu_
+  std::atomic<bool> halt_{false};                  // kilnd is stopping: long transfers end early
+  std::thread admin_;
+
   std::mutex push_mu_;
   std::condition_variable push_cv_;
-  bool push_wake_ = false;  // guarded by push_mu_
+  bool push_wake_ = false;    // guarded by push_mu_
+  bool push_urgent_ = false;  // guarded by push_mu_
+  // Attempts the pusher finished (pushed or failed), so an operator's push waits for
+  // progress instead of polling the queue; notified on push_progress_cv_.
+  std::uint64_t push_attempts_ = 0;  // guarded by push_mu_
+  std::condition_variable push_progress_cv_;
   std::thread pusher_;
 
   // Counters for metrics and status.
@@ -147,6 +190,11 @@ class Fleet final : public daemon::FleetService {
   std::deque<std::string> recent_;      // newest last: "time pull|refuse|push ..."
   std::string last_error_;
   std::int64_t last_contact_ = 0;
+  struct Transfer {
+    std::string op;  // "push" | "pull" | "prune"
+    std::uint64_t done = 0, total = 0, bytes = 0;
+  };
+  std::optional<Transfer> transfer_;  // the operator's transfer running now
   void remember(std::string line);
 };
 

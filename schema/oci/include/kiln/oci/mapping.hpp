@@ -92,4 +92,13 @@ Result<CheckedArtifact> check_artifact(const ParsedManifest& m, std::string_view
 Result<CheckedSource> check_source(const ParsedManifest& m, std::string_view config_bytes, std::string_view tag,
                                    const std::string& where);
 
+// What an artifact manifest's annotations say, for selecting manifests in a registry
+// without fetching their configs (kilnctl pull / fleet prune by filter). Annotations are
+// not authoritative: what is then pulled is checked against its config as always.
+// The creation time (unix seconds); 0 when absent or malformed.
+std::int64_t annotated_created_at(const ParsedManifest& m);
+// Whether every filter (key field name -> exact value) equals the manifest's
+// org.kiln.key.<field> annotation; a missing annotation does not match.
+bool annotations_match(const ParsedManifest& m, const std::map<std::string, std::string>& filters);
+
 }  // namespace kiln::oci

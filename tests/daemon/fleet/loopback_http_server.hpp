@@ -1,0 +1,87 @@
+// A plain-HTTP server on a free loopback port, for the tests of kilnd's HTTP client and
+// etcd client: it plays a registry or an etcd gateway that misbehaves on purpose. A
+// thread accepts connections one at a time and, for each request on one, reads the head
+// and calls `answer` with the connection and the head; `answer` writes whatever it likes
+// (or nothing) and returns whether the connection stays open for another request. Request
+// bodies are not read (the tests' requests that have one get a reply and a close).
+#pragma once
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <functional>
+#include <string>
+#include <thread>
+
+#include <doctest/doctest.h>
+
+namespace kiln::test {
+
+class LoopbackHttpServer {
+ public:
+  using Answer = std::function<bool(int fd, const std::string& head)>;
+
+  // Serves at most `max_connections` connections (0: any number), then accepts no more.
+  explicit LoopbackHttpServer(Answer answer, int max_connections = 0) : answer_(std::move(answer)) {
+    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(::bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+    socklen_t len = sizeof a;
+    ::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len);
+    port_ = ntohs(a.sin_port);
+    REQUIRE(::listen(fd_, 8) == 0);
+    thread_ = std::thread([this, max_connections] {
+      for (int served = 0; max_connections == 0 || served < max_connections; ++served) {
+        const int c = ::accept(fd_, nullptr, nullptr);
+        if (c < 0) return;  // the destructor shut the listener down
+        connections_++;
+        serve(c);
+        ::close(c);
+      }
+    });
+  }
+  ~LoopbackHttpServer() {
+    ::shutdown(fd_, SHUT_RDWR);
+    ::close(fd_);
+    thread_.join();
+  }
+  LoopbackHttpServer(const LoopbackHttpServer&) = delete;
+  LoopbackHttpServer& operator=(const LoopbackHttpServer&) = delete;
+
+  std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
+  int connections() const { return connections_; }
+  int requests() const { return requests_; }
+
+ private:
+  void serve(int c) {
+    std::string in;
+    char buf[4096];
+    for (;;) {
+      while (in.find("\r\n\r\n") == std::string::npos) {
+        const ssize_t n = ::read(c, buf, sizeof buf);
+        if (n <= 0) return;  // the client closed it, or sent no whole head
+        in.append(buf, static_cast<std::size_t>(n));
+      }
+      const auto end = in.find("\r\n\r\n") + 4;
+      const std::string head = in.substr(0, end);
+      in.erase(0, end);
+      requests_++;
+      if (!answer_(c, head)) return;
+    }
+  }
+
+  Answer answer_;
+  int fd_ = -1;
+  int port_ = 0;
+  std::atomic<int> connections_{0}, requests_{0};
+  std::thread thread_;
+};
+
+// Writes `s` to the connection (a test's reply; a short write fails the client's test).
+inline void say(int fd, const std::string& s) { (void)!::write(fd, s.data(), s.size()); }
+
+}  // namespace kiln::test
