@@ -59,12 +59,14 @@ class Seams:
     def __init__(self, kilnd, behavior="ok"):
         self.kilnd, self.behavior = kilnd, behavior
         self.exports, self.loads, self.calls = [], [], 0
+        self.command = {}  # more for the test worker's command (sleep_ms, ...)
 
     def export(self, block, args, kwargs, workdir):
         assert "forward" not in vars(block)  # the unhooked view, never kiln's own forward
         # Like a real model hash, this one covers the call's structure and shapes.
         call = json.dumps([[list(a.shape) for a in args], {k: repr(v) for k, v in sorted(kwargs.items())}])
-        text, model_hash = self.kilnd.source_command(self.behavior, log=call)
+        text, model_hash = self.kilnd.source_command(self.behavior, log=call, region=type(block).__name__,
+                                                     **self.command)
         path = os.path.join(workdir, "block.json")
         with open(path, "w") as f:
             f.write(text)
@@ -270,6 +272,40 @@ def test_a_daemon_that_never_answers_does_not_hold_a_call(tmp_path, seams, monke
         assert time.monotonic() - t < 3.0  # the hit attempt's wait is bounded; eager ran
     finally:
         server.close()
+
+
+class Other(Block):
+    """A second block class (another region) of the same structure."""
+
+
+class TwoClasses(torch.nn.Module):
+    _repeated_blocks = ["Block", "Other"]
+
+    def __init__(self):
+        super().__init__()
+        self.blocks = torch.nn.ModuleList([Block(), Other(), Block(), Other()])
+
+    def forward(self, x, temb=None, **kw):
+        for b in self.blocks:
+            x = b(hidden_states=x, temb=temb, **kw)[0]
+        return x
+
+
+def test_every_block_class_is_asked_for_at_once_so_kilnd_builds_them_side_by_side(kilnd, seams):
+    # Each build takes 2.5 s. Waiting for one class's build before exporting the next
+    # would queue the second only after the first finished.
+    seams.command = {"sleep_ms": 2500}
+    model, x = TwoClasses(), torch.randn(2, 4, 8)
+    expected = run(model, x)
+    kiln.torch.compile_repeated_blocks(model, socket=kilnd.socket)
+    assert torch.equal(run(model, x), expected)
+    assert kiln.torch.wait(model, timeout=60)
+    assert states(model) == ["hit", "hit"], kiln.torch.status(model)
+    with kiln.Client(kilnd.socket) as c:
+        builds = sorted(c.build_status(), key=lambda b: b["queued_at"])
+    assert len(builds) == 2 and all(b["state"] == "done" for b in builds), builds
+    assert builds[1]["queued_at"] < builds[0]["finished_at"], builds
+    assert torch.allclose(run(model, x), expected)
 
 
 def test_two_models_share_one_loaded_package(kilnd, seams):

@@ -433,45 +433,71 @@ class Runtime:
         self._jobs.put(job)
 
     def _run(self):
+        # Exports run one at a time here (each pauses the model's thread, _gate.py); the
+        # wait for a build does not: it moves to a thread of its own, so every block class
+        # of a model is exported and asked for at once and kilnd builds them side by side.
         _gate.mark_background()
         while not self._stopped:
             job = self._jobs.get()
             if job is None:
                 return
+            handed_off = False
             try:
-                self.resolve(job, wait=False)
+                handed_off = self.resolve(job, wait=False)
             finally:
-                job.release()
-                with self._lock:
-                    self._pending -= 1
+                if not handed_off:
+                    self._finish(job)
 
-    def resolve(self, job, wait):
-        """The miss path: find or register the source, have kilnd build, load when it lands."""
-        e = job.entry
+    def _finish(self, job):
+        job.release()
+        with self._lock:
+            self._pending -= 1
+
+    def _poll_then_finish(self, job, key):
+        _gate.mark_background()
         try:
-            model_hash = self.lookup_source(e.fingerprint, refresh=True)
-            if model_hash is None:
-                e.set("exporting")
-                with tempfile.TemporaryDirectory(prefix="kiln-export-") as workdir:
-                    path, model_hash = EXPORTER(_hooks.unhooked_view(job.block), job.args, job.kwargs, workdir)
-                    self.client().sources.put(model_hash, path, name=f"{SOURCE_NAME_PREFIX}{e.fingerprint}.pt2")
-                with self._lock:
-                    self._sources[e.fingerprint] = model_hash
-            job.drop_inputs()
-            self.make_key(job, model_hash)
-            key = self.wire_key(e.key)
-            if wait:
-                e.set("building")
-                self.load(job, self.client().get(key, build=True))
-                return
-            reply = self.client().build(key, wait=False)
-            e.key_digest = reply.get("key_digest")
-            e.set("building", reply.get("state", ""))
-            self.poll(job, key)
+            self._guarded(job.entry, lambda: self.poll(job, key))
+        finally:
+            self._finish(job)
+
+    def _guarded(self, e, step):
+        try:
+            step()
         except errors.KilnError as ex:
             e.set("failed", last_line(f"{ex.name}: {ex.message}"))
         except Exception as ex:  # export or load: the block stays eager, the caller never fails
             e.set("failed", last_line(f"{type(ex).__name__}: {ex}"))
+
+    def resolve(self, job, wait):
+        """The miss path: find or register the source, have kilnd build, load when it lands.
+        With wait=False, returns True when the wait for the build was handed to a poller
+        thread, which then finishes the job; False when the job is done here."""
+        handed_off = []
+        self._guarded(job.entry, lambda: self._resolve(job, wait, handed_off))
+        return bool(handed_off)
+
+    def _resolve(self, job, wait, handed_off):
+        e = job.entry
+        model_hash = self.lookup_source(e.fingerprint, refresh=True)
+        if model_hash is None:
+            e.set("exporting")
+            with tempfile.TemporaryDirectory(prefix="kiln-export-") as workdir:
+                path, model_hash = EXPORTER(_hooks.unhooked_view(job.block), job.args, job.kwargs, workdir)
+                self.client().sources.put(model_hash, path, name=f"{SOURCE_NAME_PREFIX}{e.fingerprint}.pt2")
+            with self._lock:
+                self._sources[e.fingerprint] = model_hash
+        job.drop_inputs()
+        self.make_key(job, model_hash)
+        key = self.wire_key(e.key)
+        if wait:
+            e.set("building")
+            self.load(job, self.client().get(key, build=True))
+            return
+        reply = self.client().build(key, wait=False)
+        e.key_digest = reply.get("key_digest")
+        e.set("building", reply.get("state", ""))
+        threading.Thread(target=self._poll_then_finish, args=(job, key), name="kiln-poll", daemon=True).start()
+        handed_off.append(True)
 
     def poll(self, job, key):
         """Waits (in the background thread) for the build of `key` to land, then loads it.
