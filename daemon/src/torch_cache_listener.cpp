@@ -62,12 +62,7 @@ Result<std::unique_ptr<TorchCacheListener>> TorchCacheListener::create(asio::io_
 }
 
 void TorchCacheListener::start(unsigned threads) {
-  for (unsigned i = 0; i < std::max(1u, threads); ++i) {
-    auto loop = std::make_unique<Loop>();
-    Loop* raw = loop.get();
-    loop->thread = std::thread([raw] { raw->io.run(); });
-    loops_.push_back(std::move(loop));
-  }
+  loops_.start(threads, "kilnd-redis");
   if (unix_.is_open()) {
     asio::co_spawn(strand_, accept_unix(), asio::detached);
     spdlog::info("torch cache (Redis protocol) listening on {}", socket_path_.string());
@@ -92,17 +87,10 @@ void TorchCacheListener::stop() {
       if (auto c = w.lock()) c->close();
   }
   // Each loop's thread returns once its connections have ended.
-  for (auto& l : loops_) asio::post(l->io, [raw = l.get()] { raw->guard.reset(); });
+  loops_.stop_when_idle();
 }
 
-void TorchCacheListener::join() {
-  for (auto& l : loops_)
-    if (l->thread.joinable()) l->thread.join();
-}
-
-asio::io_context& TorchCacheListener::next_loop() {
-  return loops_[next_loop_.fetch_add(1) % loops_.size()]->io;
-}
+void TorchCacheListener::join() { loops_.join(); }
 
 void TorchCacheListener::serve(torch_cache::Socket socket, const PeerCred* cred, std::string peer) {
   auto cfg = state_.config();
@@ -154,7 +142,7 @@ asio::awaitable<void> TorchCacheListener::accept_unix() {
     }
     int fd = sock.release(ec);
     if (ec) continue;
-    torch_cache::Socket gs(next_loop(), generic::stream_protocol(AF_UNIX, SOCK_STREAM), fd);
+    torch_cache::Socket gs(loops_.next(), generic::stream_protocol(AF_UNIX, SOCK_STREAM), fd);
     serve(std::move(gs), &*cred, "uid=" + std::to_string(cred->uid) + " pid=" + std::to_string(cred->pid));
   }
 }
@@ -175,7 +163,7 @@ asio::awaitable<void> TorchCacheListener::accept_tcp() {
     auto family = remote.protocol().family();
     int fd = sock.release(ec);
     if (ec) continue;
-    torch_cache::Socket gs(next_loop(), generic::stream_protocol(family, SOCK_STREAM), fd);
+    torch_cache::Socket gs(loops_.next(), generic::stream_protocol(family, SOCK_STREAM), fd);
     serve(std::move(gs), nullptr, std::move(peer));
   }
 }

@@ -17,17 +17,14 @@
 #include <list>
 #include <memory>
 #include <mutex>
-#include <optional>
-#include <thread>
-#include <vector>
 #include <string>
 
-#include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/local/stream_protocol.hpp>
 #include <boost/asio/strand.hpp>
 
+#include "io_loops.hpp"
 #include "kiln/torch_cache/connection.hpp"
 #include "server_state.hpp"
 #include "torch_cache_backend.hpp"
@@ -55,18 +52,10 @@ class TorchCacheListener {
   TorchCacheListener(asio::io_context& io, ServerState& state);
   asio::awaitable<void> accept_unix();
   asio::awaitable<void> accept_tcp();
-  asio::io_context& next_loop();  // round robin over loops_
   void serve(torch_cache::Socket socket, const PeerCred* cred, std::string peer);
 
-  struct Loop {
-    asio::io_context io{1};
-    std::optional<asio::executor_work_guard<asio::io_context::executor_type>> guard{io.get_executor()};
-    std::thread thread;
-  };
-
   asio::io_context& io_;
-  std::vector<std::unique_ptr<Loop>> loops_;  // set by start(), then read-only until join()
-  std::atomic<std::size_t> next_loop_{0};
+  IoLoops loops_;  // the connections' loops, started by start()
   ServerState& state_;
   TorchCacheBackend backend_;
   asio::strand<asio::io_context::executor_type> strand_;
