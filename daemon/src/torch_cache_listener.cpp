@@ -17,18 +17,17 @@ namespace kiln::daemon {
 using boost::system::error_code;
 namespace generic = asio::generic;
 
-TorchCacheListener::TorchCacheListener(asio::io_context& io, ServerState& state)
-    : io_(io), state_(state), backend_(state), strand_(asio::make_strand(io)), unix_(strand_), tcp_(strand_) {}
+TorchCacheListener::TorchCacheListener(asio::io_context& io, IoLoops& loops, ServerState& state)
+    : io_(io), loops_(loops), state_(state), backend_(state), strand_(asio::make_strand(io)), unix_(strand_), tcp_(strand_) {}
 
 TorchCacheListener::~TorchCacheListener() {
   if (created_socket_ && !stopped_) ::unlink(socket_path_.c_str());
   stop();
-  join();
 }
 
-Result<std::unique_ptr<TorchCacheListener>> TorchCacheListener::create(asio::io_context& io, ServerState& state,
-                                                                      const Config& config) {
-  std::unique_ptr<TorchCacheListener> l(new TorchCacheListener(io, state));
+Result<std::unique_ptr<TorchCacheListener>> TorchCacheListener::create(asio::io_context& io, IoLoops& loops,
+                                                                      ServerState& state, const Config& config) {
+  std::unique_ptr<TorchCacheListener> l(new TorchCacheListener(io, loops, state));
   const auto& tc = config.torch_cache;
   error_code ec;
   if (!tc.socket.empty()) {
@@ -61,8 +60,7 @@ Result<std::unique_ptr<TorchCacheListener>> TorchCacheListener::create(asio::io_
   return l;
 }
 
-void TorchCacheListener::start(unsigned threads) {
-  loops_.start(threads, "kilnd-redis");
+void TorchCacheListener::start() {
   if (unix_.is_open()) {
     asio::co_spawn(strand_, accept_unix(), asio::detached);
     spdlog::info("torch cache (Redis protocol) listening on {}", socket_path_.string());
@@ -86,11 +84,7 @@ void TorchCacheListener::stop() {
     for (auto& w : conns_)
       if (auto c = w.lock()) c->close();
   }
-  // Each loop's thread returns once its connections have ended.
-  loops_.stop_when_idle();
 }
-
-void TorchCacheListener::join() { loops_.join(); }
 
 void TorchCacheListener::serve(torch_cache::Socket socket, const PeerCred* cred, std::string peer) {
   auto cfg = state_.config();
