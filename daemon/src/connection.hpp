@@ -105,6 +105,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   asio::awaitable<bool> begin_upload(const Request& request);
   asio::awaitable<bool> upload_chunk(std::uint32_t id, bool end);
   void arm_idle_deadline();
+  void begin_frame_wait();  // a frame has begun and more of it is awaited: frame_timeout runs
   Status admit(const Request& request);        // role, drain, limits
   void set_deadline(Clock::time_point t, const char* why);
   void request_done(std::uint32_t id);
@@ -120,7 +121,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   Clock::time_point deadline_ = Clock::time_point::max();        // reading side
   Clock::time_point write_deadline_ = Clock::time_point::max();  // a write blocked on a full socket
   const char* deadline_why_ = "idle";
-  bool mid_frame_ = false;
+  bool mid_frame_ = false;        // waiting for the rest of a frame (frame_timeout applies)
   bool writing_ = false;
   bool closed_ = false;
   bool hello_done_ = false;
