@@ -153,6 +153,11 @@ void Connection::request_done(std::uint32_t id) {
 
 // Reads through rbuf_ so a small request (header and body) costs one recv, and
 // pipelined requests are taken from the buffer without another system call.
+//
+// frame_timeout applies once a frame has begun and more of it must be waited for. A frame
+// that arrives whole in one read sets no deadline: moving the watchdog's deadline earlier
+// re-arms its timer (a handler and a timerfd_settime), which a small request, the
+// common case, does not need.
 asio::awaitable<Result<bool>> Connection::read_frame() {
   error_code ec;
   while (rlen_ - rpos_ < header_buf_.size()) {
@@ -161,21 +166,14 @@ asio::awaitable<Result<bool>> Connection::read_frame() {
       rlen_ -= rpos_;
       rpos_ = 0;
     }
+    if (rlen_ > 0) begin_frame_wait();  // part of a header is here; wait for the rest
     std::size_t n = co_await socket_.async_read_some(asio::buffer(rbuf_.data() + rlen_, rbuf_.size() - rlen_),
                                                      asio::redirect_error(use_awaitable, ec));
     if (ec) {
       if (rlen_ == 0) co_return false;  // closed between frames: by the peer or by us
       co_return make_error(Errc::unavailable, "peer vanished mid-frame");
     }
-    if (!mid_frame_) {
-      mid_frame_ = true;
-      set_deadline(Clock::now() + state_.config()->limits.frame_timeout, "frame incomplete");
-    }
     rlen_ += n;
-  }
-  if (!mid_frame_) {
-    mid_frame_ = true;
-    set_deadline(Clock::now() + state_.config()->limits.frame_timeout, "frame incomplete");
   }
   std::memcpy(header_buf_.data(), rbuf_.data() + rpos_, header_buf_.size());
   rpos_ += header_buf_.size();
@@ -191,12 +189,19 @@ asio::awaitable<Result<bool>> Connection::read_frame() {
   if (have) std::memcpy(body_.data(), rbuf_.data() + rpos_, have);
   rpos_ += have;
   if (have < h->length) {
+    begin_frame_wait();
     co_await asio::async_read(socket_, asio::buffer(body_.data() + have, h->length - have),
                               asio::redirect_error(use_awaitable, ec));
     if (ec) co_return make_error(Errc::unavailable, "peer vanished mid-frame");
   }
   mid_frame_ = false;
   co_return true;
+}
+
+void Connection::begin_frame_wait() {
+  if (mid_frame_) return;
+  mid_frame_ = true;
+  set_deadline(Clock::now() + state_.config()->limits.frame_timeout, "frame incomplete");
 }
 
 asio::awaitable<void> Connection::read_loop() {

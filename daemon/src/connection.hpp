@@ -1,7 +1,12 @@
 // One client connection: reads frames, enforces limits and roles, runs each request as
 // its own coroutine, and writes replies (with descriptors) one frame at a time.
 //
-// Threading: everything of a connection runs on its own strand; members need no locks.
+// Threading: a connection lives on one event loop, the io_context of its socket, run by
+// exactly one thread (io_loops.hpp): reading a request, answering it and writing the reply
+// all happen on that thread, and members need no locks. Work done elsewhere (the store
+// pool, builds, the server's strand) resumes here through the socket's executor
+// (offload, await_callback, asio::post). begin_drain() and force_close() may be called
+// from any thread; everything else only on the connection's loop.
 // A connection costs the daemon only itself: any framing error, stall past a timeout,
 // or vanished peer closes this connection and nothing else.
 #pragma once
@@ -20,7 +25,6 @@
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/local/stream_protocol.hpp>
 #include <boost/asio/steady_timer.hpp>
-#include <boost/asio/strand.hpp>
 
 #include "access.hpp"
 #include "kiln/protocol/frame.hpp"
@@ -57,10 +61,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void start();
   // Called (from any thread) when the server starts draining: finish what is in flight, refuse new requests, then close.
   void begin_drain();
-  // Closes at once (drain timeout).
+  // Closes at once (drain timeout). From any thread.
   void force_close();
 
-  // ---- for handlers (on the strand) ----
+  // ---- for handlers (on the connection's loop) ----
   ServerState& state() { return state_; }
   const PeerCred& peer() const { return peer_; }
   std::uint32_t client_max_frame() const { return client_max_frame_; }
@@ -69,7 +73,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // CANCEL of request `id`: marks it and runs its abandon hook. false if not in flight.
   bool cancel(std::uint32_t id);
   // A request waiting on something outside the connection (a build) says how to stop
-  // waiting: `withdraw` runs once, on the strand, when the connection closes or the client
+  // waiting: `withdraw` runs once, on the connection's loop, when the connection closes or the client
   // cancels request `id`; the request then still ends through its own code. Dropped when
   // the request is done. false (nothing registered, nothing run): the connection is
   // closed or the request cancelled already; do not start waiting.
@@ -101,6 +105,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   asio::awaitable<bool> begin_upload(const Request& request);
   asio::awaitable<bool> upload_chunk(std::uint32_t id, bool end);
   void arm_idle_deadline();
+  void begin_frame_wait();  // a frame has begun and more of it is awaited: frame_timeout runs
   Status admit(const Request& request);        // role, drain, limits
   void set_deadline(Clock::time_point t, const char* why);
   void request_done(std::uint32_t id);
@@ -116,7 +121,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   Clock::time_point deadline_ = Clock::time_point::max();        // reading side
   Clock::time_point write_deadline_ = Clock::time_point::max();  // a write blocked on a full socket
   const char* deadline_why_ = "idle";
-  bool mid_frame_ = false;
+  bool mid_frame_ = false;        // waiting for the rest of a frame (frame_timeout applies)
   bool writing_ = false;
   bool closed_ = false;
   bool hello_done_ = false;

@@ -1,6 +1,6 @@
 // Handing a verified copy (a sealed memfd) to a client after its OK reply: the one
 // delivery code path of GET hits and GET_SOURCE (schema/protocol.md, GET "Hit, fd" and
-// "Hit, stream"). Internal to kiln_daemon; runs on the connection's strand.
+// "Hit, stream"). Internal to kiln_daemon; runs on the connection's loop.
 #pragma once
 
 #include <memory>

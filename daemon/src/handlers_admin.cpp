@@ -126,7 +126,7 @@ asio::awaitable<Outcome> handle_reload(Connection& c, const Request& r) {
 
 asio::awaitable<Status> await_build(Connection& c, const Request& r, const Key& key, const Digest& digest,
                                     const EnsureOptions& options) {
-  // Touched only on the connection's strand: by the hook and by the initiation below.
+  // Touched only on the connection's loop: by the hook and by the initiation below.
   struct Hold {
     std::shared_ptr<BuildWait> wait;
     bool withdrawn = false;
@@ -192,7 +192,7 @@ asio::awaitable<Outcome> handle_build(Connection& c, const Request& r) {
 }
 
 // Events from the build service arrive on any thread; they are queued on the
-// connection's strand and written in order by the request's coroutine.
+// connection's loop and written in order by the request's coroutine.
 struct EventQueue {
   explicit EventQueue(asio::any_io_executor ex) : wake(ex, std::chrono::steady_clock::time_point::max()) {}
   asio::steady_timer wake;

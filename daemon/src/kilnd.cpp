@@ -141,7 +141,7 @@ int kilnd_main(int argc, char** argv) {
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error or off");
   app.add_option("--metrics", metrics, "Serve Prometheus metrics on this loopback host:port");
   app.add_option("--hot-set", hot_set, "Memory for uncompressed hot copies, e.g. 2GiB");
-  app.add_option("--io-threads", io_threads, "Event-loop threads")->check(CLI::Range(1, 64));
+  app.add_option("--io-threads", io_threads, "Threads serving client connections, one event loop each")->check(CLI::Range(1, 64));
   app.add_option("--store-threads", store_threads, "Threads for store work")->check(CLI::Range(1, 256));
   app.add_flag("--check-config", check, "Load and validate the configuration, print where it points, and exit");
   app.add_flag("--version", version, "Print the version and exit");

@@ -1,4 +1,11 @@
 // The kilnd server: listener, accept loop, signals, drain, reload, metrics endpoint.
+//
+// Threads: `io`, the control loop, is run by the thread that called run(): the accept
+// loop, signals, the drain and its timer (all on `strand`), the torch cache listener's
+// accepting and the metrics endpoint. Client connections never run there: each accepted
+// connection is given one of `loops` (Config::io_threads loops of one thread each,
+// io_loops.hpp) and lives on it until it ends. Server-level state a connection reaches
+// (conns, the drain) is behind conns_mu or posted to `strand`.
 #include "kiln/daemon/server.hpp"
 
 #include <sys/socket.h>
@@ -6,11 +13,12 @@
 
 #include <list>
 #include <mutex>
-#include <thread>
+#include <optional>
 #include <vector>
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
+#include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/local/stream_protocol.hpp>
 #include <boost/asio/redirect_error.hpp>
@@ -21,6 +29,7 @@
 #include <spdlog/spdlog.h>
 
 #include "connection.hpp"
+#include "io_loops.hpp"
 #include "metrics_http.hpp"
 #include "offload.hpp"
 #include "sd_notify.hpp"
@@ -36,18 +45,21 @@ namespace proto = kiln::protocol;
 
 struct Server::Impl {
   Impl(const Config& c, AccessPolicy access, storage::Store& store, BuildService* builds)
-      : state(io, std::make_shared<const Config>(c), std::move(access), store, builds),
+      : state(std::make_shared<const Config>(c), std::move(access), store, builds),
         strand(asio::make_strand(io)),
         acceptor(strand),
         signals(strand),
-        drain_timer(strand) {}
+        drain_timer(strand),
+        io_guard(io.get_executor()) {}
 
-  asio::io_context io;
+  asio::io_context io{1};         // the control loop (see the top of this file)
   ServerState state;
   asio::strand<asio::io_context::executor_type> strand;  // server-level objects below live on it
   asio::local::stream_protocol::acceptor acceptor;
   asio::signal_set signals;
   asio::steady_timer drain_timer;
+  // Keeps `io` running while connections (on `loops`, not on `io`) drain; reset by finish_drain.
+  std::optional<asio::executor_work_guard<asio::io_context::executor_type>> io_guard;
   std::unique_ptr<MetricsHttp> metrics_http;
   std::unique_ptr<TorchCacheListener> torch_cache;  // null unless [torch_cache] names a socket or address
   std::filesystem::path socket_path;
@@ -58,6 +70,10 @@ struct Server::Impl {
   std::mutex conns_mu;
   std::list<std::weak_ptr<Connection>> conns;  // protected by conns_mu
   std::mutex reload_mu;           // one reload at a time
+  // The connections' loops, shared with torch_cache. Declared last so it is destroyed
+  // first: handlers left on a loop after run() (a store completion posted back late) are
+  // destroyed while the connections they hold can still reach `state` and `torch_cache`.
+  IoLoops loops;
 
   asio::awaitable<void> accept_loop();
   asio::awaitable<void> signal_loop();
@@ -78,7 +94,8 @@ void refuse(int fd, const Error& e) {
 asio::awaitable<void> Server::Impl::accept_loop() {
   for (;;) {
     error_code ec;
-    Socket sock(asio::make_strand(io));
+    // The connection's loop, for its whole life: the socket is registered with it at accept.
+    Socket sock(loops.next());
     co_await acceptor.async_accept(sock, asio::redirect_error(use_awaitable, ec));
     if (ec) {
       if (!acceptor.is_open() || ec == asio::error::operation_aborted) co_return;
@@ -173,6 +190,7 @@ void Server::Impl::begin_drain(const char* why) {
 
 void Server::Impl::finish_drain() {
   drained = true;
+  io_guard.reset();  // run() returns once the control loop has nothing left
   drain_timer.cancel();
   error_code ec;
   signals.cancel(ec);
@@ -289,7 +307,7 @@ Result<std::unique_ptr<Server>> Server::create(const Config& config, storage::St
     impl->state.metrics_url = impl->metrics_http->url();
   }
   if (config.torch_cache.enabled()) {
-    auto t = TorchCacheListener::create(impl->io, impl->state, config);
+    auto t = TorchCacheListener::create(impl->io, impl->loops, impl->state, config);
     if (!t) return std::move(t).error();
     impl->torch_cache = std::move(*t);
   }
@@ -305,6 +323,8 @@ Result<std::unique_ptr<Server>> Server::create(const Config& config, storage::St
 
 Status Server::run(const RunOptions& options) {
   auto& im = *impl_;
+  auto cfg = im.state.config();
+  im.loops.start(cfg->io_threads);
   if (options.handle_signals) {
     im.signals.add(SIGTERM);
     im.signals.add(SIGINT);
@@ -312,17 +332,16 @@ Status Server::run(const RunOptions& options) {
     asio::co_spawn(im.strand, im.signal_loop(), asio::detached);
   }
   asio::co_spawn(im.strand, im.accept_loop(), asio::detached);
-  auto cfg = im.state.config();
-  if (im.torch_cache) im.torch_cache->start(cfg->io_threads);
+  if (im.torch_cache) im.torch_cache->start();
   spdlog::info("kilnd listening on {} (store {}, {} io threads, {} store threads{}{})", im.socket_path.string(),
                cfg->store.string(), cfg->io_threads, cfg->store_threads, im.state.builds ? "" : ", builds unavailable",
                im.state.metrics_url.empty() ? "" : ", metrics " + im.state.metrics_url);
   sd_notify("READY=1\nSTATUS=serving on " + im.socket_path.string());
-  std::vector<std::thread> threads;
-  for (unsigned i = 1; i < cfg->io_threads; ++i) threads.emplace_back([&im] { im.io.run(); });
-  im.io.run();
-  for (auto& t : threads) t.join();
-  if (im.torch_cache) im.torch_cache->join();
+  im.io.run();  // until drained: every kiln connection has ended (finish_drain)
+  // Torch cache connections were closed by the drain; each loop's thread returns once
+  // what is left on it has run.
+  im.loops.stop_when_idle();
+  im.loops.join();
   im.state.pool.join();
   spdlog::info("kilnd stopped cleanly");
   return {};

@@ -1,5 +1,11 @@
 // What every connection of one Server shares: the store, the hot set, metrics, the
 // current configuration, the store thread pool. Internal to kiln_daemon.
+//
+// Threading: connections run on several threads at once (one per connection loop,
+// io_loops.hpp), so everything here is safe to use concurrently: members are atomics,
+// thread-safe classes (HotSet, ValueCache, Metrics, the Store), set once before the first
+// connection, or behind the mutexes below. Nothing here belongs to one event loop; a
+// callback from another thread finds its way back through the caller's own executor.
 #pragma once
 
 #include <atomic>
@@ -10,7 +16,6 @@
 #include <string>
 #include <unordered_map>
 
-#include <boost/asio/io_context.hpp>
 #include <boost/asio/thread_pool.hpp>
 
 #include "access.hpp"
@@ -28,10 +33,9 @@ namespace asio = boost::asio;
 
 class ServerState {
  public:
-  ServerState(asio::io_context& io_context, std::shared_ptr<const Config> config, AccessPolicy access,
-              storage::Store& the_store, BuildService* build_service)
-      : io(io_context),
-        pool(config->store_threads),
+  ServerState(std::shared_ptr<const Config> config, AccessPolicy access, storage::Store& the_store,
+              BuildService* build_service)
+      : pool(config->store_threads),
         store(the_store),
         builds(build_service),
         hot(config->hot_set_bytes),
@@ -39,7 +43,6 @@ class ServerState {
         config_(std::move(config)),
         access_(std::make_shared<const AccessPolicy>(std::move(access))) {}
 
-  asio::io_context& io;
   asio::thread_pool pool;          // store work: disk, SQLite, zstd
   storage::Store& store;
   BuildService* builds;            // nullptr: builds unsupported

@@ -17,18 +17,17 @@ namespace kiln::daemon {
 using boost::system::error_code;
 namespace generic = asio::generic;
 
-TorchCacheListener::TorchCacheListener(asio::io_context& io, ServerState& state)
-    : io_(io), state_(state), backend_(state), strand_(asio::make_strand(io)), unix_(strand_), tcp_(strand_) {}
+TorchCacheListener::TorchCacheListener(asio::io_context& io, IoLoops& loops, ServerState& state)
+    : io_(io), loops_(loops), state_(state), backend_(state), strand_(asio::make_strand(io)), unix_(strand_), tcp_(strand_) {}
 
 TorchCacheListener::~TorchCacheListener() {
   if (created_socket_ && !stopped_) ::unlink(socket_path_.c_str());
   stop();
-  join();
 }
 
-Result<std::unique_ptr<TorchCacheListener>> TorchCacheListener::create(asio::io_context& io, ServerState& state,
-                                                                      const Config& config) {
-  std::unique_ptr<TorchCacheListener> l(new TorchCacheListener(io, state));
+Result<std::unique_ptr<TorchCacheListener>> TorchCacheListener::create(asio::io_context& io, IoLoops& loops,
+                                                                      ServerState& state, const Config& config) {
+  std::unique_ptr<TorchCacheListener> l(new TorchCacheListener(io, loops, state));
   const auto& tc = config.torch_cache;
   error_code ec;
   if (!tc.socket.empty()) {
@@ -61,13 +60,7 @@ Result<std::unique_ptr<TorchCacheListener>> TorchCacheListener::create(asio::io_
   return l;
 }
 
-void TorchCacheListener::start(unsigned threads) {
-  for (unsigned i = 0; i < std::max(1u, threads); ++i) {
-    auto loop = std::make_unique<Loop>();
-    Loop* raw = loop.get();
-    loop->thread = std::thread([raw] { raw->io.run(); });
-    loops_.push_back(std::move(loop));
-  }
+void TorchCacheListener::start() {
   if (unix_.is_open()) {
     asio::co_spawn(strand_, accept_unix(), asio::detached);
     spdlog::info("torch cache (Redis protocol) listening on {}", socket_path_.string());
@@ -91,17 +84,6 @@ void TorchCacheListener::stop() {
     for (auto& w : conns_)
       if (auto c = w.lock()) c->close();
   }
-  // Each loop's thread returns once its connections have ended.
-  for (auto& l : loops_) asio::post(l->io, [raw = l.get()] { raw->guard.reset(); });
-}
-
-void TorchCacheListener::join() {
-  for (auto& l : loops_)
-    if (l->thread.joinable()) l->thread.join();
-}
-
-asio::io_context& TorchCacheListener::next_loop() {
-  return loops_[next_loop_.fetch_add(1) % loops_.size()]->io;
 }
 
 void TorchCacheListener::serve(torch_cache::Socket socket, const PeerCred* cred, std::string peer) {
@@ -154,7 +136,7 @@ asio::awaitable<void> TorchCacheListener::accept_unix() {
     }
     int fd = sock.release(ec);
     if (ec) continue;
-    torch_cache::Socket gs(next_loop(), generic::stream_protocol(AF_UNIX, SOCK_STREAM), fd);
+    torch_cache::Socket gs(loops_.next(), generic::stream_protocol(AF_UNIX, SOCK_STREAM), fd);
     serve(std::move(gs), &*cred, "uid=" + std::to_string(cred->uid) + " pid=" + std::to_string(cred->pid));
   }
 }
@@ -175,7 +157,7 @@ asio::awaitable<void> TorchCacheListener::accept_tcp() {
     auto family = remote.protocol().family();
     int fd = sock.release(ec);
     if (ec) continue;
-    torch_cache::Socket gs(next_loop(), generic::stream_protocol(family, SOCK_STREAM), fd);
+    torch_cache::Socket gs(loops_.next(), generic::stream_protocol(family, SOCK_STREAM), fd);
     serve(std::move(gs), nullptr, std::move(peer));
   }
 }

@@ -1,33 +1,29 @@
 // The torch.compile cache listener: [torch_cache] socket (and optional loopback TCP
-// address), served on kilnd's event loop with the Redis protocol
-// (kiln::torch_cache::Connection) over the store. Internal to kiln_daemon.
+// address), served with the Redis protocol (kiln::torch_cache::Connection) over the
+// store. Internal to kiln_daemon.
 //
 // Roles: a Unix peer's from SO_PEERCRED and [access] (read: GET, write: SET); a TCP peer
 // has no credentials and gets what [access] grants "*". Taken at accept from the current
 // configuration, so a reload applies to new connections.
-// Threading: accepts on its own strand of kilnd's event loop. Each connection is then
-// served start to finish by one of io_threads threads of its own, each running its own
-// io_context (one thread each): the thread that reads a request runs the command and
-// writes the reply, with no hand-off between threads on a hit held in memory (a 4 KiB hit
-// is tens of microseconds, as long as such a hand-off). Store work still goes to the
-// store pool.
+// Threading: accepts on its own strand of kilnd's control loop (the io_context given to
+// create()). Each connection is then served start to finish by one of kilnd's connection
+// loops (io_loops.hpp, shared with the kiln socket): the thread that reads a request runs
+// the command and writes the reply, with no hand-off between threads on a hit held in
+// memory. Store work still goes to the store pool and resumes on the connection's loop.
 #pragma once
 
 #include <filesystem>
 #include <list>
 #include <memory>
 #include <mutex>
-#include <optional>
-#include <thread>
-#include <vector>
 #include <string>
 
-#include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/local/stream_protocol.hpp>
 #include <boost/asio/strand.hpp>
 
+#include "io_loops.hpp"
 #include "kiln/torch_cache/connection.hpp"
 #include "server_state.hpp"
 #include "torch_cache_backend.hpp"
@@ -38,35 +34,29 @@ class TorchCacheListener {
  public:
   // Binds what config.torch_cache names (a stale socket file is replaced; busy if a live
   // server answers on it; invalid_argument for an address that is not loopback).
-  static Result<std::unique_ptr<TorchCacheListener>> create(asio::io_context& io, ServerState& state,
-                                                            const Config& config);
+  // Connections are served on `loops` (not owned): they must be started before start(),
+  // and stopped, joined and destroyed before the listener is destroyed (handlers left on
+  // them refer to the listener).
+  static Result<std::unique_ptr<TorchCacheListener>> create(asio::io_context& io, IoLoops& loops,
+                                                            ServerState& state, const Config& config);
   ~TorchCacheListener();
-  // Starts the connection threads and accepting.
-  void start(unsigned threads);
+  // Starts accepting.
+  void start();
   // Stops accepting, removes the socket file and closes every connection (a SET being
-  // stored completes in the store; its client gets no reply). Safe from any thread.
+  // stored completes in the store; its client gets no reply). The connections end on
+  // their loops afterwards. Safe from any thread.
   void stop();
-  // Waits for the connection threads to end (after stop()). Not from one of them.
-  void join();
   // "127.0.0.1:<bound port>", or "" without TCP.
   std::string tcp_address() const { return tcp_address_; }
 
  private:
-  TorchCacheListener(asio::io_context& io, ServerState& state);
+  TorchCacheListener(asio::io_context& io, IoLoops& loops, ServerState& state);
   asio::awaitable<void> accept_unix();
   asio::awaitable<void> accept_tcp();
-  asio::io_context& next_loop();  // round robin over loops_
   void serve(torch_cache::Socket socket, const PeerCred* cred, std::string peer);
 
-  struct Loop {
-    asio::io_context io{1};
-    std::optional<asio::executor_work_guard<asio::io_context::executor_type>> guard{io.get_executor()};
-    std::thread thread;
-  };
-
   asio::io_context& io_;
-  std::vector<std::unique_ptr<Loop>> loops_;  // set by start(), then read-only until join()
-  std::atomic<std::size_t> next_loop_{0};
+  IoLoops& loops_;  // the connections' loops
   ServerState& state_;
   TorchCacheBackend backend_;
   asio::strand<asio::io_context::executor_type> strand_;

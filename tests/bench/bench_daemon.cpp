@@ -3,6 +3,10 @@
 // tests/bench/RESULTS-daemon.md.
 //
 //   kiln_bench_daemon [--quick]      (--quick: fewer iterations, no 256 MB case)
+//   kiln_bench_daemon [--quick] --before PATH
+//       4 KiB hits only, kilnd as built here ("after") beside the kilnd at PATH ("before",
+//       e.g. a build of the base branch) and redis-server, in one run: the latency rows
+//       time the three in turns of 100 requests, so they share the machine's noise.
 //
 // A kilnd hit is timed from sending GET to holding the descriptor of the verified,
 // uncompressed artifact (a hit's whole job on a local socket); "hit+read" also reads
@@ -241,10 +245,151 @@ std::string machine() {
   return cpu + ", " + std::to_string(std::thread::hardware_concurrency()) + " cores, Linux " + u.release;
 }
 
+// Hits per second from 32 client threads running `op` for `duration`.
+double throughput(const std::function<void(std::string&)>& op, std::chrono::seconds duration) {
+  std::atomic<std::uint64_t> total{0};
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 32; ++t)
+    threads.emplace_back([&] {
+      std::string local;
+      std::uint64_t n = 0;
+      while (!stop.load(std::memory_order_relaxed)) {
+        op(local);
+        ++n;
+      }
+      total += n;
+    });
+  std::this_thread::sleep_for(duration);
+  stop = true;
+  for (auto& t : threads) t.join();
+  return static_cast<double>(total.load()) / std::chrono::duration<double>(duration).count();
+}
+
+// --before: 4 KiB hits of two kilnd builds and redis, side by side.
+int compare(const std::string& before, bool quick) {
+  auto dir = std::filesystem::temp_directory_path() / ("kiln-bench-daemon-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  std::time_t now = std::time(nullptr);
+  char date[64];
+  std::strftime(date, sizeof date, "%Y-%m-%d %H:%M UTC", std::gmtime(&now));
+  const int iters = quick ? 2000 : 10000;
+  const auto duration = std::chrono::seconds(quick ? 1 : 3);
+  std::printf("# kilnd 4 KiB hits, before and after\n\n%s; %s\n", date, machine().c_str());
+  std::printf("kilnd: default settings (io_threads=2 store_threads=4), log_level warn, hot set 1 GiB; before = %s; "
+              "redis-server 7 (Debian), --save '' --appendonly no; all over Unix sockets on this machine. "
+              "Latency: %d requests each, the three taken in turns of 100; throughput: 32 clients, %d s each.\n\n",
+              before.c_str(), iters, static_cast<int>(duration.count()));
+
+  const std::string toml = "log_level = \"warn\"\nhot_set_bytes = \"1GiB\"\n";
+  KilndProcess old_kilnd(dir / "before", toml, {}, -1, before);
+  KilndProcess new_kilnd(dir / "after", toml);
+  std::string redis_sock = (dir / "redis.sock").string();
+  pid_t redis_pid = start_redis(dir, redis_sock);
+
+  const std::size_t size = 4096;
+  const std::string data = artifact(size, 1);
+  const Key key = test_key("bench-4 KiB");
+  const Digest d = *key.digest();
+  struct Side {
+    const char* name;
+    const KilndProcess* kilnd;
+    std::unique_ptr<RawClient> c;
+  };
+  std::vector<Side> sides;
+  sides.push_back({"before", &old_kilnd, std::make_unique<RawClient>(old_kilnd.socket())});
+  sides.push_back({"after", &new_kilnd, std::make_unique<RawClient>(new_kilnd.socket())});
+  std::string buf;
+  for (auto& sd : sides) {
+    sd.c->hello();
+    auto put = sd.c->put(key, data);
+    if (put.header.type != proto::MsgType::ok) throw std::runtime_error("put failed: " + put.body);
+    ::close(kiln_get(*sd.c, d));  // the hot copy is made
+  }
+  Redis rc(redis_sock);
+  rc.set(d.hex(), data);
+
+  std::printf("| kilnd | hit (fd) p50 / p99 | auto, bytes in hand p50 / p99 | redis GET p50 / p99 | redis/kilnd fd (p50) "
+              "| redis/kilnd auto (p50) | 32 clients: kilnd auto /s | redis /s | kilnd auto/redis |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|\n");
+  std::vector<std::vector<double>> fd_us(sides.size()), auto_us(sides.size());
+  std::vector<double> redis_us;
+  // In turns of kBlock requests each: back to back within a turn, as a busy client sends
+  // them (a server idle between requests pays for being woken), and the turns spread
+  // over the run so that the three share the machine's noise.
+  constexpr int kBlock = 100;
+  for (int i = 0; i < iters; i += kBlock) {
+    for (std::size_t s = 0; s < sides.size(); ++s) {
+      for (int j = 0; j < kBlock; ++j) {
+        auto t = Clock::now();
+        int fd = kiln_get(*sides[s].c, d);
+        fd_us[s].push_back(us_since(t));
+        ::close(fd);
+      }
+      for (int j = 0; j < kBlock; ++j) {
+        auto t = Clock::now();
+        if (kiln_get_auto(*sides[s].c, d, buf, size) != size) throw std::runtime_error("kilnd GET auto: short");
+        auto_us[s].push_back(us_since(t));
+      }
+    }
+    for (int j = 0; j < kBlock; ++j) {
+      auto t = Clock::now();
+      rc.get(d.hex(), buf);
+      redis_us.push_back(us_since(t));
+    }
+  }
+  const auto r = percentiles(redis_us);
+  const std::string rkey = d.hex();
+  for (std::size_t s = 0; s < sides.size(); ++s) {
+    const auto h = percentiles(fd_us[s]), a = percentiles(auto_us[s]);
+    const auto socket = sides[s].kilnd->socket();
+    double ka = throughput([&](std::string& local) {
+      static thread_local std::unique_ptr<RawClient> c;
+      if (!c) {
+        c = std::make_unique<RawClient>(socket);
+        c->hello();
+      }
+      kiln_get_auto(*c, d, local, size);
+    }, duration);
+    double kr = throughput([&](std::string& local) {
+      static thread_local std::unique_ptr<Redis> c;
+      if (!c) c = std::make_unique<Redis>(redis_sock);
+      c->get(rkey, local);
+    }, duration);
+    std::printf("| %s | %.1f / %.1f | %.1f / %.1f | %.1f / %.1f | %.2fx | %.2fx | %.0f | %.0f | %.2fx |\n", sides[s].name,
+                h.p50, h.p99, a.p50, a.p99, r.p50, r.p99, r.p50 / h.p50, r.p50 / a.p50, ka, kr, ka / kr);
+    std::fflush(stdout);
+  }
+  std::printf("\nTarget: a 4 KiB hit's p50 no worse than redis's (redis/kilnd >= 1.0x) with kilnd's default settings.\n");
+
+  sides.clear();
+  ::kill(redis_pid, SIGTERM);
+  ::waitpid(redis_pid, nullptr, 0);
+  old_kilnd.signal(SIGTERM);
+  new_kilnd.signal(SIGTERM);
+  old_kilnd.wait(std::chrono::seconds(30));
+  new_kilnd.wait(std::chrono::seconds(30));
+  std::filesystem::remove_all(dir);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool quick = argc > 1 && std::string(argv[1]) == "--quick";
+  bool quick = false;
+  std::string before;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--quick") {
+      quick = true;
+    } else if (a == "--before" && i + 1 < argc) {
+      before = argv[++i];
+    } else {
+      std::fprintf(stderr, "usage: kiln_bench_daemon [--quick] [--before PATH-TO-ANOTHER-KILND]\n");
+      return 2;
+    }
+  }
+  if (!before.empty()) return compare(before, quick);
   auto dir = std::filesystem::temp_directory_path() / ("kiln-bench-daemon-" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   std::vector<Case> cases{{"4 KiB", 4096, quick ? 500 : 5000}, {"2.5 MB", 2'500'000, quick ? 100 : 1000}};
@@ -350,25 +495,7 @@ int main(int argc, char** argv) {
   std::printf("| size | kilnd (fd) | kilnd (fd + read) | kilnd (auto, bytes in hand) | redis GET | kilnd fd/redis | kilnd auto/redis |\n|---|---|---|---|---|---|---|\n");
   const auto duration = std::chrono::seconds(quick ? 1 : 3);
   for (std::size_t ci = 0; ci < 2; ++ci) {
-    auto run = [&](const std::function<void(std::string&)>& op) {
-      std::atomic<std::uint64_t> total{0};
-      std::atomic<bool> stop{false};
-      std::vector<std::thread> threads;
-      for (int t = 0; t < 32; ++t)
-        threads.emplace_back([&] {
-          std::string local;
-          std::uint64_t n = 0;
-          while (!stop.load(std::memory_order_relaxed)) {
-            op(local);
-            ++n;
-          }
-          total += n;
-        });
-      std::this_thread::sleep_for(duration);
-      stop = true;
-      for (auto& t : threads) t.join();
-      return static_cast<double>(total.load()) / std::chrono::duration<double>(duration).count();
-    };
+    auto run = [&](const std::function<void(std::string&)>& op) { return throughput(op, duration); };
     const Digest d = digests[ci];
     const std::size_t size = cases[ci].size;
     enum Mode { fd_only, fd_read, automatic };

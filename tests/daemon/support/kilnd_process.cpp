@@ -27,12 +27,12 @@ std::filesystem::path short_temp_dir() {
 
 
 KilndProcess::KilndProcess(const std::filesystem::path& dir, const std::string& toml,
-                           std::vector<std::string> extra_args, int listen_fd)
+                           std::vector<std::string> extra_args, int listen_fd, const std::string& binary)
     : dir_(dir), socket_dir_(short_temp_dir()), socket_(socket_dir_ / "kiln.sock"), log_(dir / "kilnd.log") {
   std::filesystem::create_directories(dir);
   auto config = dir / "kilnd.toml";
   std::ofstream(config) << toml;
-  std::vector<std::string> args{kilnd_binary(), "--config", config.string(), "--store", (dir / "store").string()};
+  std::vector<std::string> args{binary.empty() ? kilnd_binary() : binary, "--config", config.string(), "--store", (dir / "store").string()};
   if (listen_fd < 0) {
     args.push_back("--socket");
     args.push_back(socket_.string());

@@ -70,7 +70,7 @@ struct Config {
   std::filesystem::path socket;
   std::filesystem::path store;
   std::optional<std::filesystem::path> config_file;  // the file these values came from
-  unsigned io_threads = 2;             // event-loop threads
+  unsigned io_threads = 2;             // threads serving client connections (one event loop each)
   unsigned store_threads = 4;          // thread pool for store (disk, SQLite) work
   std::uint64_t hot_set_bytes = 2ull << 30;  // uncompressed copies kept as memfds
   std::string metrics_listen;          // "127.0.0.1:9464"; "" = off; loopback only

@@ -1,8 +1,12 @@
 // kiln/daemon/server.hpp — the kilnd socket server: a Unix socket speaking
 // schema/protocol.md in front of a Store.
 //
-// Threads: Config::io_threads event-loop threads (Boost.Asio, C++20 coroutines) and a
-// pool of Config::store_threads for store work, so disk and SQLite never block the loop.
+// Threads (Boost.Asio, C++20 coroutines): Config::io_threads threads serve client
+// connections, of both the kiln socket and the torch cache socket; each runs its own event
+// loop, and a connection stays on the one it was given at accept, so a request is read,
+// answered and replied to on one thread. The thread that calls run() accepts, handles
+// signals, drains and serves the metrics endpoint. A pool of Config::store_threads does
+// store work, so disk and SQLite never block a loop.
 // Lifecycle: create() binds the socket (or adopts a systemd socket, LISTEN_FDS); run()
 // serves until request_stop() or SIGTERM/SIGINT (with RunOptions::handle_signals), then
 // drains: stops accepting, answers new requests with `unavailable`, finishes requests in

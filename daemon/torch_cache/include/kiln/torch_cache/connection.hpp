@@ -4,8 +4,9 @@
 // peer's close. What a GET or SET does to the store is the Backend's (kilnd implements
 // it over its store and hot set: daemon/src/torch_cache_backend.cpp).
 //
-// Threading: a Connection runs on the executor of its socket (kilnd gives each one a
-// strand); close() may be called from any thread. A Connection costs the daemon only
+// Threading: a Connection runs on the executor of its socket, which must not run two of
+// its handlers at once (kilnd gives each connection an io_context run by one thread,
+// daemon/src/io_loops.hpp; a strand would also do); close() may be called from any thread. A Connection costs the daemon only
 // itself: whatever a peer sends closes at most its own connection.
 #pragma once
 
