@@ -23,6 +23,7 @@
 #include "kiln/oci/mapping.hpp"
 #include "registry_fixture.hpp"
 #include "temp_dir.hpp"
+#include "test_node.hpp"
 
 using namespace kiln;
 using namespace std::chrono_literals;
@@ -101,16 +102,7 @@ std::uint64_t pending(Conn& c) { return status(c)["fleet"]["pending_pushes"].get
 
 // The complete key as the nodes see it (node fields from STATUS).
 Key full_key(Conn& c, Key k) {
-  auto n = status(c)["node"];
-  k.gpu_arch = n["gpu_arch"];
-  k.gpu_name = n["gpu_name"];
-  k.torch_version = n["torch_version"];
-  k.torch_git = n["torch_git"];
-  k.cuda_version = n["cuda_version"];
-  k.triton_version = n["triton_version"];
-  k.platform = n["platform"];
-  k.machine = n["machine"];
-  k.cpu_isa = n["cpu_isa"];
+  fill_node_fields(k, test::node_fields_from(status(c)["node"], "STATUS node"));
   return k;
 }
 

@@ -36,6 +36,7 @@
 #include "support/raw_calls.hpp"
 #include "support/raw_client.hpp"
 #include "temp_dir.hpp"
+#include "test_node.hpp"
 #include "wait_until.hpp"
 
 using namespace kiln;
@@ -182,16 +183,7 @@ std::string register_source(const test::KilndProcess& k, const std::string& text
 
 // The key digest the nodes compute (node fields from STATUS).
 std::string key_hex(const test::KilndProcess& k, Key key) {
-  auto n = status(k)["node"];
-  key.gpu_arch = n["gpu_arch"];
-  key.gpu_name = n["gpu_name"];
-  key.torch_version = n["torch_version"];
-  key.torch_git = n["torch_git"];
-  key.cuda_version = n["cuda_version"];
-  key.triton_version = n["triton_version"];
-  key.platform = n["platform"];
-  key.machine = n["machine"];
-  key.cpu_isa = n["cpu_isa"];
+  fill_node_fields(key, test::node_fields_from(status(k)["node"], "STATUS node"));
   auto d = key.digest();
   REQUIRE(d.has_value());
   return d->hex();
