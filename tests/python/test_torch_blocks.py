@@ -180,13 +180,18 @@ def test_a_failed_build_leaves_the_block_eager_with_the_reason(kilnd, seams):
 
 
 def test_restore_puts_the_class_forward_back(kilnd, seams):
+    from kiln.torch import _gate
+
     model = Model()
+    boundaries = _gate.GATE._model_boundaries
     blocks = kiln.torch.compile_repeated_blocks(model, socket=kilnd.socket)
     assert len(blocks) == 3 and all("forward" in vars(b) for b in blocks)
+    assert len(model._forward_pre_hooks) == 1 and _gate.GATE._model_boundaries == boundaries + 1
     with pytest.raises(ValueError):
         kiln.torch.compile_repeated_blocks(model, socket=kilnd.socket)
     kiln.torch.restore(model)
     assert all("forward" not in vars(b) for b in blocks)
+    assert len(model._forward_pre_hooks) == 0 and _gate.GATE._model_boundaries == boundaries
     assert kiln.torch.status(model) == []
     kiln.torch.restore(model)  # idempotent
     run(model, torch.randn(2, 4, 8))

@@ -83,3 +83,100 @@ def test_a_driving_thread_that_waits_lets_exports_run_and_resumes_only_after_the
     order.append("driver resumed")  # parked() returned only after the export ended
     t.join(10)
     assert order == ["export done", "driver resumed"]
+
+
+def drive_forwards(gate, done, log, blocks=4, block_s=0.01):
+    """A serving loop over a hooked model: a model boundary, then its blocks."""
+    while not done.is_set():
+        gate.checkpoint(model_boundary=True)
+        log.append("model")
+        for _ in range(blocks):
+            gate.checkpoint()
+            log.append("block")
+            time.sleep(block_s)
+
+
+def test_with_a_model_boundary_an_export_waits_for_the_next_model_call_not_a_block():
+    # A miss's first forward must run at eager speed: the export's pause falls between
+    # two calls of the model, not inside the one running.
+    gate = _gate.ExportGate()
+    gate.add_model_boundary()
+    done, log, seen = threading.Event(), [], []
+
+    def exporter():
+        _gate.mark_background()
+        while "block" not in log:  # ask while a forward is running
+            time.sleep(0.001)
+        with gate.exclusive():
+            seen.append(list(log))
+        done.set()
+
+    threads = [threading.Thread(target=drive_forwards, args=(gate, done, log)), threading.Thread(target=exporter)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    before = seen[0]
+    # The export ran right after a model call began (parked at its pre-hook), never
+    # inside a forward: the last entry before it is a whole forward's last block.
+    assert len(before) % 5 == 0 and before[-1] == "block" and before.count("model") >= 1, before
+
+
+def test_a_request_older_than_the_fallback_parks_at_a_block_boundary(monkeypatch):
+    monkeypatch.setattr(_gate, "BLOCK_FALLBACK_S", 0.05)
+    gate = _gate.ExportGate()
+    gate.add_model_boundary()
+    done, log, seen = threading.Event(), [], []
+
+    def one_long_forward():  # a model called once, its forward longer than the fallback
+        gate.checkpoint(model_boundary=True)
+        log.append("model")
+        while not done.is_set():
+            gate.checkpoint()
+            log.append("block")
+            time.sleep(0.005)
+
+    def exporter():
+        _gate.mark_background()
+        while "block" not in log:
+            time.sleep(0.001)
+        t = time.monotonic()
+        with gate.exclusive():
+            seen.append(time.monotonic() - t)
+        done.set()
+
+    threads = [threading.Thread(target=one_long_forward), threading.Thread(target=exporter)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert seen and 0.04 <= seen[0] < 5, seen
+
+
+def test_without_a_model_boundary_a_block_boundary_is_taken_at_once():
+    gate = _gate.ExportGate()
+    gate.add_model_boundary()
+    gate.add_model_boundary(-1)  # restore(): the model's hook is gone
+    done, log, seen = threading.Event(), [], []
+
+    def blocks_only():
+        while not done.is_set():
+            gate.checkpoint()
+            log.append("block")
+            time.sleep(0.005)
+
+    def exporter():
+        _gate.mark_background()
+        while "block" not in log:
+            time.sleep(0.001)
+        t = time.monotonic()
+        with gate.exclusive():
+            seen.append(time.monotonic() - t)
+        done.set()
+
+    threads = [threading.Thread(target=blocks_only), threading.Thread(target=exporter)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert seen and seen[0] < 1.0, seen

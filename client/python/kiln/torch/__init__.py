@@ -33,6 +33,7 @@ shows the reason. Thread safety: hooked blocks may be called from several thread
 compile_repeated_blocks/restore must not race with calls on the same model.
 """
 import logging
+import weakref
 
 from . import _gate, _hooks, _runtime
 from ._signature import Unsupported, capture
@@ -47,6 +48,8 @@ class _ModelState:
         self.runtime = runtime
         self.blocks = blocks
         self.unsupported = {}  # (region, reason) -> calls
+        self.model_hook = None  # the model's forward pre-hook: the gate's model boundary
+        self.boundary = None    # weakref.finalize withdrawing that boundary from the gate
 
 
 class _BlockState:
@@ -170,6 +173,11 @@ def compile_repeated_blocks(model, block_classes=None, on_miss="eager", socket=N
     call = _make_call(state)
     for b in blocks:
         _hooks.install(b, call)
+    # The model's own calls are the gate's preferred boundary (_gate.py): an export waits
+    # for the next one, so the forward running now, a miss's first, is not paused.
+    state.model_hook = model.register_forward_pre_hook(lambda m, args: _gate.GATE.checkpoint(model_boundary=True))
+    _gate.GATE.add_model_boundary()
+    state.boundary = weakref.finalize(model, _gate.GATE.add_model_boundary, -1)  # at restore() or collection
     object.__setattr__(model, _STATE_ATTR, state)
     if _runtime.PREFETCH if prefetch is None else prefetch:
         runtime.start_prefetch(blocks)
@@ -198,6 +206,8 @@ def restore(model):
         return
     for b in state.blocks:
         _hooks.remove(b)
+    state.model_hook.remove()
+    state.boundary()  # once: a finalizer runs at most once
     state.runtime.stop()
     object.__delattr__(model, _STATE_ATTR)
 

@@ -9,13 +9,24 @@ running then), exports, and lets it go. The caller pauses once per new signature
 export itself (seconds; never a compile); saving the archive, hashing it and building run
 after the pause.
 
+Where the model itself is hooked too (compile_repeated_blocks registers a forward
+pre-hook: add_model_boundary()), an export first waits for the start of the model's next
+call, so a forward already running finishes at eager speed and the pause falls between two
+calls: a miss's first call costs what eager's does. Only a request older than
+BLOCK_FALLBACK_S (a forward that long, or a model never called again) parks the driving
+thread at a block boundary instead.
+
 Assumes one thread drives the hooked models at a time (what serving loops do). An export
-waits for that thread's next block call, or for it to wait in kiln.torch.wait() (parked());
-a server idle between requests exports at the next request. Thread safety: every method
-may be called from any thread.
+waits for that thread's next model or block call, or for it to wait in kiln.torch.wait()
+(parked()); a server idle between requests exports at the next request. Thread safety:
+every method may be called from any thread.
 """
 import contextlib
 import threading
+import time
+
+# How long an export waits for a model boundary before it takes a block boundary.
+BLOCK_FALLBACK_S = 5.0
 
 _background = threading.local()
 
@@ -29,11 +40,22 @@ class ExportGate:
         self._cv = threading.Condition()
         self._requests = 0  # exports waiting for, or holding, the gate
         self._parked = 0    # callers parked at a block boundary
+        self._since = 0.0   # when the oldest request still waiting was made (monotonic)
+        self._model_boundaries = 0  # hooked models whose calls are checkpoints too
 
-    def checkpoint(self):
-        """Called at the start of every hooked block call: parks while an export wants the
-        process. Costs one attribute read when none does."""
+    def add_model_boundary(self, delta=1):
+        """A model's own calls now reach checkpoint(model_boundary=True) (delta=-1: no more)."""
+        with self._cv:
+            self._model_boundaries += delta
+
+    def checkpoint(self, model_boundary=False):
+        """Called at the start of every hooked block call, and of every call of a hooked
+        model (model_boundary=True): parks while an export wants the process. At a block
+        boundary, while a model boundary is known, only for a request older than
+        BLOCK_FALLBACK_S. Costs one attribute read when no export waits."""
         if not self._requests or getattr(_background, "active", False):
+            return
+        if not model_boundary and self._model_boundaries and time.monotonic() - self._since < BLOCK_FALLBACK_S:
             return
         with self._cv:
             if not self._requests:
@@ -74,6 +96,8 @@ class ExportGate:
             yield
             return
         with self._cv:
+            if self._requests == 0:
+                self._since = time.monotonic()
             self._requests += 1
             try:
                 while self._parked == 0:
