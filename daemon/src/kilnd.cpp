@@ -259,8 +259,9 @@ int kilnd_main(int argc, char** argv) {
   std::unique_ptr<fleet::EtcdCoordinator> coordinator;
   // [builds edit] The build scheduler (daemon/builds/, kiln::build): probes the GPUs and the
   // worker's toolchain, then serves build operations. "This node" is what it found.
-  auto builds = build::start_daemon_builds(config.config_file, config.store, *the_store,
-                                           detect_node_fields(config.node));
+  // Only the configured node fields: the worker's probe fills the rest as its torch sees
+  // them (cpu_isa exactly); kilnd's own detection fills what is still empty (Server).
+  auto builds = build::start_daemon_builds(config.config_file, config.store, *the_store, config.node);
   if (!builds) {
     spdlog::critical("cannot start builds: {}", builds.error().to_string());
     return 1;

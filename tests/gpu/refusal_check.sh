@@ -30,15 +30,11 @@ log "kilnd, kiln_gpu_bench and libkiln.so built in $(( $(date +%s) - t )) s"
 rm -rf "$WORK" && mkdir -p "$WORK"
 
 # ---- 2. kilnd with the real worker, empty store ------------------------------------------
-# kilnd's own cpu_isa probe says only "avx512" here, while torch records the exact ISA in
-# the package ("avx512 avx512_vnni amx_tile" on the H100 machine; schema/key.md): a key
-# kilnd fills with its probe gets a package that load_block refuses (key.cpu_isa). So the
-# node's cpu_isa is configured with the worker's own rule (toolchain.cpu_isa()).
-CPU_ISA=$(cd "$ROOT/ops/workers/kiln_worker" && python3 -c 'import toolchain; print(toolchain.cpu_isa())')
-log "this node's cpu_isa (torch's pick_vec_isa): $CPU_ISA"
+# kilnd takes cpu_isa from its worker's toolchain probe (torch's pick_vec_isa, what torch
+# records in every package, e.g. "avx512 avx512_vnni amx_tile" on the H100 machine;
+# schema/key.md), so no [node] table is needed. The first run found kilnd filling it with
+# its own coarse probe ("avx512") and storing packages that load_block then refused.
 cat > "$WORK/kilnd.toml" <<TOML
-[node]
-cpu_isa = "$CPU_ISA"
 [builds]
 worker = ["python3", "$ROOT/ops/workers/kiln_worker"]
 build_timeout_s = 600

@@ -9,13 +9,15 @@
 //    "child_pid_file": "/path",     // hang_child: where the hanging child's pid goes
 //    "log": "text",                 // written to stderr (the build log)
 //    "pad_bytes": 0,                // the artifact is this much longer (benchmarks)
+//    "content_file": "/path",       // the artifact is this file's bytes
 //    "starts_file": "/path",        // a line "<region> <pid> <output path>" per build started
 //                                   // (the output path names the node's store)
 //    "holds": [{"file": "/path",    // after starting, wait while this file exists...
 //               "only": "text"}]}   // ...when the output path contains this text ("" = any)
 //                                   // (tests hold a node's build, and release it)
 // so that one scheduler can hold sources that behave differently. The toolchain op answers
-// fixed "test" versions, or fails when KILN_TEST_WORKER_TOOLCHAIN=fail. The hash op answers
+// fixed "test" versions (and cpu_isa "test-worker-isa" unless asked with "host": false), or
+// fails when KILN_TEST_WORKER_TOOLCHAIN=fail. The hash op answers
 // the SHA-256 of the source file as its model hash, with the command's "inputs" and "call"
 // (default: none, positional); first it sleeps "hash_sleep_ms", and with "hash_fail": true
 // it fails as for a file that is no torch.export archive.
@@ -120,6 +122,9 @@ int build(const json& req) {
 
   const std::string output = req.value("output", "");
   std::string content = "artifact of " + req.value("key_digest", std::string("?")) + " built by pid " + std::to_string(::getpid());
+  // "content_file": the artifact is that file's bytes instead (e.g. a package with AOTI
+  // metadata, which kilnd checks against the key).
+  if (std::string f = cmd.value("content_file", std::string()); !f.empty()) content = read_file(f);
   // "pad_bytes": N makes the artifact N bytes longer (pseudo-random, so zstd cannot shrink
   // it away), for benchmarks of artifact sizes.
   if (std::uint64_t pad = cmd.value("pad_bytes", std::uint64_t{0}); pad > 0) {
@@ -201,12 +206,11 @@ int main() {
   if (op == "toolchain") {
     const char* mode = std::getenv("KILN_TEST_WORKER_TOOLCHAIN");
     if (mode && std::string(mode) == "fail") return fail("no torch here (KILN_TEST_WORKER_TOOLCHAIN=fail)");
-    return answer({{"protocol", 1},
-                   {"ok", true},
-                   {"toolchain",
-                    {{"torch_version", "test-torch"}, {"torch_git", "test-git"}, {"cuda_version", "test-cuda"},
-                     {"triton_version", "test-triton"}, {"platform", "linux"}, {"machine", "x86_64"}}},
-                   {"gpus", json::array()}});
+    json toolchain = {{"torch_version", "test-torch"}, {"torch_git", "test-git"}, {"cuda_version", "test-cuda"},
+                      {"triton_version", "test-triton"}, {"platform", "linux"}, {"machine", "x86_64"}};
+    // As the Python worker: with "host" (the default), also the CPU ISA its torch records.
+    if (req.value("host", true)) toolchain["cpu_isa"] = "test-worker-isa";
+    return answer({{"protocol", 1}, {"ok", true}, {"toolchain", toolchain}, {"gpus", json::array()}});
   }
   if (op == "hash") {
     const std::string text = read_file(req.value("source", ""));

@@ -1,6 +1,9 @@
 // One build, start to finish. See build_runner.hpp.
 #include "build_runner.hpp"
 
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -11,12 +14,38 @@
 
 #include <spdlog/spdlog.h>
 
+#include "kiln/aoti_metadata.hpp"
 #include "kiln/builds/worker_protocol.hpp"
+#include "kiln/posix/fd.hpp"
 #include "worker_group.hpp"
 
 namespace kiln::build {
 
 namespace {
+
+// The package a worker built must agree with the key it is stored under, as a PUT's must
+// (kiln/aoti_metadata.hpp): a package for another CPU ISA, GPU or platform under this key
+// would be refused by every loader (or crash one that does not check). build_failed naming
+// the field; the usual cause is kilnd's [node] table setting a field the worker's torch
+// sees otherwise.
+Status check_built_package(const Key& key, const std::filesystem::path& output) {
+  posix::UniqueFd fd(::open(output.c_str(), O_RDONLY | O_CLOEXEC));
+  struct stat st{};
+  if (!fd.valid() || ::fstat(fd.get(), &st) != 0) return make_error(Errc::build_failed, "cannot read the built package " + output.string());
+  if (st.st_size == 0) return {};
+  void* map = ::mmap(nullptr, static_cast<std::size_t>(st.st_size), PROT_READ, MAP_PRIVATE, fd.get(), 0);
+  if (map == MAP_FAILED) return make_error(Errc::build_failed, "cannot map the built package " + output.string());
+  auto meta = read_aoti_metadata(std::span(static_cast<const std::byte*>(map), static_cast<std::size_t>(st.st_size)));
+  Status verdict;
+  if (!meta) verdict = make_error(Errc::build_failed, "the built package's AOTI metadata: " + meta.error().message);
+  else if (*meta) {
+    if (auto ok = check_aoti_metadata(key, **meta); !ok)
+      verdict = make_error(Errc::build_failed, "the worker built a package that does not match its key: " +
+                                                   ok.error().message + " (is kilnd.toml's [node] table right for this node?)");
+  }
+  ::munmap(map, static_cast<std::size_t>(st.st_size));
+  return verdict;
+}
 
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
@@ -168,6 +197,9 @@ BuildRunResult run_build(storage::Store& store, const SchedulerOptions& options,
     return c;
   }
   auto built = parse_build_result(exit, paths);
+  if (built && job.key.kind == ArtifactKind::aoti) {
+    if (auto st = check_built_package(job.key, paths.output); !st) built = std::move(st).error();
+  }
   const auto t_store = Clock::now();
   Result<storage::ArtifactInfo> stored = make_error(Errc::internal, "not stored");
   if (built) {

@@ -63,7 +63,8 @@ ProbedNode probe_node(const SchedulerOptions& options, const NodeFields& host) {
     p.node.gpu_arch = p.slots.front().gpu_arch;
     p.node.gpu_name = p.slots.front().gpu_name;
   }
-  // Configured and daemon-detected fields win over what the probes found.
+  // Configured fields win over what the probes found (`host` holds only what kilnd.toml's
+  // [node] sets; kilnd's own detection fills the fields still empty afterwards).
   prefer(p.node.gpu_arch, host.gpu_arch);
   prefer(p.node.gpu_name, host.gpu_name);
   prefer(p.node.torch_version, host.torch_version);

@@ -83,7 +83,9 @@ std::string last_log_line(std::string_view log) {
 }
 
 std::string encode_toolchain_request() {
-  return json{{"protocol", kWorkerProtocolVersion}, {"op", "toolchain"}, {"host", false}}.dump();
+  // "host": the worker also reports cpu_isa by torch's own rule (the ISA torch records in
+  // every AOTI package it builds); kilnd's own CPU probe is coarser (schema/key.md).
+  return json{{"protocol", kWorkerProtocolVersion}, {"op", "toolchain"}, {"host", true}}.dump();
 }
 
 std::string encode_hash_request(const std::filesystem::path& source) {

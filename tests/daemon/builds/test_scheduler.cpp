@@ -10,6 +10,7 @@
 #include <doctest/doctest.h>
 
 #include "build_test_util.hpp"
+#include "zip_writer.hpp"
 
 using namespace kiln;
 using namespace kiln::build;
@@ -326,6 +327,42 @@ TEST_CASE("NodeFieldsComeFromTheProbesAndConfiguredValuesWin") {
   CHECK(n.gpu_name == "Test GPU");
   CHECK(n.cpu_isa == "test-isa");
   CHECK(n.triton_version == "configured-triton");
+}
+
+TEST_CASE("ANodeWhoseCpuIsaIsNotConfiguredTakesTheWorkersOwn") {
+  // The ISA the worker's torch records in every package it builds, not a coarser guess.
+  BuildFixture f;
+  f.host.cpu_isa.clear();
+  CHECK(f.scheduler()->node().cpu_isa == "test-worker-isa");
+}
+
+TEST_CASE("ABuiltPackageWhoseMetadataDisagreesWithItsKeyIsABuildFailureAndNothingIsStored") {
+  // A node configured with a cpu_isa its worker's torch does not build for: the package
+  // would be refused by every loader, so the build fails naming the field.
+  BuildFixture f;
+  auto package = [&](const std::string& isa) {
+    const auto path = f.dir / ("package-" + isa + ".pt2");
+    std::ofstream(path, std::ios::binary) << kiln::test::make_zip(
+        {{"block/data/aotinductor/model/c1.wrapper_metadata.json",
+          R"({"AOTI_PLATFORM":"linux","AOTI_MACHINE":"x86_64","AOTI_CPU_ISA":")" + isa + "\"}"},
+         {"block/data/aotinductor/model/c1.wrapper.so", "\x7f" "ELF..."}},
+        false);
+    return path.string();
+  };
+  auto s = f.scheduler();
+  const Key wrong = f.key(f.add_source({{"behavior", "ok"}, {"content_file", package("AVX2")}}));
+  auto r = s->request_and_wait(wrong, RequestOptions{});
+  REQUIRE_FALSE(r.has_value());
+  CHECK(r.error().code == Errc::build_failed);
+  CHECK_MESSAGE(r.error().message.find("key.cpu_isa is test-isa but the package was built for avx2") != std::string::npos,
+                r.error().message);
+  auto st = f.store->stat(*wrong.digest());
+  REQUIRE(st.has_value());
+  CHECK_FALSE(st->has_value());
+
+  const Key right = f.key(f.add_source({{"behavior", "ok"}, {"content_file", package("TEST-ISA")}}), "Other");
+  auto ok = s->request_and_wait(right, RequestOptions{});
+  REQUIRE_MESSAGE(ok.has_value(), message(ok));
 }
 
 TEST_CASE("ShuttingDownKillsARunningBuildAndCancelsItsWaiters") {
