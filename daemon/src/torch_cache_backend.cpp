@@ -17,9 +17,13 @@ using TorchOp = Metrics::TorchOp;
 asio::awaitable<Result<std::optional<Value>>> TorchCacheBackend::get(const torch_cache::TorchKey& key) {
   auto& s = state_;
   const Digest d = key.digest;
-  // A queued value (durability "deferred") is the newest acknowledged one: it comes first.
-  ValueCache::Bytes value = s.torch_deferred ? s.torch_queue.find(d) : nullptr;
-  const bool queued = value != nullptr;
+  // A queued value (durability "deferred") is the newest acknowledged one: it comes first,
+  // unless it is an immutable entry the store may hold already (unless_stored): then the
+  // stored value is served if there is one, so a hit never changes under a reader.
+  bool provisional = false;
+  ValueCache::Bytes in_queue = s.torch_deferred ? s.torch_queue.find(d, &provisional) : nullptr;
+  ValueCache::Bytes value = provisional ? nullptr : in_queue;
+  bool queued = value != nullptr;
   if (!value) value = s.torch_values.find(d);
   const bool hot = value != nullptr;
   if (!value) {
@@ -41,6 +45,10 @@ asio::awaitable<Result<std::optional<Value>>> TorchCacheBackend::get(const torch
     if (!got) co_return std::move(got).error();
     value = std::move(*got);
     if (value) s.torch_values.insert(d, value, generation);
+    if (!value && in_queue) {  // not stored (yet): the queued value is the entry
+      value = std::move(in_queue);
+      queued = true;
+    }
   }
   if (!value) {
     s.metrics.record_get(false, false);
@@ -142,6 +150,14 @@ TorchWriteQueue::Write deferred_writer(ServerState& state) {
   // Causes logged since the last successful write (the writer's thread only).
   auto reported = std::make_shared<std::set<Errc>>();
   return [&s = state, reported](const TorchWriteQueue::Entry& e) -> bool {
+    if (e.unless_stored) {  // never overwritten: a stored entry stays, and stays what GET serves
+      auto found = s.store.stat(e.digest);
+      if (found && *found) {
+        if (spdlog::should_log(spdlog::level::debug))
+          spdlog::debug("torch cache: deferred SET of {}: kept, already stored", e.text.substr(0, 200));
+        return true;
+      }
+    }
     auto put = s.store.put_bytes(e.key, std::span<const std::byte>(e.value->data(), e.value->size()));
     if (put) {
       s.forget_copies(e.digest);  // a copy of the old value must not be served

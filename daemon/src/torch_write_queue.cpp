@@ -35,9 +35,10 @@ void TorchWriteQueue::stop() {
   for (auto& w : wake) w();
 }
 
-ValueCache::Bytes TorchWriteQueue::find(const Digest& d) const {
+ValueCache::Bytes TorchWriteQueue::find(const Digest& d, bool* unless_stored) const {
   std::lock_guard lock(mu_);
   auto it = newest_.find(d);
+  if (unless_stored) *unless_stored = it != newest_.end() && it->second->entry.unless_stored;
   return it == newest_.end() ? nullptr : it->second->entry.value;
 }
 
@@ -51,7 +52,10 @@ TorchWriteQueue::Push TorchWriteQueue::push(Entry entry, SetCondition condition,
   auto it = newest_.find(entry.digest);
   const bool queued = it != newest_.end();
   bool exists = queued;
-  if (!queued && (condition != SetCondition::always || entry.overwrite == Overwrite::never)) {
+  entry.unless_stored = false;
+  if (!queued && condition == SetCondition::always && entry.overwrite == Overwrite::never && !stored) {
+    entry.unless_stored = true;  // stored or kept, the answer is +OK: the writer decides
+  } else if (!queued && (condition != SetCondition::always || entry.overwrite == Overwrite::never)) {
     if (!stored) return Push::ask_store;
     exists = *stored;
   }

@@ -46,6 +46,11 @@ class TorchWriteQueue {
     std::string text;       // torch's key, for logs
     torch_cache::Overwrite overwrite = torch_cache::Overwrite::last_writer_wins;
     ValueCache::Bytes value;
+    // Set by push(): an Overwrite::never entry of a plain SET whose key was not queued. Its
+    // answer is +OK whether stored or kept, so the store is asked by the writer, not before
+    // +OK (a stat would wait for the store's lock, held through the writer's fsync): the
+    // Write function keeps what is stored and writes nothing.
+    bool unless_stored = false;
   };
   // Stores one entry durably; false when it could not (the function logs and cleans up).
   using Write = std::function<bool(const Entry&)>;
@@ -63,7 +68,9 @@ class TorchWriteQueue {
   bool started() const;
 
   // The newest queued value of the key (waiting or being written); null when none.
-  ValueCache::Bytes find(const Digest& key_digest) const;
+  // `unless_stored`, when given, tells whether that entry is Entry::unless_stored: a value
+  // the store's own, if any, takes precedence over.
+  ValueCache::Bytes find(const Digest& key_digest, bool* unless_stored = nullptr) const;
 
   enum class Push {
     queued,      // taken; answer +OK
