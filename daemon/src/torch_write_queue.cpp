@@ -31,7 +31,6 @@ void TorchWriteQueue::stop() {
     for (auto& w : waiters_) wake.push_back(std::move(w.second));
     waiters_.clear();
   }
-  idle_cv_.notify_all();
   for (auto& w : wake) w();
 }
 
@@ -94,12 +93,6 @@ void TorchWriteQueue::when_room(std::uint64_t bytes, std::function<void()> wake)
   wake();
 }
 
-void TorchWriteQueue::wait_idle() {
-  std::unique_lock lock(mu_);
-  if (!thread_.joinable()) return;  // nothing would ever empty it
-  idle_cv_.wait(lock, [&] { return fifo_.empty() && !writing_; });
-}
-
 void TorchWriteQueue::set_max_bytes(std::uint64_t max_bytes) {
   std::vector<std::function<void()>> wake;
   {
@@ -142,10 +135,7 @@ void TorchWriteQueue::run() {
     if (fifo_.empty()) break;  // stopping, and everything is written
     auto slot = std::move(fifo_.front());
     fifo_.pop_front();
-    if (slot->superseded) {
-      if (fifo_.empty()) idle_cv_.notify_all();
-      continue;
-    }
+    if (slot->superseded) continue;
     writing_ = slot;
     lock.unlock();
     const bool ok = write_(slot->entry);
@@ -155,7 +145,6 @@ void TorchWriteQueue::run() {
     if (auto it = newest_.find(slot->entry.digest); it != newest_.end() && it->second == slot) newest_.erase(it);
     bytes_ -= slot->size;
     auto wake = take_waiters_locked();
-    if (fifo_.empty()) idle_cv_.notify_all();
     lock.unlock();
     slot.reset();
     for (auto& w : wake) w();

@@ -89,9 +89,6 @@ class TorchWriteQueue {
   // A value pushed while the writer runs always finds room in the end: the writer
   // empties the queue whatever else waits.
   void when_room(std::uint64_t bytes, std::function<void()> wake);
-  // Blocks until everything queued before this call is written (or dropped). For tests
-  // and the drain; never on an event loop.
-  void wait_idle();
 
   void set_max_bytes(std::uint64_t max_bytes);
   struct Stats {
@@ -111,7 +108,7 @@ class TorchWriteQueue {
   std::vector<std::function<void()>> take_waiters_locked();
 
   mutable std::mutex mu_;
-  std::condition_variable work_cv_, idle_cv_;
+  std::condition_variable work_cv_;
   // State below is protected by mu_.
   std::uint64_t max_bytes_;
   std::uint64_t bytes_ = 0;        // sizes of values not yet written nor superseded
