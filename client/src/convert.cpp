@@ -67,6 +67,9 @@ DaemonStatus from_status(protocol::StatusReply&& r) {
   s.builds_unavailable = std::move(r.builds_note);
   s.torch_cache_socket = std::move(r.torch_cache_socket);
   s.torch_cache_listen = std::move(r.torch_cache_listen);
+  s.torch_cache_durability = std::move(r.torch_cache_durability);
+  s.torch_cache_queued_entries = r.torch_cache_queued_entries;
+  s.torch_cache_queued_bytes = r.torch_cache_queued_bytes;
   s.verify_checked = r.verify_checked;
   s.verify_total = r.verify_total;
   s.fleet = std::move(r.fleet);

@@ -72,6 +72,9 @@ std::string to_json(const DaemonStatus& s) {
     auto& t = j["torch_cache"] = nlohmann::json::object();
     if (!s.torch_cache_socket.empty()) t["socket"] = s.torch_cache_socket;
     if (!s.torch_cache_listen.empty()) t["listen"] = s.torch_cache_listen;
+    if (!s.torch_cache_durability.empty()) t["durability"] = s.torch_cache_durability;
+    if (s.torch_cache_durability == "deferred")
+      t["queued"] = {{"entries", s.torch_cache_queued_entries}, {"bytes", s.torch_cache_queued_bytes}};
   }
   j["build_slots"] = nlohmann::json::array();
   for (const auto& b : s.build_slots)

@@ -109,7 +109,8 @@ Status read_node(Config& c, const Table& t) {
 
 Status read_torch_cache(Config& c, const Table& t) {
   auto& tc = c.torch_cache;
-  KILN_TRY(t.only({"socket", "listen", "password", "max_value_bytes", "memory_bytes"}));
+  KILN_TRY(t.only({"socket", "listen", "password", "max_value_bytes", "memory_bytes", "durability",
+                   "deferred_max_bytes"}));
   std::string sock;
   KILN_TRY(t.string("socket", sock));
   tc.socket = sock;
@@ -117,6 +118,12 @@ Status read_torch_cache(Config& c, const Table& t) {
   KILN_TRY(t.string("password", tc.password));
   KILN_TRY(t.size("max_value_bytes", tc.max_value_bytes));
   KILN_TRY(t.size("memory_bytes", tc.memory_bytes));
+  std::string durability = tc.durability == TorchCacheConfig::Durability::deferred ? "deferred" : "sync";
+  KILN_TRY(t.string("durability", durability));
+  if (durability == "sync") tc.durability = TorchCacheConfig::Durability::sync;
+  else if (durability == "deferred") tc.durability = TorchCacheConfig::Durability::deferred;
+  else return t.error("durability", "expected \"sync\" (durable before +OK) or \"deferred\" (+OK once in memory)");
+  KILN_TRY(t.size("deferred_max_bytes", tc.deferred_max_bytes));
   return {};
 }
 
@@ -220,6 +227,9 @@ Status validate(const Config& c) {
   KILN_TRY(check_loopback("torch_cache.listen", tc.listen, "127.0.0.1:6379"));
   if (tc.max_value_bytes < 1024 || tc.max_value_bytes > (1ull << 32))
     return bad("torch_cache.max_value_bytes must be within 1 KiB .. 4 GiB");
+  if (tc.deferred_max_bytes < 1024)
+    return bad("torch_cache.deferred_max_bytes must be at least 1 KiB (the memory for values queued by "
+               "torch_cache.durability = \"deferred\")");
   return {};
 }
 

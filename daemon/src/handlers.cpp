@@ -329,6 +329,14 @@ asio::awaitable<Outcome> handle_status(Connection& c, const Request& r) {
   if (!s.builds && reply.builds_note.empty()) reply.builds_note = "builds are disabled on this node";
   reply.torch_cache_socket = cfg->torch_cache.socket.string();
   reply.torch_cache_listen = cfg->torch_cache.listen;
+  if (cfg->torch_cache.enabled()) {
+    reply.torch_cache_durability = s.torch_deferred ? "deferred" : "sync";
+    if (s.torch_deferred) {
+      const auto q = s.torch_queue.stats();
+      reply.torch_cache_queued_entries = q.entries;
+      reply.torch_cache_queued_bytes = q.bytes;
+    }
+  }
   reply.verify_total = s.verify_total.load();
   reply.verify_checked = s.verify_checked.load();
   if (s.fleet) {

@@ -34,6 +34,7 @@
 #include "offload.hpp"
 #include "sd_notify.hpp"
 #include "server_state.hpp"
+#include "torch_cache_backend.hpp"
 #include "torch_cache_listener.hpp"
 #include "unix_listener.hpp"
 
@@ -219,6 +220,10 @@ Status Server::Impl::reload() {
   if (fresh.io_threads != cur->io_threads || fresh.store_threads != cur->store_threads ||
       fresh.metrics_listen != cur->metrics_listen || fresh.store_options.quota_bytes != cur->store_options.quota_bytes)
     spdlog::warn("reload: thread counts, metrics_listen and [storage] take effect at the next restart");
+  if (fresh.torch_cache.durability != cur->torch_cache.durability)
+    spdlog::warn("reload: torch_cache.durability takes effect at the next restart (queued entries are kept and "
+                 "written either way)");
+  state.torch_queue.set_max_bytes(fresh.torch_cache.deferred_max_bytes);
   state.hot.set_capacity(fresh.hot_set_bytes);
   state.torch_values.set_capacity(fresh.torch_cache.memory_bytes);
   spdlog::set_level(spdlog::level::from_str(fresh.log_level));
@@ -243,6 +248,22 @@ asio::awaitable<std::string> Server::Impl::render_metrics() {
   g.push_back({"kiln_hot_set_entries", "Artifacts held as uncompressed hot copies.", double(state.hot.entries())});
   g.push_back({"kiln_torch_cache_memory_bytes", "Bytes of torch.compile cache values held in memory.",
                double(state.torch_values.bytes())});
+  if (state.torch_deferred) {
+    const auto q = state.torch_queue.stats();
+    g.push_back({"kiln_torch_cache_deferred_queued_entries",
+                 "torch.compile cache entries acknowledged and not yet stored (durability deferred).", double(q.entries)});
+    g.push_back({"kiln_torch_cache_deferred_queued_bytes", "Bytes of the values queued (durability deferred).",
+                 double(q.bytes)});
+    g.push_back({"kiln_torch_cache_deferred_max_bytes", "torch_cache.deferred_max_bytes: past it a SET waits.",
+                 double(q.max_bytes)});
+    g.push_back({"kiln_torch_cache_deferred_written_total", "Queued torch.compile cache entries stored.",
+                 double(q.written), true});
+    g.push_back({"kiln_torch_cache_deferred_superseded_total",
+                 "Queued entries replaced by a newer value of their key before their write.", double(q.superseded), true});
+    g.push_back({"kiln_torch_cache_deferred_failed_total",
+                 "Acknowledged entries the store refused (full disk, quota, read-only, I/O error): dropped.",
+                 double(q.failed), true});
+  }
   g.push_back({"kiln_uptime_seconds", "Seconds since kilnd started.", double(state.uptime_s())});
   if (state.builds) {
     const auto b = state.builds->gpu_report();
@@ -311,6 +332,7 @@ Result<std::unique_ptr<Server>> Server::create(const Config& config, storage::St
     if (!t) return std::move(t).error();
     impl->torch_cache = std::move(*t);
   }
+  if (impl->state.torch_deferred) impl->state.torch_queue.start(deferred_writer(impl->state));
   Impl* raw = impl.get();
   impl->state.reload = [raw] { return raw->reload(); };
   impl->state.on_last_connection_closed = [raw] {
@@ -333,15 +355,24 @@ Status Server::run(const RunOptions& options) {
   }
   asio::co_spawn(im.strand, im.accept_loop(), asio::detached);
   if (im.torch_cache) im.torch_cache->start();
-  spdlog::info("kilnd listening on {} (store {}, {} io threads, {} store threads{}{})", im.socket_path.string(),
+  spdlog::info("kilnd listening on {} (store {}, {} io threads, {} store threads{}{}{})", im.socket_path.string(),
                cfg->store.string(), cfg->io_threads, cfg->store_threads, im.state.builds ? "" : ", builds unavailable",
-               im.state.metrics_url.empty() ? "" : ", metrics " + im.state.metrics_url);
+               im.state.metrics_url.empty() ? "" : ", metrics " + im.state.metrics_url,
+               !cfg->torch_cache.enabled() ? ""
+               : im.state.torch_deferred ? ", torch cache durability deferred"
+                                         : ", torch cache durability sync");
   sd_notify("READY=1\nSTATUS=serving on " + im.socket_path.string());
   im.io.run();  // until drained: every kiln connection has ended (finish_drain)
   // Torch cache connections were closed by the drain; each loop's thread returns once
   // what is left on it has run.
   im.loops.stop_when_idle();
   im.loops.join();
+  if (im.state.torch_deferred) {
+    // Every acknowledged torch cache entry reaches the store before it is let go.
+    const auto q = im.state.torch_queue.stats();
+    if (q.entries) spdlog::info("torch cache: writing {} queued entries ({} bytes) before stopping", q.entries, q.bytes);
+    im.state.torch_queue.stop();
+  }
   im.state.pool.join();
   spdlog::info("kilnd stopped cleanly");
   return {};

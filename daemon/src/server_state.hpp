@@ -25,6 +25,7 @@
 #include "kiln/daemon/fleet_service.hpp"
 #include "kiln/storage/store.hpp"
 #include "metrics.hpp"
+#include "torch_write_queue.hpp"
 #include "value_cache.hpp"
 
 namespace kiln::daemon {
@@ -40,6 +41,8 @@ class ServerState {
         builds(build_service),
         hot(config->hot_set_bytes),
         torch_values(config->torch_cache.memory_bytes),
+        torch_deferred(config->torch_cache.durability == TorchCacheConfig::Durability::deferred),
+        torch_queue(config->torch_cache.deferred_max_bytes),
         config_(std::move(config)),
         access_(std::make_shared<const AccessPolicy>(std::move(access))) {}
 
@@ -49,6 +52,11 @@ class ServerState {
   FleetService* fleet = nullptr;   // nullptr: no fleet; set before the first connection
   HotSet hot;
   ValueCache torch_values;         // torch.compile cache values (daemon/src/torch_cache_backend.cpp)
+  // [torch_cache] durability = "deferred", fixed at start: SETs are acknowledged once in
+  // torch_queue, whose writer (started by the Server) stores them. Drained before the
+  // store is let go (Server::run, and this destructor).
+  const bool torch_deferred;
+  TorchWriteQueue torch_queue;
   Metrics metrics;
   const std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
   std::atomic<bool> draining{false};
@@ -113,6 +121,7 @@ class ServerState {
     for (const auto& [digest, n] : batch) store.record_hits(digest, n);
   }
   ~ServerState() {
+    torch_queue.stop();  // writes what is queued: the store outlives this state
     // Members below are destroyed before the pool: no flush may still be running then.
     pool.stop();
     pool.join();

@@ -1,6 +1,8 @@
 // GET and SET of torch.compile's cache entries over the store (see torch_cache_backend.hpp).
 #include "torch_cache_backend.hpp"
 
+#include <set>
+
 #include <spdlog/spdlog.h>
 
 #include "offload.hpp"
@@ -15,7 +17,14 @@ using TorchOp = Metrics::TorchOp;
 asio::awaitable<Result<std::optional<Value>>> TorchCacheBackend::get(const torch_cache::TorchKey& key) {
   auto& s = state_;
   const Digest d = key.digest;
-  ValueCache::Bytes value = s.torch_values.find(d);
+  // A queued value (durability "deferred") is the newest acknowledged one: it comes first,
+  // unless it is an immutable entry the store may hold already (unless_stored): then the
+  // stored value is served if there is one, so a hit never changes under a reader.
+  bool provisional = false;
+  ValueCache::Bytes in_queue = s.torch_deferred ? s.torch_queue.find(d, &provisional) : nullptr;
+  ValueCache::Bytes value = provisional ? nullptr : in_queue;
+  bool queued = value != nullptr;
+  if (!value) value = s.torch_values.find(d);
   const bool hot = value != nullptr;
   if (!value) {
     const std::uint64_t generation = s.torch_values.generation();
@@ -36,6 +45,10 @@ asio::awaitable<Result<std::optional<Value>>> TorchCacheBackend::get(const torch
     if (!got) co_return std::move(got).error();
     value = std::move(*got);
     if (value) s.torch_values.insert(d, value, generation);
+    if (!value && in_queue) {  // not stored (yet): the queued value is the entry
+      value = std::move(in_queue);
+      queued = true;
+    }
   }
   if (!value) {
     s.metrics.record_get(false, false);
@@ -45,7 +58,7 @@ asio::awaitable<Result<std::optional<Value>>> TorchCacheBackend::get(const torch
   }
   s.metrics.record_get(true, hot);
   s.metrics.record_torch(TorchOp::get_hit);
-  if (hot) s.note_hot_hit(d);  // a read from the store counted its own hit
+  if (hot && !queued) s.note_hot_hit(d);  // a read from the store counted its own hit
   s.metrics.add_bytes_served(value->size());
   if (spdlog::should_log(spdlog::level::debug))
     spdlog::debug("torch cache GET {}: hit {} {}B", key.text.substr(0, 200), hot ? "hot" : "cold", value->size());
@@ -55,6 +68,7 @@ asio::awaitable<Result<std::optional<Value>>> TorchCacheBackend::get(const torch
 
 asio::awaitable<Result<SetOutcome>> TorchCacheBackend::set(const torch_cache::TorchKey& key,
                                                            std::span<const std::byte> value, SetCondition condition) {
+  if (state_.torch_deferred) co_return co_await set_deferred(key, value, condition);
   auto& s = state_;
   const torch_cache::TorchKey* k = &key;
   // Runs on the store pool; `key` and `value` stay valid until this coroutine resumes.
@@ -87,6 +101,94 @@ asio::awaitable<Result<SetOutcome>> TorchCacheBackend::set(const torch_cache::To
     spdlog::debug("torch cache SET {} {}B: {}", key.text.substr(0, 200), value.size(),
                 *done == SetOutcome::stored ? "stored" : *done == SetOutcome::kept ? "kept" : "condition not met");
   co_return *done;
+}
+
+asio::awaitable<Result<SetOutcome>> TorchCacheBackend::set_deferred(const torch_cache::TorchKey& key,
+                                                                    std::span<const std::byte> value,
+                                                                    SetCondition condition) {
+  auto& s = state_;
+  using Push = TorchWriteQueue::Push;
+  TorchWriteQueue::Entry entry{key.digest, key.kiln_key(), key.text, key.overwrite,
+                               std::make_shared<const std::vector<std::byte>>(value.begin(), value.end())};
+  std::optional<bool> stored;  // asked of the store only when the queue cannot answer
+  for (;;) {
+    auto pushed = s.torch_queue.push(entry, condition, stored);
+    if (pushed == Push::ask_store) {
+      const Digest d = key.digest;
+      auto stat = [&s, d]() { return s.store.stat(d); };
+      auto found = co_await offload(s.pool, stat);
+      if (!found) co_return std::move(found).error();
+      stored = found->has_value();
+      continue;
+    }
+    if (pushed == Push::full) {
+      // Back-pressure: the writer wakes us when this value fits (or the queue is empty).
+      auto& q = s.torch_queue;
+      const std::uint64_t n = value.size();
+      auto wait = [&q, n](std::function<void(bool)> done) { q.when_room(n, [done] { done(true); }); };
+      co_await await_callback<bool>(wait);
+      continue;
+    }
+    if (pushed == Push::stopped) co_return make_error(Errc::unavailable, "kilnd is stopping");
+    const SetOutcome outcome = pushed == Push::queued ? SetOutcome::stored
+                               : pushed == Push::kept ? SetOutcome::kept
+                                                      : SetOutcome::condition;
+    // A copy of the older value must not be served (a GET looks in the queue first; this
+    // frees its memory and stops a read racing this SET from keeping the old value).
+    if (outcome == SetOutcome::stored) s.torch_values.erase(key.digest);
+    s.metrics.record_torch(outcome == SetOutcome::stored ? TorchOp::set_stored
+                           : outcome == SetOutcome::kept ? TorchOp::set_kept
+                                                         : TorchOp::set_condition);
+    if (spdlog::should_log(spdlog::level::debug))
+      spdlog::debug("torch cache SET {} {}B: {}", key.text.substr(0, 200), value.size(),
+                    outcome == SetOutcome::stored ? "queued" : outcome == SetOutcome::kept ? "kept" : "condition not met");
+    co_return outcome;
+  }
+}
+
+TorchWriteQueue::Write deferred_writer(ServerState& state) {
+  // Causes logged since the last successful write (the writer's thread only).
+  auto reported = std::make_shared<std::set<Errc>>();
+  return [&s = state, reported](const TorchWriteQueue::Entry& e) -> bool {
+    if (e.unless_stored) {  // never overwritten: a stored entry stays, and stays what GET serves
+      auto found = s.store.stat(e.digest);
+      if (found && *found) {
+        if (spdlog::should_log(spdlog::level::debug))
+          spdlog::debug("torch cache: deferred SET of {}: kept, already stored", e.text.substr(0, 200));
+        return true;
+      }
+    }
+    auto put = s.store.put_bytes(e.key, std::span<const std::byte>(e.value->data(), e.value->size()));
+    if (put) {
+      s.forget_copies(e.digest);  // a copy of the old value must not be served
+      if (e.overwrite == torch_cache::Overwrite::never)
+        s.torch_values.insert(e.digest, e.value, s.torch_values.generation());
+      if (!reported->empty()) {
+        spdlog::info("torch cache: deferred writes succeed again");
+        reported->clear();
+      }
+      return true;
+    }
+    const Error& err = put.error();
+    s.forget_copies(e.digest);
+    // An older value of a rewritten key must not come back in place of the acknowledged one.
+    bool removed_older = false;
+    if (e.overwrite == torch_cache::Overwrite::last_writer_wins) {
+      auto rm = s.store.remove(e.digest);
+      removed_older = rm && *rm;
+      if (!rm) spdlog::warn("torch cache: cannot remove the older value of {}: {}", e.text.substr(0, 200), rm.error().to_string());
+    }
+    if (reported->insert(err.code).second) {
+      spdlog::error("torch cache: a deferred SET of {} ({}B) was acknowledged but could not be stored, and is "
+                    "dropped (a GET misses; torch compiles again){}: {}. Further failures of this cause are "
+                    "counted in kiln_torch_cache_deferred_failed_total, not logged, until a write succeeds",
+                    e.text.substr(0, 200), e.value->size(), removed_older ? ", its older value removed" : "",
+                    err.to_string());
+    } else if (spdlog::should_log(spdlog::level::debug)) {
+      spdlog::debug("torch cache: deferred SET of {} dropped: {}", e.text.substr(0, 200), err.to_string());
+    }
+    return false;
+  };
 }
 
 void TorchCacheBackend::closed_on_error(const std::string& peer, const std::string& why) {

@@ -17,16 +17,31 @@ class TorchCacheBackend final : public torch_cache::Backend {
   // one is quarantined and answered as a miss: torch then compiles) and keeps it in
   // memory. Hits and misses count in the store's stats.
   asio::awaitable<Result<std::optional<torch_cache::Value>>> get(const torch_cache::TorchKey& key) override;
-  // Stores durably before answering; copies of an older value are forgotten. An entry
-  // that is never overwritten and is already stored is kept (outcome kept). Errors: the store's (read_only, quota_exceeded,
-  // no_space, io_error): the connection closes and the client sees no acknowledgement.
+  // durability "sync": stores durably before answering; copies of an older value are
+  // forgotten. An entry that is never overwritten and is already stored is kept (outcome
+  // kept). Errors: the store's (read_only, quota_exceeded, no_space, io_error): the
+  // connection closes and the client sees no acknowledgement.
+  // durability "deferred": answers once the value is queued (ServerState::torch_queue),
+  // waiting while the queue is full; NX, XX and kept see queued entries as present. A
+  // failed write later is deferred_writer's business, never this connection's.
   asio::awaitable<Result<torch_cache::SetOutcome>> set(const torch_cache::TorchKey& key,
                                                        std::span<const std::byte> value,
                                                        torch_cache::SetCondition condition) override;
   void closed_on_error(const std::string& peer, const std::string& why) override;
 
  private:
+  asio::awaitable<Result<torch_cache::SetOutcome>> set_deferred(const torch_cache::TorchKey& key,
+                                                                std::span<const std::byte> value,
+                                                                torch_cache::SetCondition condition);
   ServerState& state_;
 };
+
+// The writer of ServerState::torch_queue: stores one entry as a "sync" SET does
+// (store.put_bytes, then forget_copies; FX graph and AOTAutograd values written through
+// to torch_values). A failure (no_space, quota_exceeded, read_only, io_error) is logged
+// once per cause with the key until a write succeeds again, counted, and the entry is
+// dropped: a stored older value of the key is removed too, so a GET misses rather than
+// serving a value older than one acknowledged. Runs on the queue's thread only.
+TorchWriteQueue::Write deferred_writer(ServerState& state);
 
 }  // namespace kiln::daemon

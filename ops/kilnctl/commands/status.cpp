@@ -50,6 +50,11 @@ void add_status(CommandSet& set) {
     if (!s->torch_cache_socket.empty()) torch_cache = "unix://" + s->torch_cache_socket;
     if (!s->torch_cache_listen.empty()) torch_cache += (torch_cache.empty() ? "redis://" : ", redis://") + s->torch_cache_listen;
     line("torch cache", torch_cache.empty() ? "not served" : torch_cache);
+    if (s->torch_cache_durability == "deferred")
+      line("torch writes", "deferred (+OK once in memory): " + std::to_string(s->torch_cache_queued_entries) +
+                                  " entries, " + format_bytes(s->torch_cache_queued_bytes) + " queued for the store");
+    else if (!s->torch_cache_durability.empty())
+      line("torch writes", "sync (+OK once durable)");
     for (const auto& [name, value] : s->node) line(name, value.empty() ? "(unknown)" : value);
     line("store size", format_bytes(store->stored_bytes) + " in " + std::to_string(store->entries) + " artifact(s)" +
                            (store->quota_bytes ? ", quota " + format_bytes(store->quota_bytes) : ", no quota") +

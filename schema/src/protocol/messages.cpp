@@ -310,6 +310,9 @@ std::string encode(const StatusReply& m) {
     json t = json::object();
     if (!m.torch_cache_socket.empty()) t["socket"] = m.torch_cache_socket;
     if (!m.torch_cache_listen.empty()) t["listen"] = m.torch_cache_listen;
+    if (!m.torch_cache_durability.empty()) t["durability"] = m.torch_cache_durability;
+    if (m.torch_cache_durability == "deferred")
+      t["queued"] = json{{"entries", m.torch_cache_queued_entries}, {"bytes", m.torch_cache_queued_bytes}};
     j["torch_cache"] = std::move(t);
   }
   if (m.verify_total) j["verify"] = json{{"checked", m.verify_checked}, {"total", m.verify_total}};
@@ -335,6 +338,13 @@ Result<StatusReply> decode<StatusReply>(std::string_view text) {
   if (auto t = parsed_->find("torch_cache"); t != parsed_->end() && t->is_object()) {
     if (auto s = t->find("socket"); s != t->end() && s->is_string()) m.torch_cache_socket = s->get<std::string>();
     if (auto l = t->find("listen"); l != t->end() && l->is_string()) m.torch_cache_listen = l->get<std::string>();
+    if (auto u = t->find("durability"); u != t->end() && u->is_string()) m.torch_cache_durability = u->get<std::string>();
+    if (auto q = t->find("queued"); q != t->end() && q->is_object()) {
+      if (auto e = q->find("entries"); e != q->end() && e->is_number_unsigned())
+        m.torch_cache_queued_entries = e->get<std::uint64_t>();
+      if (auto b = q->find("bytes"); b != q->end() && b->is_number_unsigned())
+        m.torch_cache_queued_bytes = b->get<std::uint64_t>();
+    }
   }
   if (auto f = parsed_->find("fleet"); f != parsed_->end() && f->is_object()) m.fleet = f->dump();
   KILN_DECODE_END(m);

@@ -159,6 +159,13 @@ class RoundTrips(KilndCase):
         r.close()
 
 
+class RoundTripsDeferred(RoundTrips):
+    """The same round trips with durability = "deferred": +OK once queued, and the GET right
+    after it, on this or another connection, sees the value; a restart keeps it (the SIGTERM
+    drain writes the queue)."""
+    extra_toml = 'durability = "deferred"\n'
+
+
 class ReaderOnly(KilndCase):
     extra_toml = '[access]\ntrust_owner = false\nread_users = ["%d"]\n' % os.getuid()
 

@@ -62,6 +62,14 @@ struct TorchCacheConfig {
   std::string password;                // "" = no AUTH; else GET/SET need AUTH first
   std::uint64_t max_value_bytes = 512ull << 20;  // one SET's value (Redis's own limit)
   std::uint64_t memory_bytes = 512ull << 20;     // recently used values kept in memory
+  // When a SET is answered +OK. sync: once the entry is durable in the store (written,
+  // fsynced, renamed, indexed). deferred: once it is in memory and queued; one writer
+  // thread stores queued entries in arrival order, so an acknowledged entry is lost only
+  // if kilnd is killed or the machine fails before its write (Redis's appendfsync
+  // everysec trade). Read at start only: a reload keeps the mode kilnd started with.
+  enum class Durability { sync, deferred };
+  Durability durability = Durability::sync;
+  std::uint64_t deferred_max_bytes = 256ull << 20;  // values queued (deferred); past it a SET waits
 
   bool enabled() const { return !socket.empty() || !listen.empty(); }
 };

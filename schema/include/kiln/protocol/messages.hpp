@@ -197,6 +197,11 @@ struct StatusReply {
   // address; "" = not served.
   std::string torch_cache_socket;
   std::string torch_cache_listen;
+  // When its SETs are acknowledged: "sync" or "deferred" ("" = not served); with
+  // "deferred", the entries acknowledged and not yet stored, and their values' bytes.
+  std::string torch_cache_durability;
+  std::uint64_t torch_cache_queued_entries = 0;
+  std::uint64_t torch_cache_queued_bytes = 0;
   // A VERIFY running now: blobs checked of verify_total; verify_total 0 = none running.
   std::uint64_t verify_checked = 0;
   std::uint64_t verify_total = 0;
