@@ -122,15 +122,16 @@ def test_with_a_model_boundary_an_export_waits_for_the_next_model_call_not_a_blo
     assert len(before) % 5 == 0 and before[-1] == "block" and before.count("model") >= 1, before
 
 
-def test_a_request_older_than_the_fallback_parks_at_a_block_boundary(monkeypatch):
-    monkeypatch.setattr(_gate, "BLOCK_FALLBACK_S", 0.05)
-    gate = _gate.ExportGate()
-    gate.add_model_boundary()
+def export_wait_inside_a_forward(gate, enter_model):
+    """Seconds an export asked for inside a running forward waits for its turn, the
+    driving thread calling only block checkpoints from then on (after one model call
+    when `enter_model`)."""
     done, log, seen = threading.Event(), [], []
 
-    def one_long_forward():  # a model called once, its forward longer than the fallback
-        gate.checkpoint(model_boundary=True)
-        log.append("model")
+    def driver():
+        if enter_model:
+            gate.checkpoint(model_boundary=True)
+            log.append("model")
         while not done.is_set():
             gate.checkpoint()
             log.append("block")
@@ -145,38 +146,25 @@ def test_a_request_older_than_the_fallback_parks_at_a_block_boundary(monkeypatch
             seen.append(time.monotonic() - t)
         done.set()
 
-    threads = [threading.Thread(target=one_long_forward), threading.Thread(target=exporter)]
+    threads = [threading.Thread(target=driver), threading.Thread(target=exporter)]
     for t in threads:
         t.start()
     for t in threads:
         t.join(30)
-    assert seen and 0.04 <= seen[0] < 5, seen
+    assert seen, "the export never ran"
+    return seen[0]
+
+
+def test_a_request_older_than_the_fallback_parks_at_a_block_boundary(monkeypatch):
+    # A model called once, its forward longer than the fallback.
+    monkeypatch.setattr(_gate, "BLOCK_FALLBACK_S", 0.05)
+    gate = _gate.ExportGate()
+    gate.add_model_boundary()
+    assert 0.04 <= export_wait_inside_a_forward(gate, enter_model=True) < 5
 
 
 def test_without_a_model_boundary_a_block_boundary_is_taken_at_once():
     gate = _gate.ExportGate()
     gate.add_model_boundary()
     gate.add_model_boundary(-1)  # restore(): the model's hook is gone
-    done, log, seen = threading.Event(), [], []
-
-    def blocks_only():
-        while not done.is_set():
-            gate.checkpoint()
-            log.append("block")
-            time.sleep(0.005)
-
-    def exporter():
-        _gate.mark_background()
-        while "block" not in log:
-            time.sleep(0.001)
-        t = time.monotonic()
-        with gate.exclusive():
-            seen.append(time.monotonic() - t)
-        done.set()
-
-    threads = [threading.Thread(target=blocks_only), threading.Thread(target=exporter)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(30)
-    assert seen and seen[0] < 1.0, seen
+    assert export_wait_inside_a_forward(gate, enter_model=False) < 1.0
