@@ -327,6 +327,18 @@ const std::vector<std::string>& node_field_names() {
   return names;
 }
 
+std::string* node_field(NodeFields& node, std::string_view name) {
+  static const std::pair<std::string_view, std::string NodeFields::*> members[] = {
+      {"gpu_arch", &NodeFields::gpu_arch},         {"gpu_name", &NodeFields::gpu_name},
+      {"torch_version", &NodeFields::torch_version}, {"torch_git", &NodeFields::torch_git},
+      {"cuda_version", &NodeFields::cuda_version}, {"triton_version", &NodeFields::triton_version},
+      {"platform", &NodeFields::platform},         {"machine", &NodeFields::machine},
+      {"cpu_isa", &NodeFields::cpu_isa}};
+  for (const auto& [n, member] : members)
+    if (n == name) return &(node.*member);
+  return nullptr;
+}
+
 std::vector<std::string> differing_fields(const Key& a, const Key& b) {
   Key na = a, nb = b;
   (void)na.normalize();  // a value that does not normalize is compared as given

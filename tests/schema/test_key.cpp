@@ -284,3 +284,19 @@ TEST_CASE("mutated and truncated key JSON never crashes: a key or an invalid_arg
   CHECK(parsed > 0);
   CHECK(refused > 0);
 }
+
+TEST_CASE("node_field names every NodeFields member once, and nothing else") {
+  kiln::NodeFields n;
+  std::set<std::string*> seen;
+  for (const auto& name : kiln::node_field_names()) {
+    std::string* f = kiln::node_field(n, name);
+    REQUIRE_MESSAGE(f != nullptr, name);
+    *f = name;
+    seen.insert(f);
+  }
+  CHECK(seen.size() == kiln::node_field_names().size());
+  CHECK(n.gpu_arch == "gpu_arch");
+  CHECK(n.cpu_isa == "cpu_isa");
+  CHECK(n.torch_git == "torch_git");
+  CHECK(kiln::node_field(n, "dtype") == nullptr);
+}

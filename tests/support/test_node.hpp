@@ -7,8 +7,6 @@
 #include <map>
 #include <stdexcept>
 #include <string>
-#include <utility>
-#include <vector>
 
 #include "kiln/key.hpp"
 
@@ -16,30 +14,17 @@ namespace kiln::test {
 
 inline std::filesystem::path test_node_toml() { return KILN_TEST_NODE_TOML; }
 
-// NodeFields' members by their names (node_field_names(), which it must equal: the test
-// below checks it), so that tests read node fields from any name -> value table.
-inline const std::vector<std::pair<std::string, std::string NodeFields::*>>& node_field_members() {
-  static const std::vector<std::pair<std::string, std::string NodeFields::*>> members{
-      {"gpu_arch", &NodeFields::gpu_arch},         {"gpu_name", &NodeFields::gpu_name},
-      {"torch_version", &NodeFields::torch_version}, {"torch_git", &NodeFields::torch_git},
-      {"cuda_version", &NodeFields::cuda_version}, {"triton_version", &NodeFields::triton_version},
-      {"platform", &NodeFields::platform},         {"machine", &NodeFields::machine},
-      {"cpu_isa", &NodeFields::cpu_isa}};
-  return members;
-}
-
 // The node fields in `values` (name -> value: a std::map, or a JSON object such as kilnd's
 // STATUS "node"). Throws std::runtime_error naming `origin` when a field is missing.
 template <class Values>
 NodeFields node_fields_from(const Values& values, const std::string& origin) {
-  if (node_field_members().size() != node_field_names().size())
-    throw std::runtime_error("tests/support/test_node.hpp: node_field_members() is not node_field_names()");
   NodeFields n;
-  for (const auto& [name, member] : node_field_members()) {
+  for (const std::string& name : node_field_names()) {
     auto it = values.find(name);
     if (it == values.end()) throw std::runtime_error(origin + " lacks " + name);
-    if constexpr (requires { it->second; }) n.*member = it->second;
-    else n.*member = it->template get<std::string>();
+    std::string* field = node_field(n, name);
+    if constexpr (requires { it->second; }) *field = it->second;
+    else *field = it->template get<std::string>();
   }
   return n;
 }

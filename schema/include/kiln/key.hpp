@@ -133,6 +133,8 @@ void fill_node_fields(Key& key, const NodeFields& node);
 
 // Names of the node fields (GPU, toolchain, host), in canonical order.
 const std::vector<std::string>& node_field_names();
+// The member of `node` named `name` (one of node_field_names()); nullptr for another name.
+std::string* node_field(NodeFields& node, std::string_view name);
 
 // The fields (names of key_field_names()) whose canonical values differ between a and b:
 // what EXPLAIN reports for a miss. Empty node fields compare as they are.
