@@ -20,6 +20,7 @@
 #include <thread>
 
 #include "kiln/protocol/messages.hpp"
+#include "support/http_get.hpp"
 #include "support/kilnd_process.hpp"
 #include "support/raw_client.hpp"
 #include "tmpfs_mount.hpp"
@@ -37,31 +38,6 @@ Errc error_code(const RawFrame& f) {
   auto e = proto::decode<proto::ErrorBody>(f.body);
   REQUIRE(e);
   return e->code;
-}
-
-std::string http_get(const std::string& url) {
-  // url: http://127.0.0.1:PORT/metrics
-  auto host_start = url.find("//") + 2;
-  auto colon = url.find(':', host_start);
-  auto slash = url.find('/', colon);
-  int port = std::stoi(url.substr(colon + 1, slash - colon - 1));
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
-    ::close(fd);
-    return {};
-  }
-  std::string req = "GET " + url.substr(slash) + " HTTP/1.1\r\nHost: localhost\r\n\r\n";
-  (void)!::write(fd, req.data(), req.size());
-  std::string out;
-  char buf[8192];
-  ssize_t n;
-  while ((n = ::read(fd, buf, sizeof buf)) > 0) out.append(buf, static_cast<std::size_t>(n));
-  ::close(fd);
-  return out;
 }
 
 std::string slurp(const std::filesystem::path& p) {

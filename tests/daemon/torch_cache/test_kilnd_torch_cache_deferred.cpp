@@ -20,6 +20,7 @@
 #include "kiln/protocol/messages.hpp"
 #include "random_bytes.hpp"
 #include "resp_client.hpp"
+#include "support/http_get.hpp"
 #include "support/kilnd_process.hpp"
 #include "support/raw_client.hpp"
 #include "temp_dir.hpp"
@@ -56,28 +57,6 @@ proto::StatusReply status(KilndProcess& d) {
 
 // Every acknowledged entry has been handed to the store.
 bool queue_empty(KilndProcess& d) { return status(d).torch_cache_queued_entries == 0; }
-
-std::string http_get(const std::string& url) {
-  auto host_start = url.find("//") + 2;
-  auto colon = url.find(':', host_start);
-  auto slash = url.find('/', colon);
-  int port = std::stoi(url.substr(colon + 1, slash - colon - 1));
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  std::string out;
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) {
-    std::string req = "GET " + url.substr(slash) + " HTTP/1.1\r\nHost: localhost\r\n\r\n";
-    (void)!::write(fd, req.data(), req.size());
-    char buf[8192];
-    ssize_t n;
-    while ((n = ::read(fd, buf, sizeof buf)) > 0) out.append(buf, static_cast<std::size_t>(n));
-  }
-  ::close(fd);
-  return out;
-}
 
 std::string metrics(KilndProcess& d) {
   auto s = status(d);
