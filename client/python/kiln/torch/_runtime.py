@@ -461,22 +461,22 @@ class Runtime:
             self._finish(job)
 
     def _guarded(self, e, step):
+        """step()'s result; on an error, the entry fails with its message and None comes back."""
         try:
-            step()
+            return step()
         except errors.KilnError as ex:
             e.set("failed", last_line(f"{ex.name}: {ex.message}"))
         except Exception as ex:  # export or load: the block stays eager, the caller never fails
             e.set("failed", last_line(f"{type(ex).__name__}: {ex}"))
+        return None
 
     def resolve(self, job, wait):
         """The miss path: find or register the source, have kilnd build, load when it lands.
         With wait=False, returns True when the wait for the build was handed to a poller
         thread, which then finishes the job; False when the job is done here."""
-        handed_off = []
-        self._guarded(job.entry, lambda: self._resolve(job, wait, handed_off))
-        return bool(handed_off)
+        return bool(self._guarded(job.entry, lambda: self._resolve(job, wait)))
 
-    def _resolve(self, job, wait, handed_off):
+    def _resolve(self, job, wait):
         e = job.entry
         model_hash = self.lookup_source(e.fingerprint, refresh=True)
         if model_hash is None:
@@ -492,12 +492,12 @@ class Runtime:
         if wait:
             e.set("building")
             self.load(job, self.client().get(key, build=True))
-            return
+            return False
         reply = self.client().build(key, wait=False)
         e.key_digest = reply.get("key_digest")
         e.set("building", reply.get("state", ""))
         threading.Thread(target=self._poll_then_finish, args=(job, key), name="kiln-poll", daemon=True).start()
-        handed_off.append(True)
+        return True
 
     def poll(self, job, key):
         """Waits (in the background thread) for the build of `key` to land, then loads it.
