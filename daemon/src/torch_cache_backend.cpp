@@ -14,6 +14,22 @@ using torch_cache::SetOutcome;
 using torch_cache::Value;
 using TorchOp = Metrics::TorchOp;
 
+namespace {
+
+// A SET's outcome in the metrics and the debug log; `stored` is how a stored value is
+// described ("stored" when durable, "queued" when deferred).
+void record_set(ServerState& s, const torch_cache::TorchKey& key, std::size_t size, SetOutcome outcome,
+                const char* stored) {
+  s.metrics.record_torch(outcome == SetOutcome::stored ? TorchOp::set_stored
+                         : outcome == SetOutcome::kept ? TorchOp::set_kept
+                                                       : TorchOp::set_condition);
+  if (spdlog::should_log(spdlog::level::debug))
+    spdlog::debug("torch cache SET {} {}B: {}", key.text.substr(0, 200), size,
+                  outcome == SetOutcome::stored ? stored : outcome == SetOutcome::kept ? "kept" : "condition not met");
+}
+
+}  // namespace
+
 asio::awaitable<Result<std::optional<Value>>> TorchCacheBackend::get(const torch_cache::TorchKey& key) {
   auto& s = state_;
   const Digest d = key.digest;
@@ -94,12 +110,7 @@ asio::awaitable<Result<SetOutcome>> TorchCacheBackend::set(const torch_cache::To
   };
   auto done = co_await offload(s.pool, store);
   if (!done) co_return std::move(done).error();
-  s.metrics.record_torch(*done == SetOutcome::stored ? TorchOp::set_stored
-                         : *done == SetOutcome::kept ? TorchOp::set_kept
-                                                     : TorchOp::set_condition);
-  if (spdlog::should_log(spdlog::level::debug))
-    spdlog::debug("torch cache SET {} {}B: {}", key.text.substr(0, 200), value.size(),
-                *done == SetOutcome::stored ? "stored" : *done == SetOutcome::kept ? "kept" : "condition not met");
+  record_set(s, key, value.size(), *done, "stored");
   co_return *done;
 }
 
@@ -136,12 +147,7 @@ asio::awaitable<Result<SetOutcome>> TorchCacheBackend::set_deferred(const torch_
     // A copy of the older value must not be served (a GET looks in the queue first; this
     // frees its memory and stops a read racing this SET from keeping the old value).
     if (outcome == SetOutcome::stored) s.torch_values.erase(key.digest);
-    s.metrics.record_torch(outcome == SetOutcome::stored ? TorchOp::set_stored
-                           : outcome == SetOutcome::kept ? TorchOp::set_kept
-                                                         : TorchOp::set_condition);
-    if (spdlog::should_log(spdlog::level::debug))
-      spdlog::debug("torch cache SET {} {}B: {}", key.text.substr(0, 200), value.size(),
-                    outcome == SetOutcome::stored ? "queued" : outcome == SetOutcome::kept ? "kept" : "condition not met");
+    record_set(s, key, value.size(), outcome, "queued");
     co_return outcome;
   }
 }

@@ -31,7 +31,8 @@ namespace {
 Status check_built_package(const Key& key, const std::filesystem::path& output) {
   posix::UniqueFd fd(::open(output.c_str(), O_RDONLY | O_CLOEXEC));
   struct stat st{};
-  if (!fd.valid() || ::fstat(fd.get(), &st) != 0) return make_error(Errc::build_failed, "cannot read the built package " + output.string());
+  if (!fd.valid() || ::fstat(fd.get(), &st) != 0)
+    return make_error(Errc::build_failed, "cannot read the built package " + output.string());
   if (st.st_size == 0) return {};
   void* map = ::mmap(nullptr, static_cast<std::size_t>(st.st_size), PROT_READ, MAP_PRIVATE, fd.get(), 0);
   if (map == MAP_FAILED) return make_error(Errc::build_failed, "cannot map the built package " + output.string());
