@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The kiln Python package on the real diffusers FLUX transformer, in one device call:
 # builds kilnd and libkiln.so here, starts kilnd with the real workers on an empty store,
-# and runs tests/gpu/python_flux.py (its rows chosen by KILN_FLUX_ROWS; see that file).
+# and runs tests/gpu/python_flux.py (every row of issue 11's table; see that file). kilnd
+# probes its worker's toolchain before it listens (~75 s on a fresh machine); the rows that
+# do not use it run meanwhile, so this script does not wait for it.
 # KILN_GPU_STORE_IN=tar: start from that store instead of an empty one (what
 # KILN_GPU_STORE_OUT=tar wrote at the end of an earlier call: kilnd stopped, the store
 # tarred), so hit measurements need not rebuild the packages.
@@ -32,13 +34,16 @@ cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DKILN_BUILD_TE
   > "$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; exit 1; }
 cmake --build "$BUILD" -j"$(nproc)" --target kilnd kiln_shared >> "$OUT/build.log" 2>&1 ||
   { grep -A6 "error" "$OUT/build.log" | head -80; exit 1; }
-log "built in $(( $(date +%s) - t )) s"
+built_s=$(( $(date +%s) - t ))
+log "built in $built_s s"
+# The rows must end inside the device call's 600 s: later hit variants are left out (and said so).
+export KILN_FLUX_DEADLINE_S=${KILN_FLUX_DEADLINE_S:-$(( 530 - built_s ))}
 
 cat > "$WORK/kilnd.toml" <<TOML
 [builds]
 worker = ["python3", "$ROOT/ops/workers/kiln_worker"]
 build_timeout_s = 1200
-builds_per_gpu = ${KILN_BUILDS_PER_GPU:-2}
+builds_per_gpu = ${KILN_BUILDS_PER_GPU:-4}
 TOML
 export KILN_SOCKET=$WORK/kiln.sock
 if [ -n "${KILN_GPU_STORE_IN:-}" ]; then
@@ -48,15 +53,14 @@ fi
 "$BUILD/daemon/kilnd" --socket "$KILN_SOCKET" --store "$WORK/store" --config "$WORK/kilnd.toml" > "$OUT/kilnd.log" 2>&1 &
 KILND_PID=$!
 trap 'kill $KILND_PID 2>/dev/null || true; cp -r "$WORK"/*.json "$OUT"/ 2>/dev/null || true' EXIT
-for _ in $(seq 600); do [ -S "$KILN_SOCKET" ] && break; sleep 0.1; done
-[ -S "$KILN_SOCKET" ] || { cat "$OUT/kilnd.log"; exit 1; }
-log "kilnd up"
+log "kilnd starting (pid $KILND_PID)"
 
 export KILN_LIBRARY=$BUILD/client/libkiln.so
 export KILN_WORKER=$ROOT/ops/workers/kiln_worker
 export PYTHONPATH=$ROOT/client/python:$ROOT/.carry/diffusers/src${PYTHONPATH:+:$PYTHONPATH}
 rc=0
 python3 "$ROOT/tests/gpu/python_flux.py" "$OUT" 2>&1 | tee "$OUT/python_flux.out" || rc=$?
+kill -0 "$KILND_PID" 2>/dev/null || { log "kilnd exited early:"; tail -20 "$OUT/kilnd.log"; }
 if [ -n "${KILN_GPU_STORE_OUT:-}" ]; then
   kill "$KILND_PID" && wait "$KILND_PID" || true
   tar -cf "$KILN_GPU_STORE_OUT" -C "$WORK" store

@@ -60,6 +60,7 @@ class Seams:
         self.kilnd, self.behavior = kilnd, behavior
         self.exports, self.loads, self.calls = [], [], 0
         self.command = {}  # more for the test worker's command (sleep_ms, ...)
+        self.example_inputs = None  # text the archive carries outside its model hash
 
     def export(self, block, args, kwargs, workdir):
         assert "forward" not in vars(block)  # the unhooked view, never kiln's own forward
@@ -67,6 +68,8 @@ class Seams:
         call = json.dumps([[list(a.shape) for a in args], {k: repr(v) for k, v in sorted(kwargs.items())}])
         text, model_hash = self.kilnd.source_command(self.behavior, log=call, region=type(block).__name__,
                                                      **self.command)
+        if self.example_inputs is not None:  # the test worker does not hash it (test_worker.cpp)
+            text += "\n#example-inputs " + self.example_inputs
         path = os.path.join(workdir, "block.json")
         with open(path, "w") as f:
             f.write(text)
@@ -126,6 +129,29 @@ def test_miss_runs_eager_then_the_built_package_takes_over(kilnd, seams):
     with kiln.Client(kilnd.socket) as c:
         info = c.stat(entry["key_digest"])
     assert info["key"]["region"] == "Block" and info["key"]["inputs"][0]["shape"] == [2, 4, 8]
+
+
+def test_a_program_another_process_registered_first_is_built_from_its_source(kilnd, seams, tmp_path):
+    """Two processes export one block at once: their archives differ (each carries what it
+    was traced with), their model hash does not, and kilnd keeps the first source. The
+    second process builds from that source instead of failing (found on the H100: the
+    miss process of a cold-node race stayed eager)."""
+    model, x = Model(), torch.randn(2, 4, 8)
+    expected = run(model, x)
+    seams.example_inputs = "the other process's activations"
+    path, model_hash = seams.export(Block(), (), {"hidden_states": x, "temb": None}, str(tmp_path))
+    with kiln.Client(kilnd.socket) as c:
+        c.sources.put(model_hash, path, name="registered-by-another-process.pt2")
+    seams.example_inputs = "this process's activations"
+    kiln.torch.compile_repeated_blocks(model, socket=kilnd.socket)
+    assert torch.equal(run(model, x), expected)
+    assert kiln.torch.wait(model, timeout=30)
+    assert states(model) == ["hit"], kiln.torch.status(model)
+    assert len(seams.exports) == 2 and len(kilnd.builds()) == 1  # ours was exported, then refused
+    with kiln.Client(kilnd.socket) as c:
+        (source,) = c.sources.list(model_hash)
+    assert source["name"] == "registered-by-another-process.pt2"  # the first source stays
+    assert torch.allclose(run(model, x), expected)
 
 
 def test_a_new_signature_takes_its_own_miss_path_and_guards_hold(kilnd, seams):

@@ -18,12 +18,14 @@
 // so that one scheduler can hold sources that behave differently. The toolchain op answers
 // fixed "test" versions (and cpu_isa "test-worker-isa" unless asked with "host": false), or
 // fails when KILN_TEST_WORKER_TOOLCHAIN=fail. The hash op answers
-// the SHA-256 of the source file as its model hash, with the command's "inputs" and "call"
+// the SHA-256 of the source's program as its model hash (the text before a line
+// "#example-inputs ...", which plays the example inputs a real archive carries and its
+// model hash does not cover; all of it when there is none), with the command's "inputs" and "call"
 // (default: none, positional); first it sleeps "hash_sleep_ms", and with "hash_fail": true
 // it fails as for a file that is no torch.export archive.
 //
 // Like the Python worker, a build refuses a key whose model hash is not the source's own
-// (the SHA-256 here), and one whose call differs from the command's "call"; and it writes
+// (the SHA-256 of the program here), and one whose call differs from the command's "call"; and it writes
 // every TORCHINDUCTOR_* / TRITON_* / TORCH_* variable it was given to the build log
 // ("test worker: env NAME=VALUE"), so tests can see what reached a worker.
 #include <fcntl.h>
@@ -89,14 +91,17 @@ void log_env() {
   }
 }
 
+// A source's program: the text before its example inputs (see the header comment).
+std::string program_of(const std::string& text) { return text.substr(0, text.find("\n#example-inputs ")); }
+
 int build(const json& req) {
   std::string source_text = read_file(req.value("source", ""));
-  json cmd = json::parse(source_text, nullptr, false);
+  json cmd = json::parse(program_of(source_text), nullptr, false);
   if (cmd.is_discarded()) return fail("source is not a test-worker JSON command");
   log_env();
   const json key = req.value("key", json::object());
   // The source is never trusted to match the hash it was registered under.
-  const std::string own_hash = kiln::sha256(source_text).hex();
+  const std::string own_hash = kiln::sha256(program_of(source_text)).hex();
   if (key.value("model_hash", std::string()) != own_hash)
     return fail("the source registered under model hash " + key.value("model_hash", std::string()) + " hashes to " +
                 own_hash + " on this node; refusing to build from it");
@@ -214,14 +219,14 @@ int main() {
   }
   if (op == "hash") {
     const std::string text = read_file(req.value("source", ""));
-    json cmd = json::parse(text, nullptr, false);
+    json cmd = json::parse(program_of(text), nullptr, false);
     if (!cmd.is_object()) cmd = json::object();
     if (int ms = cmd.value("hash_sleep_ms", 0); ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(ms));
     if (cmd.value("hash_fail", false)) return fail("not a torch.export archive (hash_fail)");
     json inputs = cmd.value("inputs", json::array());
     return answer({{"protocol", 1},
                    {"ok", true},
-                   {"model_hash", kiln::sha256(text).hex()},
+                   {"model_hash", kiln::sha256(program_of(text)).hex()},
                    {"dtype", "bfloat16"},
                    {"inputs", inputs},
                    {"call", cmd.value("call", positional_call(inputs.size()))}});
@@ -229,7 +234,8 @@ int main() {
   if (op == "strip") {  // a test-worker source has no weights: the copy is the same bytes
     const std::string text = read_file(req.value("source", ""));
     std::ofstream(req.value("output", ""), std::ios::binary) << text;
-    return answer({{"protocol", 1}, {"ok", true}, {"model_hash", kiln::sha256(text).hex()}, {"weight_free", true}});
+    return answer(
+        {{"protocol", 1}, {"ok", true}, {"model_hash", kiln::sha256(program_of(text)).hex()}, {"weight_free", true}});
   }
   if (op == "build") return build(req);
   return fail("unknown op " + op);

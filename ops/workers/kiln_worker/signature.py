@@ -75,7 +75,8 @@ def materialize_weights(ep, seed=3):
 def strip_weights(ep):
     """A weight-free copy of an exported program (schema/sources.md): parameters and
     persistent buffers become meta tensors of the same shapes, dtypes and strides; lifted
-    constants and non-persistent buffers (ep.constants) keep their values."""
+    constants and non-persistent buffers (ep.constants) keep their values; the example
+    inputs (the user's activations) are dropped."""
     import copy
 
     import torch
@@ -86,6 +87,11 @@ def strip_weights(ep):
         m = torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="meta")
         stripped[name] = torch.nn.Parameter(m, requires_grad=t.requires_grad) if isinstance(t, torch.nn.Parameter) else m
     out._state_dict = stripped
+    # The example inputs are the user's activations (a prompt's embeddings), which must not
+    # leave the process either; without them, two exports of one program are also the
+    # same bytes (the model hash never covered them).
+    if getattr(out, "_example_inputs", None) is not None:
+        out._example_inputs = None
     return out
 
 

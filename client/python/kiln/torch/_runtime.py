@@ -49,8 +49,8 @@ SOURCE_NAME_PREFIX = "kiln-fp-"
 def strip_weights(ep):
     """A weight-free copy of an exported program (schema/sources.md, the worker's
     `signature.strip_weights`): parameters and persistent buffers become meta tensors of
-    the same shapes, dtypes and strides; lifted constants keep their values. The user's
-    weights never leave the process, and the source is MBs, not the block's GBs."""
+    the same shapes, dtypes and strides; lifted constants keep their values; the example
+    inputs are dropped. The user's weights and activations never leave the process, and the source is MBs, not the block's GBs."""
     import copy
 
     import torch
@@ -61,6 +61,11 @@ def strip_weights(ep):
         m = torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="meta")
         stripped[name] = torch.nn.Parameter(m, requires_grad=t.requires_grad) if isinstance(t, torch.nn.Parameter) else m
     out._state_dict = stripped
+    # The example inputs are the user's activations (a prompt's embeddings), which must not
+    # leave the process either; without them, two exports of one program are also the
+    # same bytes (the model hash never covered them).
+    if getattr(out, "_example_inputs", None) is not None:
+        out._example_inputs = None
     return out
 
 
@@ -483,7 +488,7 @@ class Runtime:
             e.set("exporting")
             with tempfile.TemporaryDirectory(prefix="kiln-export-") as workdir:
                 path, model_hash = EXPORTER(_hooks.unhooked_view(job.block), job.args, job.kwargs, workdir)
-                self.client().sources.put(model_hash, path, name=f"{SOURCE_NAME_PREFIX}{e.fingerprint}.pt2")
+                self.register_source(model_hash, path, e.fingerprint)
             with self._lock:
                 self._sources[e.fingerprint] = model_hash
         job.drop_inputs()
@@ -498,6 +503,19 @@ class Runtime:
         e.set("building", reply.get("state", ""))
         threading.Thread(target=self._poll_then_finish, args=(job, key), name="kiln-poll", daemon=True).start()
         return True
+
+    def register_source(self, model_hash, path, fingerprint):
+        """PUT_SOURCE of an export. Another process may have registered the same program
+        first, from its own export: the same model hash (the program), other bytes (an
+        archive is not byte-stable across processes), which kilnd refuses, since a source
+        is never replaced. Its source is as good as ours (schema/sources.md: a model hash
+        names one program), so the build goes on from it."""
+        try:
+            self.client().sources.put(model_hash, path, name=f"{SOURCE_NAME_PREFIX}{fingerprint}.pt2")
+        except errors.InvalidArgument:
+            if not any(s.get("model_hash") == model_hash for s in self.client().sources.list(model_hash)):
+                raise
+            log.info("kiln: source %s was registered by another process first; building from it", model_hash[:16])
 
     def poll(self, job, key):
         """Waits (in the background thread) for the build of `key` to land, then loads it.
