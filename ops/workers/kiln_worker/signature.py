@@ -37,7 +37,29 @@ def load_source(path, device="cuda", model_hash=None):
             # torch's own metadata asserts then compare "cuda" with the tensors' "cuda:0" and
             # fail (seen on the GPU machine with a plain tensor attribute moved by .to()).
             ep = move_to_device_pass(ep, "cuda:0" if device == "cuda" else device)
+        materialize_example_inputs(ep, device)
     return ep
+
+
+def materialize_example_inputs(ep, device="cuda"):
+    """Gives a source without example inputs (a weight-free source drops them: they are the
+    user's activations) zeros of its inputs' recorded shapes, strides and dtypes, and its
+    constant inputs' values: AOTInductor refuses to compile a program without them ("
+    exported_program.example_inputs is required", seen on the H100). In place."""
+    import torch
+    from torch.utils import _pytree as pytree
+
+    if getattr(ep, "example_inputs", None) is not None:
+        return
+    values = []
+    for kind, v in _user_leaves(ep):
+        if kind == "const":
+            values.append(v)
+            continue
+        dev = device if v.device.type == "cuda" else v.device.type
+        t = torch.empty_strided([int(d) for d in v.shape], [int(d) for d in v.stride()], dtype=v.dtype, device=dev)
+        values.append(t.zero_())
+    ep.example_inputs = pytree.tree_unflatten(values, ep.call_spec.in_spec)
 
 
 def is_weight_free(ep):
@@ -89,7 +111,8 @@ def strip_weights(ep):
     out._state_dict = stripped
     # The example inputs are the user's activations (a prompt's embeddings), which must not
     # leave the process either; without them, two exports of one program are also the
-    # same bytes (the model hash never covered them).
+    # same bytes (the model hash never covered them). A builder gives the program zeros
+    # of its recorded input shapes (materialize_example_inputs).
     if getattr(out, "_example_inputs", None) is not None:
         out._example_inputs = None
     return out

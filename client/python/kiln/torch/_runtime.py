@@ -63,7 +63,8 @@ def strip_weights(ep):
     out._state_dict = stripped
     # The example inputs are the user's activations (a prompt's embeddings), which must not
     # leave the process either; without them, two exports of one program are also the
-    # same bytes (the model hash never covered them).
+    # same bytes (the model hash never covered them). The worker gives the program zeros
+    # of its recorded input shapes to compile with (signature.materialize_example_inputs).
     if getattr(out, "_example_inputs", None) is not None:
         out._example_inputs = None
     return out
