@@ -4,7 +4,8 @@
 # peers the tests start on loopback (Redis, the OCI registry, skopeo, a terminal for the
 # progress display; htpasswd from apache2-utils and openssl for the fleet tests' registry;
 # etcd for the fleet's build coordination: the tests start /usr/bin/etcd on free loopback
-# ports with their own data folder, never the packaged service).
+# ports with their own data folder, never the packaged service; venv, pip, setuptools and
+# wheel for the test that pip-installs the Python package offline).
 # Debian's packages only.
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
@@ -15,4 +16,5 @@ export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get install -y -q --no-install-recommends \
   doctest-dev clang libclang-rt-14-dev \
   tmux redis-server docker-registry curl skopeo apache2-utils openssl \
-  python3-pytest python3-redis python3-torch etcd-server
+  python3-pytest python3-redis python3-torch etcd-server \
+  python3-venv python3-pip python3-setuptools python3-wheel
