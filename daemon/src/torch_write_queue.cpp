@@ -38,7 +38,7 @@ ValueCache::Bytes TorchWriteQueue::find(const Digest& d, bool* unless_stored) co
   std::lock_guard lock(mu_);
   auto it = newest_.find(d);
   if (unless_stored) *unless_stored = it != newest_.end() && it->second->entry.unless_stored;
-  return it == newest_.end() ? nullptr : it->second->entry.value;
+  return it == newest_.end() ? ValueCache::Bytes() : it->second->entry.value;
 }
 
 bool TorchWriteQueue::room_locked(std::uint64_t bytes) const {
@@ -61,7 +61,7 @@ TorchWriteQueue::Push TorchWriteQueue::push(Entry entry, SetCondition condition,
   if (condition == SetCondition::if_absent && exists) return Push::condition;
   if (condition == SetCondition::if_present && !exists) return Push::condition;
   if (exists && entry.overwrite == Overwrite::never) return Push::kept;
-  const std::uint64_t size = entry.value ? entry.value->size() : 0;
+  const std::uint64_t size = entry.value.size();
   if (!room_locked(size)) return Push::full;
   auto slot = std::make_shared<Slot>(Slot{std::move(entry), size, false});
   if (queued) {
@@ -69,7 +69,7 @@ TorchWriteQueue::Push TorchWriteQueue::push(Entry entry, SetCondition condition,
     if (older != writing_) {  // still waiting: never written; its memory goes now
       older->superseded = true;
       bytes_ -= older->size;
-      older->entry.value.reset();
+      older->entry.value = {};
       ++superseded_;
     }
     older = slot;

@@ -45,7 +45,7 @@ class TorchWriteQueue {
     Key key;                // the kiln key (kind torch_cache)
     std::string text;       // torch's key, for logs
     torch_cache::Overwrite overwrite = torch_cache::Overwrite::last_writer_wins;
-    ValueCache::Bytes value;
+    ValueCache::Bytes value;  // as the connection handed it over: not copied
     // Set by push(): an Overwrite::never entry of a plain SET whose key was not queued. Its
     // answer is +OK whether stored or kept, so the store is asked by the writer, not before
     // +OK (a stat would wait for the store's lock, held through the writer's fsync): the
@@ -67,7 +67,7 @@ class TorchWriteQueue {
   void stop();
   bool started() const;
 
-  // The newest queued value of the key (waiting or being written); null when none.
+  // The newest queued value of the key (waiting or being written); empty when none.
   // `unless_stored`, when given, tells whether that entry is Entry::unless_stored: a value
   // the store's own, if any, takes precedence over.
   ValueCache::Bytes find(const Digest& key_digest, bool* unless_stored = nullptr) const;
