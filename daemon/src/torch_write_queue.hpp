@@ -15,6 +15,9 @@
 // by the newer. So the store ends with the last acknowledged value, and find() never
 // returns an older value than the newest acknowledged one.
 //
+// The writer thread is background work to the scheduler (SCHED_BATCH, nice 10): it never
+// preempts a connection's loop, and on a busy core the connections come first.
+//
 // Thread safety: every method may be called from any thread (one mutex). Write runs on
 // the writer thread only, without the mutex held.
 #pragma once
