@@ -19,8 +19,8 @@ namespace {
 
 // Bytes received and not yet used: [begin, end) of a buffer of kKeep bytes, grown to
 // exactly what a larger request needs once its size is known (a 10 MB SET needs it whole),
-// compacted between reads. A SET's value that fills most of the buffer is handed over with
-// it (take_value): the buffer then belongs to the value's holders, and reading goes on in a
+// compacted between reads. A SET's value that fills nearly all of the buffer is handed over
+// with it (take_value): the buffer then belongs to the value's holders, and reading goes on in a
 // fresh one. Small requests allocate nothing.
 class InBuffer {
  public:
@@ -53,13 +53,14 @@ class InBuffer {
   void shrink() {
     if (begin_ == end_ && cap_ > kKeep) replace(kKeep);
   }
-  // `bytes` (a view into data()) as a Value. When they are at least half the buffer (a
-  // large SET, the buffer grown for it), the buffer itself is handed over, not copied; the
-  // bytes after them stay readable here until consumed. Smaller values are copied, so a
-  // small value kept in memory does not hold a whole buffer.
+  // `bytes` (a view into data()) as a Value. When they are nearly all of the buffer (a
+  // large SET: the buffer was grown to exactly its request), the buffer itself is handed
+  // over, not copied; bytes after them stay readable here until consumed. Smaller values
+  // are copied, so memory kept with a value (counted by its size in torch_values and the
+  // write queue) is at most 1/7 more than that size.
   Value take_value(std::string_view bytes) {
     auto b = std::as_bytes(std::span<const char>(bytes.data(), bytes.size()));
-    if (bytes.size() < cap_ / 2) return Value::copy_of(b);
+    if (bytes.size() < cap_ - cap_ / 8) return Value::copy_of(b);
     given_ = true;
     return Value{b, buf_};
   }
