@@ -8,6 +8,8 @@
 
 #include <algorithm>
 
+#include <spdlog/spdlog.h>
+
 #include "deliver.hpp"
 #include "handlers_common.hpp"
 #include "handlers_sources.hpp"
@@ -94,7 +96,8 @@ asio::awaitable<Outcome> serve_hit(Connection& c, const Request& r, const proto:
   proto::GetReply reply;
   reply.found = true;
   reply.delivery = delivery;
-  std::string note = std::string(hot ? "hit hot " : "hit cold ") + std::to_string(size) + "B";
+  std::string note;  // for the request's log line, built only when it is written
+  if (spdlog::should_log(spdlog::level::info)) note = std::string(hot ? "hit hot " : "hit cold ") + std::to_string(size) + "B";
   // The encoded reply, cached per hot copy and delivery: a repeated hit does not re-encode the key.
   auto reply_body = [&] {
     std::shared_ptr<const std::string> body = delivery == proto::Delivery::fd ? hit.fd_reply : hit.stream_reply;

@@ -37,25 +37,25 @@ asio::awaitable<Result<std::optional<Value>>> TorchCacheBackend::get(const torch
   // unless it is an immutable entry the store may hold already (unless_stored): then the
   // stored value is served if there is one, so a hit never changes under a reader.
   bool provisional = false;
-  ValueCache::Bytes in_queue = s.torch_deferred ? s.torch_queue.find(d, &provisional) : nullptr;
-  ValueCache::Bytes value = provisional ? nullptr : in_queue;
-  bool queued = value != nullptr;
+  ValueCache::Bytes in_queue = s.torch_deferred ? s.torch_queue.find(d, &provisional) : ValueCache::Bytes();
+  ValueCache::Bytes value = provisional ? ValueCache::Bytes() : in_queue;
+  bool queued = static_cast<bool>(value);
   if (!value) value = s.torch_values.find(d);
-  const bool hot = value != nullptr;
+  const bool hot = static_cast<bool>(value);
   if (!value) {
     const std::uint64_t generation = s.torch_values.generation();
     // Runs on the store pool: reads and verifies the entry (a damaged one is quarantined
     // by the store and answered as a miss: torch compiles and writes it again).
     auto read = [&s, d, text = &key.text]() -> Result<ValueCache::Bytes> {
-      auto out = std::make_shared<std::vector<std::byte>>();
-      auto info = s.store.read_into(d, *out);
+      std::vector<std::byte> out;
+      auto info = s.store.read_into(d, out);
       if (!info) {
         if (info.error().code != Errc::corrupt) return std::move(info).error();
         spdlog::warn("torch cache: {} was damaged and quarantined; answered as a miss", text->substr(0, 200));
         return ValueCache::Bytes();
       }
       if (!*info) return ValueCache::Bytes();
-      return ValueCache::Bytes(std::move(out));
+      return Value::take(std::move(out));
     };
     auto got = co_await offload(s.pool, read);
     if (!got) co_return std::move(got).error();
@@ -75,20 +75,19 @@ asio::awaitable<Result<std::optional<Value>>> TorchCacheBackend::get(const torch
   s.metrics.record_get(true, hot);
   s.metrics.record_torch(TorchOp::get_hit);
   if (hot && !queued) s.note_hot_hit(d);  // a read from the store counted its own hit
-  s.metrics.add_bytes_served(value->size());
+  s.metrics.add_bytes_served(value.size());
   if (spdlog::should_log(spdlog::level::debug))
-    spdlog::debug("torch cache GET {}: hit {} {}B", key.text.substr(0, 200), hot ? "hot" : "cold", value->size());
-  std::span<const std::byte> bytes(value->data(), value->size());
-  co_return std::optional<Value>(Value{bytes, std::move(value)});
+    spdlog::debug("torch cache GET {}: hit {} {}B", key.text.substr(0, 200), hot ? "hot" : "cold", value.size());
+  co_return std::optional<Value>(std::move(value));
 }
 
-asio::awaitable<Result<SetOutcome>> TorchCacheBackend::set(const torch_cache::TorchKey& key,
-                                                           std::span<const std::byte> value, SetCondition condition) {
-  if (state_.torch_deferred) co_return co_await set_deferred(key, value, condition);
+asio::awaitable<Result<SetOutcome>> TorchCacheBackend::set(const torch_cache::TorchKey& key, Value value,
+                                                           SetCondition condition) {
+  if (state_.torch_deferred) co_return co_await set_deferred(key, std::move(value), condition);
   auto& s = state_;
   const torch_cache::TorchKey* k = &key;
   // Runs on the store pool; `key` and `value` stay valid until this coroutine resumes.
-  auto store = [&s, k, value, condition]() -> Result<SetOutcome> {
+  auto store = [&s, k, &value, condition]() -> Result<SetOutcome> {
     if (condition != SetCondition::always || k->overwrite == torch_cache::Overwrite::never) {
       auto found = s.store.stat(k->digest);
       if (!found) return std::move(found).error();
@@ -97,14 +96,13 @@ asio::awaitable<Result<SetOutcome>> TorchCacheBackend::set(const torch_cache::To
       if (condition == SetCondition::if_present && !exists) return SetOutcome::condition;
       if (exists && k->overwrite == torch_cache::Overwrite::never) return SetOutcome::kept;
     }
-    auto put = s.store.put_bytes(k->kiln_key(), value);
+    auto put = s.store.put_bytes(k->kiln_key(), value.bytes);
     if (!put) return std::move(put).error();
     s.forget_copies(k->digest);  // a copy of the old value must not be served
     if (k->overwrite == torch_cache::Overwrite::never) {
       // Written through: the next process asks for it soon. Only for entries that never
       // change, so two racing writers cannot leave the older value here.
-      auto copy = std::make_shared<const std::vector<std::byte>>(value.begin(), value.end());
-      s.torch_values.insert(k->digest, std::move(copy), s.torch_values.generation());
+      s.torch_values.insert(k->digest, value, s.torch_values.generation());
     }
     return SetOutcome::stored;
   };
@@ -115,12 +113,11 @@ asio::awaitable<Result<SetOutcome>> TorchCacheBackend::set(const torch_cache::To
 }
 
 asio::awaitable<Result<SetOutcome>> TorchCacheBackend::set_deferred(const torch_cache::TorchKey& key,
-                                                                    std::span<const std::byte> value,
-                                                                    SetCondition condition) {
+                                                                    Value value, SetCondition condition) {
   auto& s = state_;
   using Push = TorchWriteQueue::Push;
-  TorchWriteQueue::Entry entry{key.digest, key.kiln_key(), key.text, key.overwrite,
-                               std::make_shared<const std::vector<std::byte>>(value.begin(), value.end())};
+  const std::uint64_t n = value.size();
+  TorchWriteQueue::Entry entry{key.digest, key.kiln_key(), key.text, key.overwrite, std::move(value)};
   std::optional<bool> stored;  // asked of the store only when the queue cannot answer
   for (;;) {
     auto pushed = s.torch_queue.push(entry, condition, stored);
@@ -135,7 +132,6 @@ asio::awaitable<Result<SetOutcome>> TorchCacheBackend::set_deferred(const torch_
     if (pushed == Push::full) {
       // Back-pressure: the writer wakes us when this value fits (or the queue is empty).
       auto& q = s.torch_queue;
-      const std::uint64_t n = value.size();
       auto wait = [&q, n](std::function<void(bool)> done) { q.when_room(n, [done] { done(true); }); };
       co_await await_callback<bool>(wait);
       continue;
@@ -147,7 +143,7 @@ asio::awaitable<Result<SetOutcome>> TorchCacheBackend::set_deferred(const torch_
     // A copy of the older value must not be served (a GET looks in the queue first; this
     // frees its memory and stops a read racing this SET from keeping the old value).
     if (outcome == SetOutcome::stored) s.torch_values.erase(key.digest);
-    record_set(s, key, value.size(), outcome, "queued");
+    record_set(s, key, n, outcome, "queued");
     co_return outcome;
   }
 }
@@ -164,7 +160,7 @@ TorchWriteQueue::Write deferred_writer(ServerState& state) {
         return true;
       }
     }
-    auto put = s.store.put_bytes(e.key, std::span<const std::byte>(e.value->data(), e.value->size()));
+    auto put = s.store.put_bytes(e.key, e.value.bytes);
     if (put) {
       s.forget_copies(e.digest);  // a copy of the old value must not be served
       if (e.overwrite == torch_cache::Overwrite::never)
@@ -188,7 +184,7 @@ TorchWriteQueue::Write deferred_writer(ServerState& state) {
       spdlog::error("torch cache: a deferred SET of {} ({}B) was acknowledged but could not be stored, and is "
                     "dropped (a GET misses; torch compiles again){}: {}. Further failures of this cause are "
                     "counted in kiln_torch_cache_deferred_failed_total, not logged, until a write succeeds",
-                    e.text.substr(0, 200), e.value->size(), removed_older ? ", its older value removed" : "",
+                    e.text.substr(0, 200), e.value.size(), removed_older ? ", its older value removed" : "",
                     err.to_string());
     } else if (spdlog::should_log(spdlog::level::debug)) {
       spdlog::debug("torch cache: deferred SET of {} dropped: {}", e.text.substr(0, 200), err.to_string());

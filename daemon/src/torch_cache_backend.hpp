@@ -24,14 +24,15 @@ class TorchCacheBackend final : public torch_cache::Backend {
   // durability "deferred": answers once the value is queued (ServerState::torch_queue),
   // waiting while the queue is full; NX, XX and kept see queued entries as present. A
   // failed write later is deferred_writer's business, never this connection's.
-  asio::awaitable<Result<torch_cache::SetOutcome>> set(const torch_cache::TorchKey& key,
-                                                       std::span<const std::byte> value,
+  // Either way the value is kept as handed over (queued, or written through to
+  // torch_values), not copied.
+  asio::awaitable<Result<torch_cache::SetOutcome>> set(const torch_cache::TorchKey& key, torch_cache::Value value,
                                                        torch_cache::SetCondition condition) override;
   void closed_on_error(const std::string& peer, const std::string& why) override;
 
  private:
   asio::awaitable<Result<torch_cache::SetOutcome>> set_deferred(const torch_cache::TorchKey& key,
-                                                                std::span<const std::byte> value,
+                                                                torch_cache::Value value,
                                                                 torch_cache::SetCondition condition);
   ServerState& state_;
 };

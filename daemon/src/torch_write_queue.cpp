@@ -1,6 +1,10 @@
 // torch.compile cache entries acknowledged but not yet durable (see torch_write_queue.hpp).
 #include "torch_write_queue.hpp"
 
+#include <pthread.h>
+#include <sched.h>
+#include <sys/resource.h>
+
 namespace kiln::daemon {
 
 using torch_cache::Overwrite;
@@ -38,7 +42,7 @@ ValueCache::Bytes TorchWriteQueue::find(const Digest& d, bool* unless_stored) co
   std::lock_guard lock(mu_);
   auto it = newest_.find(d);
   if (unless_stored) *unless_stored = it != newest_.end() && it->second->entry.unless_stored;
-  return it == newest_.end() ? nullptr : it->second->entry.value;
+  return it == newest_.end() ? ValueCache::Bytes() : it->second->entry.value;
 }
 
 bool TorchWriteQueue::room_locked(std::uint64_t bytes) const {
@@ -61,7 +65,7 @@ TorchWriteQueue::Push TorchWriteQueue::push(Entry entry, SetCondition condition,
   if (condition == SetCondition::if_absent && exists) return Push::condition;
   if (condition == SetCondition::if_present && !exists) return Push::condition;
   if (exists && entry.overwrite == Overwrite::never) return Push::kept;
-  const std::uint64_t size = entry.value ? entry.value->size() : 0;
+  const std::uint64_t size = entry.value.size();
   if (!room_locked(size)) return Push::full;
   auto slot = std::make_shared<Slot>(Slot{std::move(entry), size, false});
   if (queued) {
@@ -69,7 +73,7 @@ TorchWriteQueue::Push TorchWriteQueue::push(Entry entry, SetCondition condition,
     if (older != writing_) {  // still waiting: never written; its memory goes now
       older->superseded = true;
       bytes_ -= older->size;
-      older->entry.value.reset();
+      older->entry.value = {};
       ++superseded_;
     }
     older = slot;
@@ -129,6 +133,17 @@ std::vector<std::function<void()>> TorchWriteQueue::take_waiters_locked() {
 }
 
 void TorchWriteQueue::run() {
+  ::pthread_setname_np(::pthread_self(), "kilnd-torch-wr");
+  // Background work to the scheduler: a batch thread at nice 10. Woken by a SET's push, it
+  // does not preempt the connection that pushed (still to send +OK, or reading the next
+  // value), and on a busy core the connections come first; on an idle core it runs at full
+  // speed (tests/bench/RESULTS-torch-cache.md: 10 MB SETs while the writer compresses
+  // the previous values). What waits is bounded by
+  // deferred_max_bytes (back-pressure), so a slower drain costs waiting SETs, never memory.
+  // No privilege is needed for either; on failure the thread runs as before.
+  sched_param none{};
+  ::pthread_setschedparam(::pthread_self(), SCHED_BATCH, &none);
+  ::setpriority(PRIO_PROCESS, 0, 10);  // Linux: 0 is the calling thread
   std::unique_lock lock(mu_);
   for (;;) {
     work_cv_.wait(lock, [&] { return !fifo_.empty() || stopping_; });

@@ -15,6 +15,9 @@
 // by the newer. So the store ends with the last acknowledged value, and find() never
 // returns an older value than the newest acknowledged one.
 //
+// The writer thread is background work to the scheduler (SCHED_BATCH, nice 10): it never
+// preempts a connection's loop, and on a busy core the connections come first.
+//
 // Thread safety: every method may be called from any thread (one mutex). Write runs on
 // the writer thread only, without the mutex held.
 #pragma once
@@ -45,7 +48,7 @@ class TorchWriteQueue {
     Key key;                // the kiln key (kind torch_cache)
     std::string text;       // torch's key, for logs
     torch_cache::Overwrite overwrite = torch_cache::Overwrite::last_writer_wins;
-    ValueCache::Bytes value;
+    ValueCache::Bytes value;  // as the connection handed it over: not copied
     // Set by push(): an Overwrite::never entry of a plain SET whose key was not queued. Its
     // answer is +OK whether stored or kept, so the store is asked by the writer, not before
     // +OK (a stat would wait for the store's lock, held through the writer's fsync): the
@@ -67,7 +70,7 @@ class TorchWriteQueue {
   void stop();
   bool started() const;
 
-  // The newest queued value of the key (waiting or being written); null when none.
+  // The newest queued value of the key (waiting or being written); empty when none.
   // `unless_stored`, when given, tells whether that entry is Entry::unless_stored: a value
   // the store's own, if any, takes precedence over.
   ValueCache::Bytes find(const Digest& key_digest, bool* unless_stored = nullptr) const;

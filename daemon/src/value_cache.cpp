@@ -6,7 +6,7 @@ namespace kiln::daemon {
 ValueCache::Bytes ValueCache::find(const Digest& d) {
   std::lock_guard lock(mu_);
   auto it = map_.find(d);
-  if (it == map_.end()) return nullptr;
+  if (it == map_.end()) return {};
   lru_.splice(lru_.begin(), lru_, it->second.lru);
   return it->second.value;
 }
@@ -18,11 +18,11 @@ std::uint64_t ValueCache::generation() const {
 
 void ValueCache::insert(const Digest& d, Bytes value, std::uint64_t generation_before_read) {
   if (!value) return;
-  const std::uint64_t cost = value->size() + kOverhead;
+  const std::uint64_t cost = value.size() + kOverhead;
   std::lock_guard lock(mu_);
   if (generation_before_read != generation_ || cost > capacity_) return;
   if (auto it = map_.find(d); it != map_.end()) {
-    bytes_ -= it->second.value->size() + kOverhead;
+    bytes_ -= it->second.value.size() + kOverhead;
     lru_.erase(it->second.lru);
     map_.erase(it);
   }
@@ -37,7 +37,7 @@ void ValueCache::erase(const Digest& d) {
   ++generation_;
   auto it = map_.find(d);
   if (it == map_.end()) return;
-  bytes_ -= it->second.value->size() + kOverhead;
+  bytes_ -= it->second.value.size() + kOverhead;
   lru_.erase(it->second.lru);
   map_.erase(it);
 }
@@ -69,7 +69,7 @@ std::uint64_t ValueCache::entries() const {
 void ValueCache::evict_locked() {
   while (bytes_ > capacity_ && !lru_.empty()) {
     auto it = map_.find(lru_.back());
-    bytes_ -= it->second.value->size() + kOverhead;
+    bytes_ -= it->second.value.size() + kOverhead;
     map_.erase(it);
     lru_.pop_back();
   }

@@ -17,15 +17,17 @@
 #include <vector>
 
 #include "kiln/digest.hpp"
+#include "kiln/torch_cache/value.hpp"
 
 namespace kiln::daemon {
 
 class ValueCache {
  public:
-  using Bytes = std::shared_ptr<const std::vector<std::byte>>;
+  // A value shared with whoever else holds it (a SET's receive buffer, the write queue).
+  using Bytes = torch_cache::Value;
   explicit ValueCache(std::uint64_t capacity_bytes) : capacity_(capacity_bytes) {}
 
-  // The value, marked most recently used; null when not held.
+  // The value, marked most recently used; an empty Bytes when not held.
   Bytes find(const Digest& key_digest);
   // Read before reading a value from the store, then handed to insert(): a value read
   // before an erase() or clear() of it is not kept (it may be the one replaced).

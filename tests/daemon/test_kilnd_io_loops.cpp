@@ -217,8 +217,9 @@ TEST_CASE("with io_threads = 3, clients pipelining PUT, GET and STAT get their o
   TempDir dir;
   const std::string config = "io_threads = 3\n";
   KilndProcess d(dir.path(), config);
-  // Each loop names its thread when it starts, which may be after the socket accepts.
-  CHECK(kiln::test::wait_until([&] { return io_threads_of(d.pid()) == 3; }));
+  // The socket listens before the loops start, and each loop names its thread on that
+  // thread: wait for the names rather than read them once.
+  CHECK(wait_until([&] { return io_threads_of(d.pid()) == 3; }, std::chrono::seconds(10)));
 
   constexpr int kClients = 12, kRounds = 24;
   Failures failures;

@@ -10,7 +10,7 @@ using kiln::daemon::ValueCache;
 
 namespace {
 Digest digest_of(const std::string& s) { return kiln::sha256(s); }
-ValueCache::Bytes bytes(std::size_t n) { return std::make_shared<const std::vector<std::byte>>(n); }
+ValueCache::Bytes bytes(std::size_t n) { return ValueCache::Bytes::take(std::vector<std::byte>(n)); }
 }  // namespace
 
 TEST_CASE("values are found until least recently used ones leave for new ones") {

@@ -65,6 +65,47 @@ TEST_CASE("requests and replies round-trip") {
   CHECK(p2->results[1].error == "key.region: empty");
 }
 
+TEST_CASE("a GET by digest decodes the same through the plain-body path as through JSON") {
+  const std::string hex = sha256(std::string_view("k")).hex();
+  for (Delivery d : {Delivery::fd, Delivery::stream, Delivery::automatic}) {
+    GetRequest g;
+    g.ref.key_digest = *Digest::from_hex(hex);
+    g.delivery = d;
+    // Written directly, byte for byte what the JSON encoder writes.
+    const std::string general = R"({"delivery":")" +
+                                std::string(d == Delivery::fd ? "fd" : d == Delivery::stream ? "stream" : "auto") +
+                                R"(","key_digest":")" + hex + R"("})";
+    CHECK(encode(g) == general);
+    auto g2 = decode<GetRequest>(encode(g));  // encode's bytes: the plain path
+    REQUIRE(g2);
+    CHECK(g2->ref.key_digest == g.ref.key_digest);
+    CHECK(!g2->ref.key);
+    CHECK(g2->delivery == d);
+    CHECK(g2->on_miss == OnMiss::none);
+    CHECK(g2->wait_ms == 0);
+    CHECK(!g2->quiet);
+  }
+  // Other spellings of the same request take the general path and agree.
+  for (std::string body : {R"({ "delivery": "auto", "key_digest": ")" + hex + R"(" })",
+                           R"({"key_digest":")" + hex + R"(","delivery":"auto"})",
+                           R"({"delivery":"auto","key_digest":")" + hex + R"(","quiet":false})"}) {
+    CAPTURE(body);
+    auto g = decode<GetRequest>(body);
+    REQUIRE(g);
+    CHECK(g->ref.key_digest->hex() == hex);
+    CHECK(g->delivery == Delivery::automatic);
+  }
+  // What the plain path does not accept is refused as before, naming the field.
+  auto bad_hex = decode<GetRequest>(R"({"delivery":"auto","key_digest":")" + std::string(63, 'a') + R"(g"})");
+  REQUIRE(!bad_hex);
+  CHECK(bad_hex.error().message.find("key_digest") != std::string::npos);
+  auto bad_delivery = decode<GetRequest>(R"({"delivery":"autox","key_digest":")" + hex + R"("})");
+  REQUIRE(!bad_delivery);
+  CHECK(bad_delivery.error().message.find("delivery") != std::string::npos);
+  auto short_hex = decode<GetRequest>(R"({"delivery":"fd","key_digest":")" + hex.substr(1) + R"("})");
+  CHECK(!short_hex);
+}
+
 TEST_CASE("malformed bodies name the field and never throw") {
   CHECK(decode<GetRequest>("{").error().code == Errc::protocol_error);
   CHECK(decode<GetRequest>("[1]").error().code == Errc::protocol_error);

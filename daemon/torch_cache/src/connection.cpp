@@ -17,50 +17,72 @@ using boost::system::error_code;
 
 namespace {
 
-// Bytes received and not yet used: [begin, end) of a buffer that grows to the largest
-// request seen (a 10 MB SET needs it whole) and is compacted between reads.
+// Bytes received and not yet used: [begin, end) of a buffer of kKeep bytes, grown to
+// exactly what a larger request needs once its size is known (a 10 MB SET needs it whole),
+// compacted between reads. A SET's value that fills nearly all of the buffer is handed over
+// with it (take_value): the buffer then belongs to the value's holders, and reading goes on in a
+// fresh one. Small requests allocate nothing.
 class InBuffer {
  public:
   std::string_view data() const { return {buf_.get() + begin_, end_ - begin_}; }
   void consume(std::size_t n) {
     begin_ += n;
-    if (begin_ == end_) begin_ = end_ = 0;
+    if (begin_ == end_) {
+      if (given_) replace(kKeep);  // the start of the buffer is a value's now
+      begin_ = end_ = 0;
+    }
   }
-  // Room for at least `want` more bytes after the data.
+  // Room for at least `want` more bytes after the data; more when the buffer has it. Grows
+  // to the data plus `want` exactly, when that is more than kMinRoom: asking for the rest
+  // of a request never grows the buffer past it (nor copies what was read of it again).
   std::span<char> room(std::size_t want) {
     if (cap_ - end_ < want) {
       std::size_t used = end_ - begin_;
-      if (begin_ > 0 && cap_ - used >= want) {
+      if (begin_ > 0 && cap_ - used >= want && !given_) {
         std::memmove(buf_.get(), buf_.get() + begin_, used);
+        begin_ = 0;
+        end_ = used;
       } else {
-        std::size_t cap = std::max(cap_ * 2, used + want);
-        std::unique_ptr<char[]> next(new char[cap]);  // uninitialised: it is read into
-        if (used) std::memcpy(next.get(), buf_.get() + begin_, used);
-        buf_ = std::move(next);
-        cap_ = cap;
+        replace(std::max(kKeep, used + std::max(want, kMinRoom)));
       }
-      begin_ = 0;
-      end_ = used;
     }
     return {buf_.get() + end_, cap_ - end_};
   }
   void commit(std::size_t n) { end_ += n; }
   // Gives memory back after a large request, so an idle connection holds little.
   void shrink() {
-    if (begin_ == end_ && cap_ > kKeep) {
-      buf_.reset(new char[kKeep]);
-      cap_ = kKeep;
-      begin_ = end_ = 0;
-    }
+    if (begin_ == end_ && cap_ > kKeep) replace(kKeep);
+  }
+  // `bytes` (a view into data()) as a Value. When they are nearly all of the buffer (a
+  // large SET: the buffer was grown to exactly its request), the buffer itself is handed
+  // over, not copied; bytes after them stay readable here until consumed. Smaller values
+  // are copied, so memory kept with a value (counted by its size in torch_values and the
+  // write queue) is at most 1/7 more than that size.
+  Value take_value(std::string_view bytes) {
+    auto b = std::as_bytes(std::span<const char>(bytes.data(), bytes.size()));
+    if (bytes.size() < cap_ - cap_ / 8) return Value::copy_of(b);
+    given_ = true;
+    return Value{b, buf_};
   }
 
  private:
   static constexpr std::size_t kKeep = 64u << 10;
-  std::unique_ptr<char[]> buf_{new char[kKeep]};
+  static constexpr std::size_t kMinRoom = 16u << 10;
+  // A new buffer of `cap` bytes holding the data.
+  void replace(std::size_t cap) {
+    std::size_t used = end_ - begin_;
+    auto next = std::make_shared_for_overwrite<char[]>(cap);  // uninitialised: it is read into
+    if (used) std::memcpy(next.get(), buf_.get() + begin_, used);
+    buf_ = std::move(next);
+    cap_ = cap;
+    begin_ = 0;
+    end_ = used;
+    given_ = false;
+  }
+  std::shared_ptr<char[]> buf_ = std::make_shared_for_overwrite<char[]>(kKeep);
   std::size_t cap_ = kKeep, begin_ = 0, end_ = 0;
+  bool given_ = false;  // buf_ holds a value handed over: never written before end_ again
 };
-
-constexpr std::size_t kReadChunk = 256u << 10;
 
 }  // namespace
 
@@ -198,12 +220,11 @@ asio::awaitable<void> Connection::run() {
           } else {
             append_bulk_header(head, (*got)->bytes.size());
             add_text(head);
-            pending_bytes_ += (*got)->bytes.size();
+            pending_bytes_ += (*got)->size();
             pieces_.push_back({0, 0, std::move(**got)});
           }
         } else {
-          auto value = std::as_bytes(std::span<const char>(step.value.data(), step.value.size()));
-          auto done = co_await backend_.set(*key, value, step.condition);
+          auto done = co_await backend_.set(*key, in.take_value(step.value), step.condition);
           if (!done) {
             why = "SET " + key->text.substr(0, 200) + ": " + done.error().to_string();
             open = false;
@@ -225,7 +246,9 @@ asio::awaitable<void> Connection::run() {
     // Replies go out before closing too (QUIT's +OK, and those before a refused request).
     if (!co_await flush() || !open) break;
     in.shrink();
-    auto room = in.room(std::max(kReadChunk, need > in.data().size() ? need - in.data().size() : std::size_t(0)));
+    // The rest of the request when its size is known, else any byte: a read takes what
+    // the buffer has room for.
+    auto room = in.room(need > in.data().size() ? need - in.data().size() : 1);
     error_code ec;
     arm(in.data().empty() ? options_.idle_timeout : options_.request_timeout);
     std::size_t n = co_await socket_.async_read_some(asio::buffer(room.data(), room.size()),

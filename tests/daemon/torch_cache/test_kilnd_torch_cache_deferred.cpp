@@ -102,6 +102,49 @@ TEST_CASE("deferred: a SET is seen at once by a GET on another connection, and S
   CHECK(metrics(d).find("kiln_torch_cache_deferred_written_total 20") != std::string::npos);
 }
 
+TEST_CASE("deferred: large values pipelined with other requests in one write keep their bytes") {
+  // A large value is queued as the connection's receive buffer itself; what follows it in
+  // that buffer, and the requests read after it, must never land on it.
+  TempDir dir;
+  Daemon t;
+  KilndProcess d(dir.path(), t.toml());
+  RespClient c(t.torch_sock);
+  // Large values, and values of nearly the connection's first 64 KiB buffer, which is then
+  // handed over with the next requests behind the value in it.
+  const std::size_t sizes[] = {60'000, 600'000, 40'000, 61'000, 20'000, 600'000, 2'000'000, 62'000, 900'000, 5};
+  constexpr int kN = 10;
+  std::vector<std::string> values;
+  std::string batch;
+  for (int i = 0; i < kN; ++i) {
+    values.push_back(random_bytes(sizes[i], 100u + static_cast<unsigned>(i)));
+    batch += set_request(fx_key(100 + i), values.back());
+    batch += "*2\r\n$3\r\nGET\r\n$" + std::to_string(fx_key(100 + i).size()) + "\r\n" + fx_key(100 + i) + "\r\n";
+  }
+  // Sent from a thread of its own: the replies (GETs of 2 MB) are read while it sends.
+  std::atomic<bool> sent{true};
+  std::thread sender([&] {
+    for (std::size_t i = 0; i < batch.size(); i += 300'007)
+      if (!c.send_raw(std::string_view(batch).substr(i, 300'007))) sent = false;
+  });
+  for (int i = 0; i < kN; ++i) {
+    CAPTURE(i);
+    auto ok = c.recv();
+    REQUIRE(ok);
+    CHECK(ok->text == "OK");
+    auto got = c.recv();
+    REQUIRE(got);
+    CHECK(got->text == values[static_cast<std::size_t>(i)]);
+  }
+  sender.join();
+  CHECK(sent);
+  REQUIRE(wait_until([&] { return queue_empty(d); }, std::chrono::seconds(60)));
+  for (int i = 0; i < kN; ++i) {  // as stored, and as kept in memory
+    auto got = c.call({"GET", fx_key(100 + i)});
+    REQUIRE(got);
+    CHECK(got->text == values[static_cast<std::size_t>(i)]);
+  }
+}
+
 TEST_CASE("deferred: 200 SETs, a reload, then SIGTERM: the restarted kilnd has all 200 with their bytes") {
   TempDir dir;
   Daemon t;

@@ -27,17 +27,12 @@
 #include "kiln/torch_cache/resp_parser.hpp"
 #include "kiln/torch_cache/session.hpp"
 #include "kiln/torch_cache/torch_key.hpp"
+#include "kiln/torch_cache/value.hpp"
 
 namespace kiln::torch_cache {
 
 namespace asio = boost::asio;
 using Socket = asio::generic::stream_protocol::socket;
-
-// A stored value on its way to a client: `bytes` stay valid while `keep` is held.
-struct Value {
-  std::span<const std::byte> bytes;
-  std::shared_ptr<const void> keep;
-};
 
 enum class SetOutcome {
   stored,     // the value is durable in the store (+OK)
@@ -46,14 +41,15 @@ enum class SetOutcome {
 };
 
 // What kilnd does for GET and SET. Called on the connection's executor; the coroutines
-// may move work elsewhere but resume there. `key` and `value` stay valid until they
-// complete. An error closes the connection (never an error reply: see session.hpp).
+// may move work elsewhere but resume there. `key` stays valid until they complete. SET
+// takes its value: a large one is the connection's receive buffer itself, handed over
+// (the connection reads into a new one), so the backend may keep it as long as it needs
+// without a copy. An error closes the connection (never an error reply: see session.hpp).
 class Backend {
  public:
   virtual ~Backend() = default;
   virtual asio::awaitable<Result<std::optional<Value>>> get(const TorchKey& key) = 0;
-  virtual asio::awaitable<Result<SetOutcome>> set(const TorchKey& key, std::span<const std::byte> value,
-                                                  SetCondition condition) = 0;
+  virtual asio::awaitable<Result<SetOutcome>> set(const TorchKey& key, Value value, SetCondition condition) = 0;
   // The connection closed on its own decision (refusal, bad input, timeout), for logs and
   // metrics; `peer` names the client ("uid=1000 pid=42" or "127.0.0.1:5123").
   virtual void closed_on_error(const std::string& peer, const std::string& why) = 0;
