@@ -22,7 +22,8 @@ image tokens, 512 text tokens), batch 1. Each row is a fresh process; TTR is pro
      right after compile_repeated_blocks(); then the same with kiln.torch.wait() first
      ("ready", timed apart), and the variants of KILN_FLUX_VARIANTS (JSON list of
      {"label", "prefetch": bool, "single": _aoti.RUN_SINGLE_THREADED, "ready": bool,
-     "trace": where the first call's time goes, tests/gpu/python_trace.py}).
+     "warm_up": _runtime.WARM_UP, "trace": where the first call's time goes,
+     tests/gpu/python_trace.py}).
 
 KILN_FLUX_SKIP (comma list: regional, race, res768, ready) leaves rows out, and a row that
 would start after KILN_FLUX_DEADLINE_S seconds (default 530: a device call's limit is 600)
@@ -101,6 +102,10 @@ def child(mode, seed, res, out_path):
             from kiln.torch import _aoti
 
             _aoti.RUN_SINGLE_THREADED = variant["single"]
+        if "warm_up" in variant:
+            from kiln.torch import _runtime
+
+            _runtime.WARM_UP = variant["warm_up"]
         options = {"prefetch": variant["prefetch"]} if "prefetch" in variant else {}
         t = time.monotonic()
         kiln.torch.compile_repeated_blocks(model, on_miss="eager", **options)
@@ -225,14 +230,18 @@ def main():
     def start(mode, seed=0, res=1024, env=None, tag=""):
         path = os.path.join(out_dir, f"{mode}-{seed}-{res}{tag}.json")
         e = dict(os.environ, **(env or {}))
-        return subprocess.Popen([sys.executable, __file__, "child", mode, str(seed), str(res), path], env=e), path
+        # What else the machine runs when a row starts (timings are host-bound): the 1-minute
+        # load average and the busiest processes.
+        top = subprocess.run(["ps", "-eo", "pcpu,etimes,comm", "--sort=-pcpu"], capture_output=True, text=True)
+        load = {"loadavg_1m": os.getloadavg()[0], "top": top.stdout.splitlines()[1:5]}
+        return subprocess.Popen([sys.executable, __file__, "child", mode, str(seed), str(res), path], env=e), path, load
 
     def finish(started, name):
-        p, path = started
+        p, path, load = started
         p.wait()
-        if p.returncode == 0:
-            return json.load(open(path))
-        return {"mode": name, "returncode": p.returncode}
+        row = json.load(open(path)) if p.returncode == 0 else {"mode": name, "returncode": p.returncode}
+        row["load_at_start"] = load
+        return row
 
     def run(mode, seed=0, res=1024, env=None, tag=""):
         return finish(start(mode, seed, res, env, tag), mode)
@@ -307,6 +316,10 @@ def main():
         took = [(b.get("state"), (b.get("finished_at") or 0) - (b.get("started_at") or 0)) for b in bs]
         print(f"  {str(digest)[:16]} {names.get(digest, '?')}: {took} (state, s)")
     print("timeline (s since start):", timeline)
+    for r in rows:
+        load = r.get("load_at_start") or {}
+        print(f"  load at the start of {r.get('mode')} {r.get('label') or ''}: {load.get('loadavg_1m')}, "
+              f"busiest {load.get('top')}")
     if skipped:
         print("left out (time):", skipped)
 

@@ -39,12 +39,12 @@ def install():
     import kiln.torch
     from kiln.torch import _aoti, _fingerprint, _runtime
 
-    for owner, names in ((_fingerprint, ["describe", "fingerprint"]), (kiln.torch, ["capture", "_constants"]),
-                         (_aoti, ["ensure_libstdcxx_global"]), (_runtime, ["LOADER"])):
+    for owner, names in ((_fingerprint, ["describe", "fingerprint"]), (kiln.torch, ["capture"]),
+                         (_aoti, ["ensure_libstdcxx_global"]), (_runtime, ["LOADER", "block_constants"])):
         for n in names:
             _wrap(owner, n, f"{owner.__name__.split('.')[-1]}.{n}")
     for n in ["entry", "lookup_source", "make_key", "wire_key", "try_hit", "load", "load_artifact", "prefetched",
-              "_prefetch"]:
+              "_prefetch", "warm_up"]:
         _wrap(_runtime.Runtime, n, f"Runtime.{n}")
     for n in ["get", "ls", "status", "key_digest"]:
         _wrap(kiln.client.Client, n, f"Client.{n}")
@@ -88,6 +88,6 @@ def summary():
             d["threads"].append(thread)
     events = [{"what": label, "thread": thread, "start_s": round(start, 4), "dur_s": round(dur, 5)}
               for label, thread, start, dur in sorted(_events, key=lambda e: e[2])
-              if not label.startswith("block_call") and label not in ("kiln.capture", "kiln._constants",
+              if not label.startswith("block_call") and label not in ("kiln.capture", "_runtime.block_constants",
                                                                         "Package.call")][:400]
     return {"by_function": out, "events": events}

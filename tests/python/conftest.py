@@ -107,6 +107,13 @@ class Kilnd:
         return text, hashlib.sha256(text.encode()).hexdigest()
 
 
+@pytest.fixture(autouse=True)
+def kiln_cache_dir(tmp_path, monkeypatch):
+    """kiln.torch's per-user files (Triton's hash, input layouts) in the test's folder,
+    never the user's ~/.cache/kiln."""
+    monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path / "kiln-cache"))
+
+
 @pytest.fixture
 def kilnd(tmp_path):
     d = Kilnd(str(tmp_path))

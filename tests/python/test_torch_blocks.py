@@ -24,7 +24,7 @@ torch = pytest.importorskip("torch")
 
 import kiln  # noqa: E402
 import kiln.torch  # noqa: E402
-from kiln.torch import _node, _runtime  # noqa: E402
+from kiln.torch import _layouts, _node, _runtime  # noqa: E402
 from conftest import TEST_NODE, wait_for  # noqa: E402
 
 
@@ -61,6 +61,7 @@ class Seams:
         self.exports, self.loads, self.calls = [], [], 0
         self.command = {}  # more for the test worker's command (sleep_ms, ...)
         self.example_inputs = None  # text the archive carries outside its model hash
+        self.call_inputs = []  # per package call: (hidden_states' stride, any nonzero, weight's data_ptr)
 
     def export(self, block, args, kwargs, workdir):
         assert "forward" not in vars(block)  # the unhooked view, never kiln's own forward
@@ -87,6 +88,8 @@ class Seams:
 
             def call(self, constants, args, kwargs):
                 seams.calls += 1
+                seams.call_inputs.append((kwargs["hidden_states"].stride(), bool(kwargs["hidden_states"].any()),
+                                          constants["proj.weight"].data_ptr()))
                 return torch.nn.utils.stateless.functional_call(self.template, constants, args, kwargs)
 
         return Package()
@@ -492,3 +495,49 @@ def test_a_hit_attempt_waits_for_the_prefetch_load_in_flight(kilnd, seams, fresh
     calls = seams.calls
     assert torch.allclose(run(second, x), run_eager(second, x))
     assert seams.calls == calls + 3 and len(seams.loads) == loads + 1  # waited for it: one load, used at once
+
+
+def test_a_package_whose_layout_a_process_recorded_is_warmed_before_the_first_call(kilnd, seams, fresh_packages):
+    """The first compiled call of a key records its inputs' layout (strides too: here a
+    view whose strides are not a contiguous tensor's); a later process's prefetch runs the
+    package once on zeros of exactly that layout, with its first block's weights, so the
+    package's kernels load before the model's first call (_layouts.py)."""
+    x = torch.randn(2, 8, 8)[:, :4, :]
+    first = Model(n=1)
+    kiln.torch.compile_repeated_blocks(first, socket=kilnd.socket)
+    run(first, x)
+    assert kiln.torch.wait(first, timeout=30) and states(first) == ["hit"]
+    run(first, x)  # compiled: records the layout
+    digest = kiln.torch.status(first)[0]["key_digest"]
+    kiln.torch.restore(first)
+    with open(_layouts.path(digest)) as f:
+        layout = json.load(f)
+    assert layout["inputs"][0] == {"shape": [2, 4, 8], "stride": [64, 8, 1], "dtype": "float32"}
+
+    calls = seams.calls
+    second = Model(n=1)
+    kiln.torch.compile_repeated_blocks(second, socket=kilnd.socket)
+    assert kiln.torch.wait(second, timeout=30)
+    assert seams.calls == calls + 1 and kiln.torch.status(second) == []  # warmed before any call
+    assert seams.call_inputs[-1] == ((64, 8, 1), False, second.blocks[0].proj.weight.data_ptr())
+    assert torch.allclose(run(second, x), run_eager(second, x)) and states(second) == ["hit"]
+    assert seams.calls == calls + 1 + 1
+    kiln.torch.restore(second)
+
+    # A record that disagrees with the key (another shape), or none: no warm-up.
+    layout["inputs"][0]["shape"] = [2, 5, 8]
+    with open(_layouts.path(digest), "w") as f:
+        json.dump(layout, f)
+    _runtime._packages.clear()
+    calls = seams.calls
+    third = Model(n=1)
+    kiln.torch.compile_repeated_blocks(third, socket=kilnd.socket)
+    assert kiln.torch.wait(third, timeout=30) and seams.calls == calls
+    kiln.torch.restore(third)
+    os.remove(_layouts.path(digest))
+    _runtime._packages.clear()
+    fourth = Model(n=1)
+    kiln.torch.compile_repeated_blocks(fourth, socket=kilnd.socket)
+    assert kiln.torch.wait(fourth, timeout=30) and seams.calls == calls
+    assert torch.allclose(run(fourth, x), run_eager(fourth, x))
+    assert os.path.exists(_layouts.path(digest))  # written again by this process's first compiled call

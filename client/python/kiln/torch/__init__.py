@@ -35,7 +35,7 @@ compile_repeated_blocks/restore must not race with calls on the same model.
 import logging
 import weakref
 
-from . import _gate, _hooks, _runtime
+from . import _gate, _hooks, _layouts, _runtime
 from ._signature import Unsupported, capture
 from ._torch_cache import torch_cache_url, use_torch_cache
 
@@ -77,12 +77,6 @@ def _needs_grad(block, signature):
     return any(t.requires_grad for t in signature.tensors) or any(p.requires_grad for p in block.parameters())
 
 
-def _constants(block):
-    consts = dict(block.named_parameters())
-    consts.update(dict(block.named_buffers()))
-    return consts
-
-
 def _make_call(state):
     runtime = state.runtime
     per_block = {}
@@ -112,12 +106,15 @@ def _make_call(state):
             bs.device = device
         if entry.state == "hit" and not _needs_grad(block, sig):
             if bs.constants is None:
-                bs.constants = _constants(block)
+                bs.constants = _runtime.block_constants(block)
             first = next(iter(bs.constants.values()), None)
             if first is None or first.device == bs.device:
                 try:
                     out = entry.package.call(bs.constants, sig.args, sig.kwargs)
                     entry.calls["compiled"] += 1
+                    if not entry.layout_recorded:  # for later processes' warm-up (_layouts.py)
+                        entry.layout_recorded = True
+                        _layouts.record(entry.key_digest, sig)
                     return out
                 except Exception as ex:  # never fail the caller because of kiln
                     entry.set("failed", f"{type(ex).__name__}: {ex}")

@@ -25,7 +25,9 @@ PREFETCH_PER_REGION per class), and GETs and loads them. It only loads: a hit at
 still computes the call's fingerprint and key, and uses a prefetched package only when the
 key's digest (with kilnd's cpu_isa, from STATUS) is that package's key digest. A hit
 attempt that meets a load in flight for its digest waits for it instead of loading again
-(one load per key digest and device in the process, whoever asks first).
+(one load per key digest and device in the process, whoever asks first). After its loads,
+the prefetch runs each loaded package once on zeros of the input layout an earlier process
+recorded for its key (_layouts.py), so that its kernels load before the first call.
 
 Seams for tests (CPU machines have no torch.export or AOTI): EXPORTER and LOADER below.
 """
@@ -39,7 +41,7 @@ import time
 import weakref
 
 from .. import errors
-from . import _aoti, _fingerprint, _gate, _hooks, _keys, _node
+from . import _aoti, _fingerprint, _gate, _hooks, _keys, _layouts, _node, _signature
 
 log = logging.getLogger("kiln.torch")
 
@@ -113,9 +115,11 @@ _packages_lock = threading.Lock()
 HIT_WAIT_S = 5.0
 
 # The prefetch: on by default (compile_repeated_blocks(prefetch=...) overrides), and how
-# many stored artifacts per block class it loads ahead (newest access first).
+# many stored artifacts per block class it loads ahead (newest access first); WARM_UP: run
+# each loaded package once where its input layout is recorded (_layouts.py).
 PREFETCH = True
 PREFETCH_PER_REGION = 2
+WARM_UP = True
 
 # The seams: EXPORTER(block, args, kwargs, workdir) -> (path, model_hash);
 # LOADER(path, device_index) -> object with call(constants, args, kwargs).
@@ -137,6 +141,7 @@ class Entry:
         self.package = None
         self.artifact = None
         self.calls = {"compiled": 0, "eager": 0}
+        self.layout_recorded = False  # _layouts.record ran for this entry in this process
 
     def set(self, state, detail=""):
         if state != self.state:
@@ -385,7 +390,7 @@ class Runtime:
             device = next((p.device for p in b.parameters()), None)
             if device is None:
                 continue
-            regions.append((name, device, _keys.block_dtype(b, _NO_CALL)))
+            regions.append((name, device, _keys.block_dtype(b, _NO_CALL), b))
         if not regions:
             return
         with self._lock:
@@ -399,7 +404,7 @@ class Runtime:
         try:
             # The node fields first: Triton's hash is the slow part of a hit's first key
             # (_node.py), and the first call's hit attempt waits for this computation.
-            fields = [_node.node_fields(device) for _, device, _ in regions]
+            fields = [_node.node_fields(device) for _, device, _, _ in regions]
             client = self.client()
             node = (client.status() or {}).get("node") or {}
             self._cpu_isa = node.get("cpu_isa") or None
@@ -407,15 +412,17 @@ class Runtime:
             with self._lock:
                 hashes = set(self._sources.values())
             ranked = []
-            for (region, device, dtype), node_fields in zip(regions, fields):
+            for (region, device, dtype, block), node_fields in zip(regions, fields):
                 filters = {"kind": _keys.KIND, "region": region, "dtype": dtype}
                 filters.update(node_fields)
                 items = [i for i in client.ls(filters) if (i.get("key") or {}).get("model_hash") in hashes]
-                ranked.append([(i["key_digest"], device_index(device)) for i in items[:PREFETCH_PER_REGION]])
+                ranked.append([(i["key_digest"], device_index(device), block, (i.get("key") or {}).get("inputs"))
+                               for i in items[:PREFETCH_PER_REGION]])
             # The newest of every class first, then the next ones.
             order = [slot for rank in range(PREFETCH_PER_REGION) for slots in ranked if rank < len(slots)
                      for slot in [slots[rank]]]
-            for digest, index in order:
+            loaded = []
+            for digest, index, block, inputs in order:
                 if self._stopped:
                     return
                 with self._lock:
@@ -424,10 +431,37 @@ class Runtime:
                 art = client.get(digest)
                 if art is not None:
                     self._held.append(self.load_artifact(art, index))
+                    loaded.append((self._held[-1][1], digest, index, block, inputs))
+            # Then the warm-ups: every load first, so a hit attempt never waits behind one.
+            for package, digest, index, block, inputs in loaded if WARM_UP else ():
+                if self._stopped:
+                    return
+                self.warm_up(package, digest, index, block, inputs)
         except Exception as ex:  # the prefetch only saves time: a failure leaves the hit attempt to do it
             log.info("kiln: prefetch stopped: %s: %s", type(ex).__name__, ex)
         finally:
             self._done()
+
+    def warm_up(self, package, digest, index, block, key_inputs):
+        """Runs `package` once on zeros of its recorded layout with `block`'s weights, so
+        that its kernels are loaded before the model's first call (_layouts.py); outputs
+        are dropped. Nothing without a record, or when the block is not on that device."""
+        layout = _layouts.load(digest, key_inputs)
+        if layout is None:
+            return
+        import torch
+
+        device = torch.device("cuda", index) if index >= 0 else torch.device("cpu")
+        constants = block_constants(block)
+        if any(t.device != device for t in constants.values()):
+            return
+        try:
+            args, kwargs = _signature.build_arguments(layout["call"], _layouts.zeros(layout, device))
+            with torch.no_grad():
+                package.call(constants, args, kwargs)
+            log.debug("kiln: warmed %s", digest[:16])
+        except Exception as ex:  # only saves time: the first call loads what this did not
+            log.info("kiln: warm-up of %s skipped: %s: %s", digest[:16], type(ex).__name__, ex)
 
     def submit(self, job):
         with self._lock:
@@ -564,6 +598,14 @@ class Runtime:
                 return True
             time.sleep(0.02)
         return False
+
+
+def block_constants(block):
+    """What a package of the block's class is given as user-managed constants: the block's
+    own parameters and buffers, by name."""
+    consts = dict(block.named_parameters())
+    consts.update(dict(block.named_buffers()))
+    return consts
 
 
 class _Load:

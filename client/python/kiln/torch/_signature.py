@@ -140,3 +140,22 @@ def capture(args, kwargs):
     new_args = tuple(x for _, x in arg_pairs)
     new_kwargs = {k: kwarg_pairs[k][1] for k in kwargs}
     return Signature(call, tensors, (text, metas), new_args, new_kwargs)
+
+
+def build_arguments(call, tensors):
+    """(args, kwargs) of the call structure `call` (a Signature's `call`) with `tensors` as
+    its tensor leaves, in order: what capture() described, rebuilt."""
+
+    def value(node):
+        if "tensor" in node:
+            return tensors[node["tensor"]]
+        if "tuple" in node:
+            return tuple(value(n) for n in node["tuple"])
+        if "list" in node:
+            return [value(n) for n in node["list"]]
+        if "dict" in node:
+            return {k: value(n) for k, n in node["dict"].items()}
+        const = node["const"]
+        return float(const["float"]) if isinstance(const, dict) else const
+
+    return tuple(value(n) for n in call["args"]), {k: value(n) for k, n in call["kwargs"].items()}
