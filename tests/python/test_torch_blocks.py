@@ -541,3 +541,34 @@ def test_a_package_whose_layout_a_process_recorded_is_warmed_before_the_first_ca
     assert kiln.torch.wait(fourth, timeout=30) and seams.calls == calls
     assert torch.allclose(run(fourth, x), run_eager(fourth, x))
     assert os.path.exists(_layouts.path(digest))  # written again by this process's first compiled call
+
+
+def test_no_warm_up_starts_once_the_model_has_been_called(kilnd, seams, fresh_packages, monkeypatch):
+    """A warm-up beside a forward only moves its cost into that forward: once the model is
+    called, the prefetch loads but warms nothing."""
+    import threading
+
+    x = torch.randn(2, 4, 8)
+    first = Model(n=1)
+    kiln.torch.compile_repeated_blocks(first, socket=kilnd.socket)
+    run(first, x)
+    assert kiln.torch.wait(first, timeout=30)
+    run(first, x)  # records the layout
+    kiln.torch.restore(first)
+    started, release = threading.Event(), threading.Event()
+    load = seams.load
+
+    def slow_load(path, index):
+        started.set()
+        assert release.wait(10)
+        return load(path, index)
+
+    monkeypatch.setattr(_runtime, "LOADER", slow_load)
+    calls = seams.calls
+    second = Model(n=1)
+    kiln.torch.compile_repeated_blocks(second, socket=kilnd.socket)
+    assert started.wait(10)  # the prefetch is inside the loader
+    threading.Timer(0.3, release.set).start()
+    assert torch.allclose(run(second, x), run_eager(second, x))  # called while the load is in flight
+    assert kiln.torch.wait(second, timeout=30) and states(second) == ["hit"]
+    assert seams.calls == calls + 1  # the call itself, no warm-up

@@ -172,7 +172,11 @@ def compile_repeated_blocks(model, block_classes=None, on_miss="eager", socket=N
         _hooks.install(b, call)
     # The model's own calls are the gate's preferred boundary (_gate.py): an export waits
     # for the next one, so the forward running now, a miss's first, is not paused.
-    state.model_hook = model.register_forward_pre_hook(lambda m, args: _gate.GATE.checkpoint(model_boundary=True))
+    def before_model_call(module, args):
+        runtime.note_model_called()
+        _gate.GATE.checkpoint(model_boundary=True)
+
+    state.model_hook = model.register_forward_pre_hook(before_model_call)
     _gate.GATE.add_model_boundary()
     state.boundary = weakref.finalize(model, _gate.GATE.add_model_boundary, -1)  # at restore() or collection
     object.__setattr__(model, _STATE_ATTR, state)
