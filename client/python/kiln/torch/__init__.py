@@ -149,7 +149,9 @@ def compile_repeated_blocks(model, block_classes=None, on_miss="eager", socket=N
     client: a kiln.Client to use instead of connecting (its lifetime is the caller's).
     prefetch: load, in a background thread from now on, the packages kilnd holds for these
       block classes on this node (default True), so that a hit's first call finds them
-      loaded; a package is still used only for the exact key its call computes.
+      loaded; a package is still used only for the exact key its call computes. Until the
+      model's first forward starts, it also runs each loaded package once on zeros of the
+      input layout an earlier process recorded (_layouts.py), so its kernels are loaded.
       kiln.torch.wait(model) waits for it (e.g. before reporting ready).
     Returns the list of hooked blocks. ValueError when no block matches, or when the model
     is already compiled by kiln (restore() first). Connecting is lazy: no daemon running is
