@@ -473,12 +473,10 @@ def test_prefetch_false_loads_nothing_before_the_first_call(kilnd, seams, fresh_
     assert states(second) == ["hit"] and len(seams.loads) == loads + 1  # the first call's hit attempt loaded it
 
 
-def test_a_hit_attempt_waits_for_the_prefetch_load_in_flight(kilnd, seams, fresh_packages, monkeypatch):
+def hold_loads(seams, monkeypatch):
+    """Makes every package load wait for `release` (after setting `started`)."""
     import threading
 
-    x = torch.randn(2, 4, 8)
-    _built_once(seams, kilnd, x)
-    loads = len(seams.loads)
     started, release = threading.Event(), threading.Event()
     load = seams.load
 
@@ -488,6 +486,16 @@ def test_a_hit_attempt_waits_for_the_prefetch_load_in_flight(kilnd, seams, fresh
         return load(path, index)
 
     monkeypatch.setattr(_runtime, "LOADER", slow_load)
+    return started, release
+
+
+def test_a_hit_attempt_waits_for_the_prefetch_load_in_flight(kilnd, seams, fresh_packages, monkeypatch):
+    import threading
+
+    x = torch.randn(2, 4, 8)
+    _built_once(seams, kilnd, x)
+    loads = len(seams.loads)
+    started, release = hold_loads(seams, monkeypatch)
     second = Model()
     kiln.torch.compile_repeated_blocks(second, socket=kilnd.socket)
     assert started.wait(10)  # the prefetch is inside the loader
@@ -555,15 +563,7 @@ def test_no_warm_up_starts_once_the_model_has_been_called(kilnd, seams, fresh_pa
     assert kiln.torch.wait(first, timeout=30)
     run(first, x)  # records the layout
     kiln.torch.restore(first)
-    started, release = threading.Event(), threading.Event()
-    load = seams.load
-
-    def slow_load(path, index):
-        started.set()
-        assert release.wait(10)
-        return load(path, index)
-
-    monkeypatch.setattr(_runtime, "LOADER", slow_load)
+    started, release = hold_loads(seams, monkeypatch)
     calls = seams.calls
     second = Model(n=1)
     kiln.torch.compile_repeated_blocks(second, socket=kilnd.socket)
