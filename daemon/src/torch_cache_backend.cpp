@@ -28,6 +28,19 @@ void record_set(ServerState& s, const torch_cache::TorchKey& key, std::size_t si
                   outcome == SetOutcome::stored ? stored : outcome == SetOutcome::kept ? "kept" : "condition not met");
 }
 
+// Stores a value (on the store pool, or the deferred writer's thread): then no copy of an
+// older value is served, and an entry that is never overwritten is written through to
+// memory, since the next process asks for it soon (it never changes, so two racing writers
+// cannot leave an older value there).
+Result<storage::ArtifactInfo> store_value(ServerState& s, const Digest& digest, const Key& key,
+                                          torch_cache::Overwrite overwrite, const Value& value) {
+  auto put = s.store.put_bytes(key, value.bytes);
+  if (!put) return put;
+  s.forget_copies(digest);
+  if (overwrite == torch_cache::Overwrite::never) s.torch_values.insert(digest, value, s.torch_values.generation());
+  return put;
+}
+
 }  // namespace
 
 asio::awaitable<Result<std::optional<Value>>> TorchCacheBackend::get(const torch_cache::TorchKey& key) {
@@ -96,14 +109,8 @@ asio::awaitable<Result<SetOutcome>> TorchCacheBackend::set(const torch_cache::To
       if (condition == SetCondition::if_present && !exists) return SetOutcome::condition;
       if (exists && k->overwrite == torch_cache::Overwrite::never) return SetOutcome::kept;
     }
-    auto put = s.store.put_bytes(k->kiln_key(), value.bytes);
+    auto put = store_value(s, k->digest, k->kiln_key(), k->overwrite, value);
     if (!put) return std::move(put).error();
-    s.forget_copies(k->digest);  // a copy of the old value must not be served
-    if (k->overwrite == torch_cache::Overwrite::never) {
-      // Written through: the next process asks for it soon. Only for entries that never
-      // change, so two racing writers cannot leave the older value here.
-      s.torch_values.insert(k->digest, value, s.torch_values.generation());
-    }
     return SetOutcome::stored;
   };
   auto done = co_await offload(s.pool, store);
@@ -160,11 +167,8 @@ TorchWriteQueue::Write deferred_writer(ServerState& state) {
         return true;
       }
     }
-    auto put = s.store.put_bytes(e.key, e.value.bytes);
+    auto put = store_value(s, e.digest, e.key, e.overwrite, e.value);
     if (put) {
-      s.forget_copies(e.digest);  // a copy of the old value must not be served
-      if (e.overwrite == torch_cache::Overwrite::never)
-        s.torch_values.insert(e.digest, e.value, s.torch_values.generation());
       if (!reported->empty()) {
         spdlog::info("torch cache: deferred writes succeed again");
         reported->clear();
