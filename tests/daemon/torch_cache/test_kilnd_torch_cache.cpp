@@ -15,6 +15,7 @@
 #include "support/kilnd_process.hpp"
 #include "support/raw_client.hpp"
 #include "temp_dir.hpp"
+#include "torch_cache_config.hpp"
 
 using namespace kiln;
 using namespace kiln::test;
@@ -26,13 +27,6 @@ namespace {
 const std::string kFx = "pt2:fx-graph-v1::fabc123:c1";
 const std::string kPgo = "pt2:dynamo-pgo::code-state-job1:c1";
 
-struct Daemon {
-  std::filesystem::path sock_dir = short_temp_dir();
-  std::filesystem::path torch_sock = sock_dir / "torch.sock";
-  std::string toml(const std::string& extra = "") const {
-    return "[torch_cache]\nsocket = \"" + torch_sock.string() + "\"\nmax_value_bytes = \"16MiB\"\n" + extra;
-  }
-};
 
 // The connection was closed with no reply at all: what kilnd does instead of an error.
 void check_closed_silently(RespClient& c) {
@@ -52,7 +46,7 @@ std::string uid() { return std::to_string(::getuid()); }
 
 TEST_CASE("HELLO 3 gets a RESP3 map with proto 3; then a missing key is _ and a stored one its bytes") {
   TempDir dir;
-  Daemon t;
+  TorchCacheConfig t;
   KilndProcess d(dir.path(), t.toml());
   RespClient c(t.torch_sock);
   auto hello = c.call({"HELLO", "3"});
@@ -78,7 +72,7 @@ TEST_CASE("HELLO 3 gets a RESP3 map with proto 3; then a missing key is _ and a 
 
 TEST_CASE("without HELLO the protocol is RESP2: a missing key is $-1; HELLO 2 answers a flat array") {
   TempDir dir;
-  Daemon t;
+  TorchCacheConfig t;
   KilndProcess d(dir.path(), t.toml());
   RespClient c(t.torch_sock);
   auto miss = c.call({"GET", "nothing"});
@@ -94,7 +88,7 @@ TEST_CASE("without HELLO the protocol is RESP2: a missing key is $-1; HELLO 2 an
 
 TEST_CASE("pipelined commands are answered in order, from one write and from bytes split anywhere") {
   TempDir dir;
-  Daemon t;
+  TorchCacheConfig t;
   KilndProcess d(dir.path(), t.toml());
   std::string batch = "*2\r\n$5\r\nHELLO\r\n$1\r\n3\r\n"
                       "*3\r\n$3\r\nSET\r\n$1\r\na\r\n$2\r\nv1\r\n"
@@ -140,7 +134,7 @@ TEST_CASE("pipelined commands are answered in order, from one write and from byt
 
 TEST_CASE("values of 1.2 MB and 10 MB go in and come back exactly, over partial writes") {
   TempDir dir;
-  Daemon t;
+  TorchCacheConfig t;
   KilndProcess d(dir.path(), t.toml());
   RespClient c(t.torch_sock);
   for (std::size_t n : {std::size_t(1'200'000), std::size_t(10'000'000)}) {
@@ -164,7 +158,7 @@ TEST_CASE("values of 1.2 MB and 10 MB go in and come back exactly, over partial 
 
 TEST_CASE("malformed and oversized input closes that connection only, without an error reply") {
   TempDir dir;
-  Daemon t;
+  TorchCacheConfig t;
   KilndProcess d(dir.path(), t.toml());
   const std::vector<std::string> bad = {
       "*2\r\n$3\r\nGET\r\n$17000\r\n" + std::string(17000, 'k') + "\r\n",  // key past 16 KiB
@@ -208,7 +202,7 @@ TEST_CASE("malformed and oversized input closes that connection only, without an
 
 TEST_CASE("unknown commands get an error reply and the connection goes on") {
   TempDir dir;
-  Daemon t;
+  TorchCacheConfig t;
   KilndProcess d(dir.path(), t.toml());
   RespClient c(t.torch_sock);
   auto r = c.call({"FLUSHALL"});
@@ -226,7 +220,7 @@ TEST_CASE("unknown commands get an error reply and the connection goes on") {
 
 TEST_CASE("roles: a reader may GET but its SET closes; a peer with no role cannot GET") {
   TempDir dir;
-  Daemon t;
+  TorchCacheConfig t;
   KilndProcess d(dir.path(), t.toml() + "[access]\ntrust_owner = false\nread_users = [\"" + uid() + "\"]\n");
   {
     RespClient c(t.torch_sock);
@@ -237,7 +231,7 @@ TEST_CASE("roles: a reader may GET but its SET closes; a peer with no role canno
     check_closed_silently(c);
   }
   CHECK(d.wait_for_log("SET refused: the peer has no write role", std::chrono::seconds(5)));
-  Daemon t2;
+  TorchCacheConfig t2;
   TempDir dir2;
   KilndProcess none(dir2.path(), t2.toml() + "[access]\ntrust_owner = false\nread_users = []\n");
   RespClient c(t2.torch_sock);
@@ -249,7 +243,7 @@ TEST_CASE("roles: a reader may GET but its SET closes; a peer with no role canno
 
 TEST_CASE("AUTH when configured: GET before it closes, a wrong password closes, the right one works") {
   TempDir dir;
-  Daemon t;
+  TorchCacheConfig t;
   KilndProcess d(dir.path(), t.toml("password = \"hunter2\"\n"));
   {
     RespClient c(t.torch_sock);
@@ -272,7 +266,7 @@ TEST_CASE("AUTH when configured: GET before it closes, a wrong password closes, 
 
 TEST_CASE("FX graph entries keep their first value; PGO entries take the last; a restart keeps both") {
   TempDir dir;
-  Daemon t;
+  TorchCacheConfig t;
   std::optional<KilndProcess> d;
   d.emplace(dir.path(), t.toml());
   {
@@ -303,7 +297,7 @@ TEST_CASE("FX graph entries keep their first value; PGO entries take the last; a
 
 TEST_CASE("entries are kiln artifacts of kind torch_cache: listed, counted, and evicted (then a miss)") {
   TempDir dir;
-  Daemon t;
+  TorchCacheConfig t;
   KilndProcess d(dir.path(), t.toml());
   RespClient c(t.torch_sock);
   REQUIRE(c.call({"SET", kFx, "graph"})->text == "OK");

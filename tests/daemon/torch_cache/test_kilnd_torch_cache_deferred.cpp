@@ -24,6 +24,7 @@
 #include "support/kilnd_process.hpp"
 #include "support/raw_client.hpp"
 #include "temp_dir.hpp"
+#include "torch_cache_config.hpp"
 #include "tmpfs_mount.hpp"
 #include "wait_until.hpp"
 
@@ -36,12 +37,10 @@ namespace {
 
 const std::string kPgo = "pt2:dynamo-pgo::code-state-job1:c1";
 
-struct Daemon {
-  std::filesystem::path sock_dir = short_temp_dir();
-  std::filesystem::path torch_sock = sock_dir / "torch.sock";
+// A kilnd serving the torch cache with deferred durability, and its metrics endpoint.
+struct Daemon : TorchCacheConfig {
   std::string toml(const std::string& extra = "") const {
-    return "metrics_listen = \"127.0.0.1:0\"\n[torch_cache]\nsocket = \"" + torch_sock.string() +
-           "\"\nmax_value_bytes = \"16MiB\"\ndurability = \"deferred\"\n" + extra;
+    return TorchCacheConfig::toml("durability = \"deferred\"\n" + extra, "metrics_listen = \"127.0.0.1:0\"\n");
   }
 };
 
@@ -53,6 +52,15 @@ proto::StatusReply status(KilndProcess& d) {
   auto s = proto::decode<proto::StatusReply>(k.call(MsgType::status, "{}").body);
   REQUIRE(s);
   return *s;
+}
+
+// How many entries the store holds (STATS).
+std::uint64_t stored_entries(KilndProcess& d) {
+  RawClient k(d.socket());
+  k.hello();
+  auto stats = proto::decode<proto::StatsReply>(k.call(MsgType::stats, "{}").body);
+  REQUIRE(stats);
+  return stats->store.at("entries");
 }
 
 // Every acknowledged entry has been handed to the store.
@@ -175,11 +183,7 @@ TEST_CASE("deferred: 200 SETs, a reload, then SIGTERM: the restarted kilnd has a
     REQUIRE(got);
     CHECK_MESSAGE(got->text == values[static_cast<std::size_t>(i)], "entry " << i);
   }
-  RawClient k(d->socket());
-  k.hello();
-  auto stats = proto::decode<proto::StatsReply>(k.call(MsgType::stats, "{}").body);
-  REQUIRE(stats);
-  CHECK(stats->store.at("entries") == 200);
+  CHECK(stored_entries(*d) == 200);
 }
 
 TEST_CASE("deferred: NX, XX and kept count entries still queued as present") {
@@ -281,11 +285,7 @@ TEST_CASE("deferred: past deferred_max_bytes a SET waits for the writer; every S
   CHECK(samples > 0);
   CHECK(most <= kMax);
   for (int i = 0; i < 60; ++i) CHECK(c.call({"GET", fx_key(i)})->text == values[static_cast<std::size_t>(i)]);
-  RawClient k(d.socket());
-  k.hello();
-  auto stats = proto::decode<proto::StatsReply>(k.call(MsgType::stats, "{}").body);
-  REQUIRE(stats);
-  CHECK(stats->store.at("entries") == 60);
+  CHECK(stored_entries(d) == 60);
 }
 
 TEST_CASE("deferred: a write the full disk refuses drops that entry only: counted, logged, a miss; kilnd serves on") {

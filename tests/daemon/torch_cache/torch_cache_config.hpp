@@ -1,0 +1,21 @@
+// A kilnd's torch cache listener for the kilnd tests: its socket in a short folder (a Unix
+// socket path is limited to 108 bytes) and the kilnd.toml that serves it.
+#pragma once
+
+#include <filesystem>
+#include <string>
+
+#include "support/kilnd_process.hpp"  // short_temp_dir
+
+namespace kiln::test {
+
+struct TorchCacheConfig {
+  std::filesystem::path sock_dir = short_temp_dir();
+  std::filesystem::path torch_sock = sock_dir / "torch.sock";
+  // `top`: top-level settings; then [torch_cache] on torch_sock, 16 MiB values, and `section`.
+  std::string toml(const std::string& section = "", const std::string& top = "") const {
+    return top + "[torch_cache]\nsocket = \"" + torch_sock.string() + "\"\nmax_value_bytes = \"16MiB\"\n" + section;
+  }
+};
+
+}  // namespace kiln::test
