@@ -306,33 +306,34 @@ asio::awaitable<Outcome> handle_fleet_push(Connection& c, const Request& r) {
                               std::to_string(reply->queued) + " queued, " + std::to_string(reply->pushed) + " pushed");
 }
 
-asio::awaitable<Outcome> handle_fleet_pull(Connection& c, const Request& r) {
-  auto req = proto::decode<proto::FleetPullRequest>(r.body);
+// A fleet operation run on the fleet tier's own thread: decode, hand it over, reply with
+// what it did (`note`: the reply's log note).
+template <class Req, class Reply, class Op, class Note>
+asio::awaitable<Outcome> fleet_operation(Connection& c, const Request& r, Op op, Note note) {
+  auto req = proto::decode<Req>(r.body);
   if (!req) co_return fail(req.error());
-  auto& s = c.state();
-  if (!s.fleet) co_return fail(no_fleet());
-  auto* fleet = s.fleet;
-  auto start = [fleet, request = *req](std::function<void(Result<proto::FleetPullReply>)> done) {
-    fleet->pull(request, std::move(done));
+  auto* fleet = c.state().fleet;
+  if (!fleet) co_return fail(no_fleet());
+  auto start = [fleet, request = *req, op](std::function<void(Result<Reply>)> done) {
+    op(*fleet, request, std::move(done));
   };
-  auto reply = co_await await_callback<Result<proto::FleetPullReply>>(start);
+  auto reply = co_await await_callback<Result<Reply>>(start);
   if (!reply) co_return fail(reply.error());
-  co_return co_await reply_ok(c, r, proto::encode(*reply),
-                              std::to_string(reply->pulled) + " pulled, " + std::to_string(reply->failed) + " failed");
+  co_return co_await reply_ok(c, r, proto::encode(*reply), note(*reply));
+}
+
+asio::awaitable<Outcome> handle_fleet_pull(Connection& c, const Request& r) {
+  return fleet_operation<proto::FleetPullRequest, proto::FleetPullReply>(
+      c, r, [](auto& fleet, const auto& request, auto done) { fleet.pull(request, std::move(done)); },
+      [](const proto::FleetPullReply& reply) {
+        return std::to_string(reply.pulled) + " pulled, " + std::to_string(reply.failed) + " failed";
+      });
 }
 
 asio::awaitable<Outcome> handle_fleet_prune(Connection& c, const Request& r) {
-  auto req = proto::decode<proto::FleetPruneRequest>(r.body);
-  if (!req) co_return fail(req.error());
-  auto& s = c.state();
-  if (!s.fleet) co_return fail(no_fleet());
-  auto* fleet = s.fleet;
-  auto start = [fleet, request = *req](std::function<void(Result<proto::FleetPruneReply>)> done) {
-    fleet->prune(request, std::move(done));
-  };
-  auto reply = co_await await_callback<Result<proto::FleetPruneReply>>(start);
-  if (!reply) co_return fail(reply.error());
-  co_return co_await reply_ok(c, r, proto::encode(*reply), std::to_string(reply->pruned) + " pruned");
+  return fleet_operation<proto::FleetPruneRequest, proto::FleetPruneReply>(
+      c, r, [](auto& fleet, const auto& request, auto done) { fleet.prune(request, std::move(done)); },
+      [](const proto::FleetPruneReply& reply) { return std::to_string(reply.pruned) + " pruned"; });
 }
 
 }  // namespace
