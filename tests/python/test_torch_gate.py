@@ -10,6 +10,15 @@ import pytest
 from kiln.torch import _gate
 
 
+def run_together(*targets):
+    """Runs each target on a thread of its own, all at once, and waits for them (30 s each)."""
+    threads = [threading.Thread(target=t) for t in targets]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+
+
 def test_a_background_export_runs_only_while_the_driving_thread_is_parked():
     gate = _gate.ExportGate()
     in_module = threading.Event()  # the driving thread is inside the model's modules
@@ -32,11 +41,7 @@ def test_a_background_export_runs_only_while_the_driving_thread_is_parked():
                 exported.append(True)
         done.set()
 
-    threads = [threading.Thread(target=driver), threading.Thread(target=exporter)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(30)
+    run_together(driver, exporter)
     assert len(exported) == 5 and len(overlaps) == 100
     assert not any(overlaps)
 
@@ -146,11 +151,7 @@ def export_wait_inside_a_forward(gate, enter_model):
             seen.append(time.monotonic() - t)
         done.set()
 
-    threads = [threading.Thread(target=driver), threading.Thread(target=exporter)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(30)
+    run_together(driver, exporter)
     assert seen, "the export never ran"
     return seen[0]
 

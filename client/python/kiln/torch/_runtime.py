@@ -432,8 +432,9 @@ class Runtime:
                         continue
                 art = client.get(digest)
                 if art is not None:
-                    self._held.append(self.load_artifact(art, index))
-                    loaded.append((self._held[-1][1], digest, index, block, inputs))
+                    artifact, package = self.load_artifact(art, index)
+                    self._held.append((artifact, package))
+                    loaded.append((package, digest, index, block, inputs))
             # Then the warm-ups: every load first, so a hit attempt never waits behind one. A
             # warm-up holds the GIL and the package for its run: beside a forward it would
             # only move that cost into the forward (H100: a first call of 0.78 s with it,
