@@ -267,6 +267,10 @@ double throughput(const std::function<void(std::string&)>& op, std::chrono::seco
 }
 
 // --before: 4 KiB hits of two kilnd builds and redis, side by side.
+// No builds: the bench measures serving, and a build worker's probe at start (seconds on
+// a GPU node) would only delay it.
+constexpr const char* kNoBuilds = "[builds]\nenabled = false\n";
+
 int compare(const std::string& before, bool quick) {
   auto dir = std::filesystem::temp_directory_path() / ("kiln-bench-daemon-" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
@@ -281,7 +285,7 @@ int compare(const std::string& before, bool quick) {
               "Latency: %d requests each, the three taken in turns of 100; throughput: 32 clients, %d s each.\n\n",
               before.c_str(), iters, static_cast<int>(duration.count()));
 
-  const std::string toml = "log_level = \"warn\"\nhot_set_bytes = \"1GiB\"\n";
+  const std::string toml = "log_level = \"warn\"\nhot_set_bytes = \"1GiB\"\n" + std::string(kNoBuilds);
   KilndProcess old_kilnd(dir / "before", toml, {}, -1, before);
   KilndProcess new_kilnd(dir / "after", toml);
   std::string redis_sock = (dir / "redis.sock").string();
@@ -402,7 +406,8 @@ int main(int argc, char** argv) {
   std::printf("kilnd: io_threads=2 store_threads=4, zstd level 3, hot set 1 GiB; redis-server 7 (Debian), "
               "--save '' --appendonly no; all over Unix sockets on this machine.\n\n");
 
-  KilndProcess kilnd(dir / "kilnd", std::string("log_level = \"warn\"\nhot_set_bytes = \"1GiB\"\n") + (std::getenv("KILN_BENCH_IO1") ? "io_threads = 1\n" : ""));
+  KilndProcess kilnd(dir / "kilnd", std::string("log_level = \"warn\"\nhot_set_bytes = \"1GiB\"\n") +
+                                        (std::getenv("KILN_BENCH_IO1") ? "io_threads = 1\n" : "") + kNoBuilds);
   std::string redis_sock = (dir / "redis.sock").string();
   pid_t redis_pid = start_redis(dir, redis_sock);
 
