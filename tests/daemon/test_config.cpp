@@ -85,18 +85,20 @@ TEST_CASE("validation refuses a non-loopback metrics address and out-of-range fr
   CHECK_FALSE(validate(c));
 }
 
-TEST_CASE("[torch_cache] durability is sync by default; deferred and its bound are read; others are refused by name") {
+TEST_CASE("[torch_cache] durability is deferred by default; sync, deferred and its bound are read; others are refused by name") {
   Config c = default_config();
-  CHECK(c.torch_cache.durability == TorchCacheConfig::Durability::sync);
+  CHECK(c.torch_cache.durability == TorchCacheConfig::Durability::deferred);
   CHECK(c.torch_cache.deferred_max_bytes == 256ull << 20);
   REQUIRE(apply_toml_text(c, "[torch_cache]\ndurability = \"deferred\"\ndeferred_max_bytes = \"8MiB\"\n", "t.toml"));
   CHECK(c.torch_cache.durability == TorchCacheConfig::Durability::deferred);
   CHECK(c.torch_cache.deferred_max_bytes == 8ull << 20);
   CHECK(validate(c));
+  REQUIRE(apply_toml_text(c, "[torch_cache]\ndurability = \"sync\"\n", "t.toml"));
+  CHECK(c.torch_cache.durability == TorchCacheConfig::Durability::sync);
   auto bad = apply_toml_text(c, "[torch_cache]\ndurability = \"always\"\n", "t.toml");
   REQUIRE_FALSE(bad);
   CHECK(bad.error().message.find("torch_cache.durability") != std::string::npos);
-  CHECK(c.torch_cache.durability == TorchCacheConfig::Durability::deferred);  // a refused file changes nothing
+  CHECK(c.torch_cache.durability == TorchCacheConfig::Durability::sync);  // a refused file changes nothing
   auto not_text = apply_toml_text(c, "[torch_cache]\ndurability = 1\n", "t.toml");
   REQUIRE_FALSE(not_text);
   CHECK(not_text.error().message.find("torch_cache.durability") != std::string::npos);

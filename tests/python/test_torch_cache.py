@@ -29,7 +29,8 @@ def test_the_url_comes_from_kilnd_status_and_redis_py_uses_it(torch_cache_kilnd)
     url = _torch_cache.torch_cache_url(d.socket)
     assert url == "unix://" + sock
     with kiln.Client(d.socket) as c:
-        assert c.status()["torch_cache"] == {"socket": sock, "durability": "sync"}  # kilnd's default
+        assert c.status()["torch_cache"] == {"socket": sock, "durability": "deferred",  # kilnd's default
+                                             "queued": {"entries": 0, "bytes": 0}}
     r = redis.Redis.from_url(url)
     key = "pt2:fx-graph-v1::kilnpythontest:c1"
     value = b'{"data": "' + b"A" * 4096 + b'"}'

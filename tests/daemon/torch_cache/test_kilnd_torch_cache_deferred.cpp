@@ -39,8 +39,9 @@ const std::string kPgo = "pt2:dynamo-pgo::code-state-job1:c1";
 
 // A kilnd serving the torch cache with deferred durability, and its metrics endpoint.
 struct Daemon : TorchCacheConfig {
+  Daemon() { durability = "deferred"; }
   std::string toml(const std::string& extra = "") const {
-    return TorchCacheConfig::toml("durability = \"deferred\"\n" + extra, "metrics_listen = \"127.0.0.1:0\"\n");
+    return TorchCacheConfig::toml(extra, "metrics_listen = \"127.0.0.1:0\"\n");
   }
 };
 

@@ -28,12 +28,13 @@ FX_KEY = "pt2:fx-graph-v1::fabcdef0123456789:c1"
 class Kilnd:
     """A kilnd on a fresh store with [torch_cache] on a short socket path."""
 
-    def __init__(self, extra_toml=""):
+    def __init__(self, extra_toml="", durability="sync"):
         self.dir = tempfile.mkdtemp(prefix="kiln-py-", dir="/tmp")
         self.torch_sock = os.path.join(self.dir, "torch.sock")
         config = os.path.join(self.dir, "kilnd.toml")
         with open(config, "w") as f:
-            f.write('[torch_cache]\nsocket = "%s"\nmax_value_bytes = "64MiB"\n%s' % (self.torch_sock, extra_toml))
+            f.write('[torch_cache]\nsocket = "%s"\nmax_value_bytes = "64MiB"\ndurability = "%s"\n%s'
+                    % (self.torch_sock, durability, extra_toml))
         self.log = open(os.path.join(self.dir, "kilnd.log"), "w")
         self.proc = subprocess.Popen(
             [KILND, "--config", config, "--socket", os.path.join(self.dir, "kiln.sock"),
@@ -81,9 +82,10 @@ class Kilnd:
 
 class KilndCase(unittest.TestCase):
     extra_toml = ""
+    durability = "sync"  # each case names its mode rather than relying on kilnd's default
 
     def setUp(self):
-        self.kilnd = Kilnd(self.extra_toml)
+        self.kilnd = Kilnd(self.extra_toml, self.durability)
 
     def tearDown(self):
         self.kilnd.cleanup(keep=not getattr(self._outcome, "success", False))
@@ -163,7 +165,7 @@ class RoundTripsDeferred(RoundTrips):
     """The same round trips with durability = "deferred": +OK once queued, and the GET right
     after it, on this or another connection, sees the value; a restart keeps it (the SIGTERM
     drain writes the queue)."""
-    extra_toml = 'durability = "deferred"\n'
+    durability = "deferred"
 
 
 class ReaderOnly(KilndCase):

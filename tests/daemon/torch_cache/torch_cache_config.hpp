@@ -12,9 +12,13 @@ namespace kiln::test {
 struct TorchCacheConfig {
   std::filesystem::path sock_dir = short_temp_dir();
   std::filesystem::path torch_sock = sock_dir / "torch.sock";
-  // `top`: top-level settings; then [torch_cache] on torch_sock, 16 MiB values, and `section`.
+  // Written out, not left to kilnd's default: each test file tests one mode.
+  std::string durability = "sync";
+  // `top`: top-level settings; then [torch_cache] on torch_sock, 16 MiB values, the
+  // durability, and `section`.
   std::string toml(const std::string& section = "", const std::string& top = "") const {
-    return top + "[torch_cache]\nsocket = \"" + torch_sock.string() + "\"\nmax_value_bytes = \"16MiB\"\n" + section;
+    return top + "[torch_cache]\nsocket = \"" + torch_sock.string() + "\"\nmax_value_bytes = \"16MiB\"\ndurability = \"" +
+           durability + "\"\n" + section;
   }
 };
 

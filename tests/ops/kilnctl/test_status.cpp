@@ -98,23 +98,24 @@ TEST_CASE("StatusSaysWhereTorchCompilesCachesAreServed") {
   Run js = kilnctl({"status", "--json"}, d.socket());
   REQUIRE_MESSAGE(js.code == 0, js.err);
   CHECK(json::parse(js.out)["torch_cache"]["socket"] == sock);
-  CHECK(json::parse(js.out)["torch_cache"]["durability"] == "sync");
+  // deferred is kilnd's default
+  CHECK(json::parse(js.out)["torch_cache"]["durability"] == "deferred");
+  CHECK(json::parse(js.out)["torch_cache"]["queued"]["entries"] == 0);
   auto writes = lines_starting(human.out, "torch writes");
   REQUIRE(writes.size() == 1);
-  CHECK(writes[0].find("sync (+OK once durable)") != std::string::npos);
+  CHECK(writes[0].find("deferred (+OK once in memory): 0 entries, ") != std::string::npos);
 
-  test::TempDir deferred_dir;
-  const auto deferred_sock = (deferred_dir.path() / "tc.sock").string();
-  test::KilndProcess deferred(deferred_dir.path(), builds_toml(1) + "\n[torch_cache]\nsocket = \"" + deferred_sock +
-                                                       "\"\ndurability = \"deferred\"\n");
-  REQUIRE_MESSAGE(deferred.start(), deferred.log());
-  Run dh = kilnctl({"status"}, deferred.socket());
-  auto dw = lines_starting(dh.out, "torch writes");
-  REQUIRE(dw.size() == 1);
-  CHECK(dw[0].find("deferred (+OK once in memory): 0 entries, ") != std::string::npos);
-  auto dj = json::parse(kilnctl({"status", "--json"}, deferred.socket()).out);
-  CHECK(dj["torch_cache"]["durability"] == "deferred");
-  CHECK(dj["torch_cache"]["queued"]["entries"] == 0);
+  test::TempDir sync_dir;
+  const auto sync_sock = (sync_dir.path() / "tc.sock").string();
+  test::KilndProcess sync(sync_dir.path(), builds_toml(1) + "\n[torch_cache]\nsocket = \"" + sync_sock +
+                                               "\"\ndurability = \"sync\"\n");
+  REQUIRE_MESSAGE(sync.start(), sync.log());
+  Run sh = kilnctl({"status"}, sync.socket());
+  auto sw = lines_starting(sh.out, "torch writes");
+  REQUIRE(sw.size() == 1);
+  CHECK(sw[0].find("sync (+OK once durable)") != std::string::npos);
+  auto sj = json::parse(kilnctl({"status", "--json"}, sync.socket()).out);
+  CHECK(sj["torch_cache"]["durability"] == "sync");
 
   test::TempDir other;
   test::KilndProcess plain(other.path(), builds_toml(1));

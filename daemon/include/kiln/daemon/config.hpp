@@ -67,8 +67,10 @@ struct TorchCacheConfig {
   // thread stores queued entries in arrival order, so an acknowledged entry is lost only
   // if kilnd is killed or the machine fails before its write (Redis's appendfsync
   // everysec trade). Read at start only: a reload keeps the mode kilnd started with.
+  // deferred by default: an entry lost is one recompile, and an fsync per SET put every
+  // SET of a compile 8-13x behind Redis's (tests/bench/RESULTS-torch-cache.md).
   enum class Durability { sync, deferred };
-  Durability durability = Durability::sync;
+  Durability durability = Durability::deferred;
   std::uint64_t deferred_max_bytes = 256ull << 20;  // values queued (deferred); past it a SET waits
 
   bool enabled() const { return !socket.empty() || !listen.empty(); }
