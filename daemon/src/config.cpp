@@ -129,13 +129,14 @@ Status read_torch_cache(Config& c, const Table& t) {
 
 // kilnd's own sections of kilnd.toml into `c`; [builds] and [fleet] have their own readers.
 Status apply_root(Config& c, const Table& root) {
-  KILN_TRY(root.only({"socket", "store", "io_threads", "store_threads", "hot_set_bytes", "metrics_listen", "log_level",
+  KILN_TRY(root.only({"socket", "store", "io_threads", "io_poll_us", "store_threads", "hot_set_bytes", "metrics_listen", "log_level",
                       "storage", "limits", "access", "node", "torch_cache",
                       "builds",    // [builds edit] read by daemon/builds (kiln::build::apply_builds_toml)
                       "fleet"}));  // read by daemon/fleet (kiln::fleet::apply_fleet_toml)
   KILN_TRY(root.path("socket", c.socket));
   KILN_TRY(root.path("store", c.store));
   KILN_TRY(root.integer("io_threads", c.io_threads, 1, 64));
+  KILN_TRY(root.integer("io_poll_us", c.io_poll_us, 0, 10000));
   KILN_TRY(root.integer("store_threads", c.store_threads, 1, 256));
   KILN_TRY(root.size("hot_set_bytes", c.hot_set_bytes));
   KILN_TRY(root.string("metrics_listen", c.metrics_listen));

@@ -14,15 +14,33 @@ IoLoops::~IoLoops() {
   join();
 }
 
-void IoLoops::start(unsigned threads, const std::string& name) {
+namespace {
+
+// io.run(), but after each handler the loop keeps polling (epoll_wait with no timeout,
+// through io.poll()) for up to `window` before it blocks.
+void run_polling(asio::io_context& io, std::chrono::microseconds window) {
+  using Clock = std::chrono::steady_clock;
+  while (!io.stopped()) {
+    if (io.poll() > 0) continue;
+    const auto until = Clock::now() + window;
+    std::size_t ran = 0;
+    while (ran == 0 && !io.stopped() && Clock::now() < until) ran = io.poll();
+    if (ran == 0 && !io.stopped()) io.run_one();  // returns 0 once out of work: stopped
+  }
+}
+
+}  // namespace
+
+void IoLoops::start(unsigned threads, const std::string& name, std::chrono::microseconds poll_before_sleep) {
   for (unsigned i = 0; i < std::max(1u, threads); ++i) {
     auto loop = std::make_unique<Loop>();
     Loop* raw = loop.get();
     // Linux limits a thread's name to 15 bytes.
     std::string thread_name = (name + "-" + std::to_string(i)).substr(0, 15);
-    loop->thread = std::thread([raw, thread_name] {
+    loop->thread = std::thread([raw, thread_name, poll_before_sleep] {
       ::pthread_setname_np(::pthread_self(), thread_name.c_str());
-      raw->io.run();
+      if (poll_before_sleep.count() > 0) run_polling(raw->io, poll_before_sleep);
+      else raw->io.run();
     });
     loops_.push_back(std::move(loop));
   }

@@ -34,7 +34,7 @@ Defaults (a user running kilnd by hand / root or the system service):
 Flags override the config file; the file overrides the defaults.
 
 Config file (TOML; ops/kilnd.toml documents every option with its default):
-  socket, store, io_threads (2), store_threads (4), hot_set_bytes ("2GiB"),
+  socket, store, io_threads (2), io_poll_us (50), store_threads (4), hot_set_bytes ("2GiB"),
   metrics_listen ("" = off; loopback only, e.g. "127.0.0.1:9464"), log_level ("info")
   [storage]  quota, hard_limit (sizes, 0 = none), zstd_level (3)
   [limits]   max_frame_bytes ("4MiB"), max_connections (1024), max_inflight (64),
@@ -56,8 +56,9 @@ Config file (TOML; ops/kilnd.toml documents every option with its default):
              coordinator_timeout_ms (1000), poll_max_ms (1000), hedge_factor (4; 0 = never),
              expected_build_s (600)
   [torch_cache] socket ("" = off), listen ("" = off; loopback only), password (""),
-             max_value_bytes ("512MiB"), memory_bytes ("512MiB"): torch.compile's remote
-             caches over the Redis protocol (GET needs read, SET write)
+             max_value_bytes ("512MiB"), memory_bytes ("512MiB"), durability ("deferred";
+             or "sync"), deferred_max_bytes ("256MiB"): torch.compile's remote caches
+             over the Redis protocol (GET needs read, SET write)
   [builds]   enabled (true), worker (["python3", ".../kiln_worker"]), work_dir
              (<store>/builds), probe_gpus (true), builds_per_gpu (1),
              build_timeout_s (1800), probe_timeout_s (180), source_check_timeout_s

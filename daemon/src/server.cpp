@@ -217,9 +217,10 @@ Status Server::Impl::reload() {
   KILN_TRY(validate(fresh));
   auto access = AccessPolicy::make(fresh.access);
   if (!access) return std::move(access).error();
-  if (fresh.io_threads != cur->io_threads || fresh.store_threads != cur->store_threads ||
-      fresh.metrics_listen != cur->metrics_listen || fresh.store_options.quota_bytes != cur->store_options.quota_bytes)
-    spdlog::warn("reload: thread counts, metrics_listen and [storage] take effect at the next restart");
+  if (fresh.io_threads != cur->io_threads || fresh.io_poll_us != cur->io_poll_us ||
+      fresh.store_threads != cur->store_threads || fresh.metrics_listen != cur->metrics_listen ||
+      fresh.store_options.quota_bytes != cur->store_options.quota_bytes)
+    spdlog::warn("reload: thread counts, io_poll_us, metrics_listen and [storage] take effect at the next restart");
   if (fresh.torch_cache.durability != cur->torch_cache.durability)
     spdlog::warn("reload: torch_cache.durability takes effect at the next restart (queued entries are kept and "
                  "written either way)");
@@ -346,7 +347,7 @@ Result<std::unique_ptr<Server>> Server::create(const Config& config, storage::St
 Status Server::run(const RunOptions& options) {
   auto& im = *impl_;
   auto cfg = im.state.config();
-  im.loops.start(cfg->io_threads);
+  im.loops.start(cfg->io_threads, "kilnd-io", std::chrono::microseconds(cfg->io_poll_us));
   if (options.handle_signals) {
     im.signals.add(SIGTERM);
     im.signals.add(SIGINT);

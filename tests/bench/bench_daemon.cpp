@@ -7,6 +7,9 @@
 //       4 KiB hits only, kilnd as built here ("after") beside the kilnd at PATH ("before",
 //       e.g. a build of the base branch) and redis-server, in one run: the latency rows
 //       time the three in turns of 100 requests, so they share the machine's noise.
+//   kiln_bench_daemon [--quick] [--before PATH] --before-config 'io_poll_us = 0'
+//       the same, the "before" kilnd (this build's when no PATH) started with those
+//       top-level kilnd.toml lines: a setting against its default.
 //
 // A kilnd hit is timed from sending GET to holding the descriptor of the verified,
 // uncompressed artifact (a hit's whole job on a local socket); "hit+read" also reads
@@ -29,7 +32,9 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <iterator>
 #include <random>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -271,7 +276,25 @@ double throughput(const std::function<void(std::string&)>& op, std::chrono::seco
 // a GPU node) would only delay it.
 constexpr const char* kNoBuilds = "[builds]\nenabled = false\n";
 
-int compare(const std::string& before, bool quick) {
+// CPU time (user + system) a process has used, in milliseconds (/proc/PID/stat).
+double cpu_ms(pid_t pid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  auto close = stat.rfind(')');  // the command name may hold spaces
+  if (close == std::string::npos) return 0;
+  std::istringstream rest(stat.substr(close + 2));
+  std::string field;
+  double utime = 0, stime = 0;
+  for (int i = 3; i <= 15 && rest >> field; ++i) {
+    if (i == 14) utime = std::stod(field);
+    if (i == 15) stime = std::stod(field);
+  }
+  return (utime + stime) * 1000.0 / static_cast<double>(::sysconf(_SC_CLK_TCK));
+}
+
+// `before` is another kilnd binary ("" = this build's), started with `before_config`
+// (top-level kilnd.toml lines) added to the shared settings.
+int compare(const std::string& before, const std::string& before_config, bool quick) {
   auto dir = std::filesystem::temp_directory_path() / ("kiln-bench-daemon-" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   std::time_t now = std::time(nullptr);
@@ -280,13 +303,14 @@ int compare(const std::string& before, bool quick) {
   const int iters = quick ? 2000 : 10000;
   const auto duration = std::chrono::seconds(quick ? 1 : 3);
   std::printf("# kilnd 4 KiB hits, before and after\n\n%s; %s\n", date, machine().c_str());
-  std::printf("kilnd: default settings (io_threads=2 store_threads=4), log_level warn, hot set 1 GiB; before = %s; "
+  std::printf("kilnd: default settings, log_level warn, hot set 1 GiB; before = %s%s%s; "
               "redis-server 7 (Debian), --save '' --appendonly no; all over Unix sockets on this machine. "
               "Latency: %d requests each, the three taken in turns of 100; throughput: 32 clients, %d s each.\n\n",
-              before.c_str(), iters, static_cast<int>(duration.count()));
+              before.empty() ? "this build" : before.c_str(), before_config.empty() ? "" : " with ",
+              before_config.c_str(), iters, static_cast<int>(duration.count()));
 
   const std::string toml = "log_level = \"warn\"\nhot_set_bytes = \"1GiB\"\n" + std::string(kNoBuilds);
-  KilndProcess old_kilnd(dir / "before", toml, {}, -1, before);
+  KilndProcess old_kilnd(dir / "before", before_config + "\n" + toml, {}, -1, before);
   KilndProcess new_kilnd(dir / "after", toml);
   std::string redis_sock = (dir / "redis.sock").string();
   pid_t redis_pid = start_redis(dir, redis_sock);
@@ -322,6 +346,9 @@ int compare(const std::string& before, bool quick) {
   // them (a server idle between requests pays for being woken), and the turns spread
   // over the run so that the three share the machine's noise.
   constexpr int kBlock = 100;
+  std::vector<double> cpu_start;
+  for (auto& sd : sides) cpu_start.push_back(cpu_ms(sd.kilnd->pid()));
+  const double redis_cpu_start = cpu_ms(redis_pid);
   for (int i = 0; i < iters; i += kBlock) {
     for (std::size_t s = 0; s < sides.size(); ++s) {
       for (int j = 0; j < kBlock; ++j) {
@@ -342,6 +369,9 @@ int compare(const std::string& before, bool quick) {
       redis_us.push_back(us_since(t));
     }
   }
+  std::vector<double> cpu_used;
+  for (std::size_t s = 0; s < sides.size(); ++s) cpu_used.push_back(cpu_ms(sides[s].kilnd->pid()) - cpu_start[s]);
+  const double redis_cpu = cpu_ms(redis_pid) - redis_cpu_start;
   const auto r = percentiles(redis_us);
   const std::string rkey = d.hex();
   for (std::size_t s = 0; s < sides.size(); ++s) {
@@ -364,6 +394,9 @@ int compare(const std::string& before, bool quick) {
                 h.p50, h.p99, a.p50, a.p99, r.p50, r.p99, r.p50 / h.p50, r.p50 / a.p50, ka, kr, ka / kr);
     std::fflush(stdout);
   }
+  // Each kilnd served 2 x iters hits in the latency phase (fd and auto); redis iters GETs.
+  std::printf("\nCPU time in the latency phase, microseconds per request: before %.1f, after %.1f, redis %.1f\n",
+              cpu_used[0] * 1000.0 / (2.0 * iters), cpu_used[1] * 1000.0 / (2.0 * iters), redis_cpu * 1000.0 / iters);
   std::printf("\nTarget: a 4 KiB hit's p50 no worse than redis's (redis/kilnd >= 1.0x) with kilnd's default settings.\n");
 
   sides.clear();
@@ -380,20 +413,25 @@ int compare(const std::string& before, bool quick) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool quick = false;
-  std::string before;
+  bool quick = false, compare_mode = false;
+  std::string before, before_config;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--quick") {
       quick = true;
     } else if (a == "--before" && i + 1 < argc) {
       before = argv[++i];
+      compare_mode = true;
+    } else if (a == "--before-config" && i + 1 < argc) {
+      before_config = argv[++i];
+      compare_mode = true;
     } else {
-      std::fprintf(stderr, "usage: kiln_bench_daemon [--quick] [--before PATH-TO-ANOTHER-KILND]\n");
+      std::fprintf(stderr, "usage: kiln_bench_daemon [--quick] [--before PATH-TO-ANOTHER-KILND] "
+                           "[--before-config 'TOML LINES']\n");
       return 2;
     }
   }
-  if (!before.empty()) return compare(before, quick);
+  if (compare_mode) return compare(before, before_config, quick);
   auto dir = std::filesystem::temp_directory_path() / ("kiln-bench-daemon-" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   std::vector<Case> cases{{"4 KiB", 4096, quick ? 500 : 5000}, {"2.5 MB", 2'500'000, quick ? 100 : 1000}};

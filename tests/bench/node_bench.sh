@@ -2,9 +2,11 @@
 # kilnd beside redis-server on a GPU node (the machine kilnd is for), in one device call:
 # builds kilnd, kilnctl and kiln_bench_daemon (Release), then runs, in turns,
 # `kiln_bench_daemon --quick` (4 KiB and 2.5 MB hits on kiln's socket) and
-# bench_torch_cache.py (GET and SET over the Redis protocol) RUNS times each, then the full
-# kiln_bench_daemon once. Outputs under OUT: daemon.md, torch-cache.md, daemon-full.md,
-# build.log. Runs in about 4-6 minutes on 16 cores.
+# bench_torch_cache.py (GET and SET over the Redis protocol) and the default io_poll_us
+# against 0 (`kiln_bench_daemon --quick --before-config 'io_poll_us = 0'`: latency and CPU
+# per request) RUNS times each, then the full kiln_bench_daemon once. Outputs under OUT:
+# daemon.md, torch-cache.md, poll.md, daemon-full.md, build.log. Runs in about 5-7
+# minutes on 16 cores.
 #
 #     tests/bench/node_bench.sh OUT [RUNS]
 #
@@ -45,6 +47,8 @@ for i in $(seq "$RUNS"); do
     --kilnctl "$BUILD/ops/kilnctl/kilnctl" --redis-server "$(command -v redis-server)" --machine "$machine" \
     >> "$OUT/torch-cache.md"
   echo >> "$OUT/torch-cache.md"
+  "$BUILD/tests/bench/kiln_bench_daemon" --quick --before-config 'io_poll_us = 0' >> "$OUT/poll.md"
+  echo >> "$OUT/poll.md"
 done
 log "full daemon bench"
 "$BUILD/tests/bench/kiln_bench_daemon" > "$OUT/daemon-full.md"

@@ -14,6 +14,7 @@ TEST_CASE("every documented option is read from TOML") {
 socket = "/tmp/k.sock"
 store = "/tmp/kstore"
 io_threads = 3
+io_poll_us = 7
 store_threads = 5
 hot_set_bytes = "512MiB"
 metrics_listen = "127.0.0.1:9464"
@@ -45,6 +46,7 @@ cpu_isa = "avx2"
   REQUIRE(st);
   CHECK(c.socket == "/tmp/k.sock");
   CHECK(c.io_threads == 3);
+  CHECK(c.io_poll_us == 7);
   CHECK(c.hot_set_bytes == 512ull << 20);
   CHECK(c.store_options.quota_bytes == 10ull << 30);
   CHECK(c.store_options.hard_limit_bytes == 20000000000ull);
@@ -69,6 +71,12 @@ TEST_CASE("a bad option is named, with its file, and the config is unchanged") {
   st = apply_toml_text(c, "[limits]\nmax_inflightt = 3\n", "k.toml");
   REQUIRE_FALSE(st);
   CHECK(st.error().message.find("unknown option") != std::string::npos);
+
+  CHECK(c.io_poll_us == 50);  // the default
+  st = apply_toml_text(c, "io_poll_us = 20000\n", "k.toml");
+  REQUIRE_FALSE(st);
+  CHECK(st.error().message.find("io_poll_us") != std::string::npos);
+  CHECK(c.io_poll_us == 50);
 
   st = apply_toml_text(c, "socket = \n", "k.toml");
   REQUIRE_FALSE(st);

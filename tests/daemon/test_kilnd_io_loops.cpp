@@ -1,7 +1,8 @@
 // kilnd's connection loops (daemon/src/io_loops.hpp): with several I/O threads, each
 // connection lives on one of them. Many clients pipelining PUT, GET and STAT at once get
 // their own answers, byte for byte, through reloads; a drain under load ends every loop
-// cleanly; io_threads is the number of threads serving connections.
+// cleanly; io_threads is the number of threads serving connections; loops that poll
+// before sleeping (io_poll_us) serve the same and sleep once idle.
 #include <doctest/doctest.h>
 
 #include <signal.h>
@@ -10,8 +11,11 @@
 #include <atomic>
 #include <chrono>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <mutex>
+#include <optional>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -204,6 +208,20 @@ int io_threads_of(pid_t pid) {
   return n;
 }
 
+// CPU time (user + system) kilnd has used, in milliseconds.
+double cpu_ms(pid_t pid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  auto close = stat.rfind(')');  // the command name may hold spaces
+  REQUIRE(close != std::string::npos);
+  std::istringstream rest(stat.substr(close + 2));
+  std::string field;
+  double ticks = 0;
+  for (int i = 3; i <= 15 && rest >> field; ++i)
+    if (i == 14 || i == 15) ticks += std::stod(field);  // utime, stime
+  return ticks * 1000.0 / static_cast<double>(::sysconf(_SC_CLK_TCK));
+}
+
 // Sizes around the inline limit (64 KiB): some answered inline from memory, some by descriptor.
 std::size_t size_for(int client, int round) {
   static const std::size_t sizes[] = {1, 4096, 9000, 65536, 65537, 200000};
@@ -277,7 +295,7 @@ TEST_CASE("with io_threads = 3, clients pipelining PUT, GET and STAT get their o
   INFO(failures.text());
   CHECK(failures.count() == 0);
   CHECK(rounds_done.load() == kClients * kRounds);
-  CHECK(d.wait_for_log("thread counts, metrics_listen and [storage] take effect at the next restart",
+  CHECK(d.wait_for_log("thread counts, io_poll_us, metrics_listen and [storage] take effect at the next restart",
                        std::chrono::seconds(5)));
   CHECK(io_threads_of(d.pid()) == 3);  // a reload does not change the loops
 
@@ -288,6 +306,41 @@ TEST_CASE("with io_threads = 3, clients pipelining PUT, GET and STAT get their o
   CHECK(*status == 0);
   CHECK(d.log().find("kilnd stopped cleanly") != std::string::npos);
   for (auto& c : conns) CHECK(c->wait_closed(std::chrono::seconds(5)));
+}
+
+TEST_CASE("io_poll_us: loops that poll before sleeping, and loops that sleep at once, serve the same; "
+          "a polling loop goes to sleep when its clients stop") {
+  for (const std::string poll : {"", "io_poll_us = 0\n", "io_poll_us = 2000\n"}) {
+    CAPTURE(poll);
+    TempDir dir;
+    KilndProcess d(dir.path(), "io_threads = 2\n" + poll);
+    std::vector<std::unique_ptr<RawClient>> conns;
+    for (int i = 0; i < 2; ++i) {  // one connection on each loop (round robin)
+      conns.push_back(std::make_unique<RawClient>(d.socket()));
+      conns.back()->hello();
+    }
+    std::optional<Key> prev;
+    std::string prev_bytes;
+    for (int i = 0; i < 20; ++i) {
+      Key key = test_key("poll-" + std::to_string(i));
+      std::string bytes = random_bytes(size_for(0, i), static_cast<std::uint64_t>(i));
+      CHECK(round_trip(*conns[static_cast<std::size_t>(i % 2)], key, bytes, prev ? &*prev : nullptr, prev_bytes,
+                       false) == "");
+      prev = key;
+      prev_bytes = std::move(bytes);
+    }
+    // The clients stay connected but quiet: a loop that kept polling would use a CPU
+    // each (about 2000 ms over these 2 s); sleeping loops use next to none.
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    const double before = cpu_ms(d.pid());
+    std::this_thread::sleep_for(std::chrono::seconds(2));
+    const double idle = cpu_ms(d.pid()) - before;
+    CHECK(idle < 300);
+    d.signal(SIGTERM);
+    auto status = d.wait(std::chrono::seconds(20));
+    REQUIRE(status);
+    CHECK(*status == 0);
+  }
 }
 
 TEST_CASE("SIGTERM while clients on every loop are mid-request: each reply is right or unavailable; "

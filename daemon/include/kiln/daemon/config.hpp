@@ -81,6 +81,10 @@ struct Config {
   std::filesystem::path store;
   std::optional<std::filesystem::path> config_file;  // the file these values came from
   unsigned io_threads = 2;             // threads serving client connections (one event loop each)
+  // How long a connection loop that just served a request keeps checking for the next one
+  // before it sleeps (daemon/src/io_loops.hpp): saves a thread wake-up per request of a
+  // client that sends one after another, for CPU time while traffic flows. 0: off.
+  std::uint32_t io_poll_us = 50;
   unsigned store_threads = 4;          // thread pool for store (disk, SQLite) work
   std::uint64_t hot_set_bytes = 2ull << 30;  // uncompressed copies kept as memfds
   std::string metrics_listen;          // "127.0.0.1:9464"; "" = off; loopback only
