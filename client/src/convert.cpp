@@ -65,6 +65,7 @@ DaemonStatus from_status(protocol::StatusReply&& r) {
   for (auto& g : r.gpus) s.gpus.push_back(GpuInfo{g.index, std::move(g.name), std::move(g.arch), g.memory_bytes, std::move(g.uuid)});
   s.gpu_note = std::move(r.gpu_note);
   s.builds_unavailable = std::move(r.builds_note);
+  s.builds_probing = r.builds_probing;
   s.torch_cache_socket = std::move(r.torch_cache_socket);
   s.torch_cache_listen = std::move(r.torch_cache_listen);
   s.torch_cache_durability = std::move(r.torch_cache_durability);

@@ -63,6 +63,7 @@ std::string to_json(const DaemonStatus& s) {
   if (!s.gpu_note.empty()) j["gpu_note"] = s.gpu_note;
   j["can_build"] = s.builds_unavailable.empty();
   if (!s.builds_unavailable.empty()) j["builds_unavailable"] = s.builds_unavailable;
+  if (s.builds_probing) j["builds_probing"] = true;
   if (s.verify_total) j["verify"] = {{"checked", s.verify_checked}, {"total", s.verify_total}};
   if (!s.fleet.empty()) {
     auto f = nlohmann::json::parse(s.fleet, nullptr, false);

@@ -342,6 +342,9 @@ asio::awaitable<void> Connection::run_request(const Request& r) {
 // ---- uploads -------------------------------------------------------------------------
 
 asio::awaitable<bool> Connection::begin_upload(const Request& r) {
+  // A PUT's key may leave node fields to this node, and a source is checked by the build
+  // worker: both wait for the build service's start-up probes.
+  co_await wait_for_builds(state_);
   auto up = prepare_upload(*this, r);
   if (up) {
     auto& store = state_.store;

@@ -20,8 +20,28 @@ namespace kiln::daemon {
 namespace proto = kiln::protocol;
 using proto::MsgType;
 
+asio::awaitable<void> wait_for_builds(ServerState& s) {
+  if (s.builds_ready()) co_return;
+  // Named, not a temporary in the co_await (GCC 12; see offload.hpp).
+  auto job = [&s](std::function<void(bool)> done) { s.when_builds_ready([done] { done(true); }); };
+  co_await await_callback<bool>(job);
+}
+
+asio::awaitable<void> wait_for_node(ServerState& s, const proto::KeyRef& ref) {
+  if (s.builds_ready() || !ref.key) co_return;
+  // Any field left to the node, not only those unknown so far: the probe may also replace
+  // one kilnd detected itself (cpu_isa as torch sees it).
+  const Key& k = *ref.key;
+  for (const std::string* f : {&k.gpu_arch, &k.gpu_name, &k.torch_version, &k.torch_git, &k.cuda_version,
+                               &k.triton_version, &k.platform, &k.machine, &k.cpu_isa})
+    if (f->empty()) {
+      co_await wait_for_builds(s);
+      co_return;
+    }
+}
+
 Result<Digest> resolve_key(ServerState& s, Key& key) {
-  fill_node_fields(key, s.node);
+  fill_node_fields(key, s.node());
   auto missing = key.missing_fields();
   if (!missing.empty()) {
     std::string names;
@@ -71,7 +91,7 @@ Result<std::string> handle_hello(Connection& c, const Request& r, std::uint32_t&
   reply.max_inflight = cfg->limits.max_inflight;
   reply.inline_max = std::min(cfg->limits.inline_max_bytes, client_max_frame);
   reply.roles = proto::role_names_upto(c.role());
-  reply.node = node_map(s.node);
+  reply.node = node_map(s.node());
   return proto::encode(reply);
 }
 
@@ -127,6 +147,7 @@ asio::awaitable<Outcome> handle_get(Connection& c, const Request& r) {
   auto req = proto::decode<proto::GetRequest>(r.body);
   if (!req) co_return fail(req.error());
   auto& s = c.state();
+  co_await wait_for_node(s, req->ref);
   auto digest = resolve_ref(s, req->ref);
   if (!digest) co_return fail(digest.error());
   const Digest d = *digest;
@@ -216,6 +237,7 @@ asio::awaitable<Outcome> handle_stat(Connection& c, const Request& r) {
   auto req = proto::decode<proto::StatRequest>(r.body);
   if (!req) co_return fail(req.error());
   auto& s = c.state();
+  co_await wait_for_node(s, req->ref);
   auto d = resolve_ref(s, req->ref);
   if (!d) co_return fail(d.error());
   std::string signer;
@@ -267,6 +289,7 @@ asio::awaitable<Outcome> handle_key_op(Connection& c, const Request& r) {
   auto req = proto::decode<proto::KeyOpRequest>(r.body);
   if (!req) co_return fail(req.error());
   auto& s = c.state();
+  co_await wait_for_node(s, req->ref);
   auto d = resolve_ref(s, req->ref);
   if (!d) co_return fail(d.error());
   const Digest digest = *d;
@@ -316,7 +339,7 @@ asio::awaitable<Outcome> handle_status(Connection& c, const Request& r) {
   reply.uptime_s = s.uptime_s();
   reply.socket = cfg->socket.string();
   reply.store = cfg->store.string();
-  reply.node = node_map(s.node);
+  reply.node = node_map(s.node());
   reply.roles = proto::role_names_upto(c.role());
   reply.capabilities = capabilities(s);
   if (!s.metrics_url.empty()) reply.metrics = s.metrics_url;
@@ -329,6 +352,7 @@ asio::awaitable<Outcome> handle_status(Connection& c, const Request& r) {
   reply.gpu_note = std::move(gpus.note);
   reply.build_slots = std::move(gpus.slots);
   reply.builds_note = s.builds ? std::move(gpus.builds_note) : s.builds_off_reason;
+  reply.builds_probing = !s.builds_ready();
   if (!s.builds && reply.builds_note.empty()) reply.builds_note = "builds are disabled on this node";
   reply.torch_cache_socket = cfg->torch_cache.socket.string();
   reply.torch_cache_listen = cfg->torch_cache.listen;

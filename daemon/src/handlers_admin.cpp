@@ -126,6 +126,7 @@ asio::awaitable<Outcome> handle_reload(Connection& c, const Request& r) {
 
 asio::awaitable<Status> await_build(Connection& c, const Request& r, const Key& key, const Digest& digest,
                                     const EnsureOptions& options) {
+  co_await wait_for_builds(c.state());
   // Touched only on the connection's loop: by the hook and by the initiation below.
   struct Hold {
     std::shared_ptr<BuildWait> wait;
@@ -161,6 +162,7 @@ asio::awaitable<Outcome> handle_build(Connection& c, const Request& r) {
   if (!req) co_return fail(req.error());
   auto& s = c.state();
   if (!s.builds) co_return fail(no_builds());
+  co_await wait_for_builds(s);
   auto d = resolve_key(s, req->key);
   if (!d) co_return fail(d.error());
   auto* builds = s.builds;
@@ -204,7 +206,9 @@ asio::awaitable<Outcome> handle_prewarm(Connection& c, const Request& r) {
   if (!req) co_return fail(req.error());
   auto& s = c.state();
   if (!s.builds) co_return fail(no_builds());
-  for (auto& k : req->keys) fill_node_fields(k, s.node);
+  co_await wait_for_builds(s);
+  const NodeFields node = s.node();
+  for (auto& k : req->keys) fill_node_fields(k, node);
   if (!req->events) {
     auto sub = s.builds->submit(req->keys, req->force, nullptr);
     if (!sub) co_return fail(sub.error());
@@ -245,6 +249,7 @@ asio::awaitable<Outcome> handle_build_status(Connection& c, const Request& r) {
   if (!req) co_return fail(req.error());
   auto& s = c.state();
   if (!s.builds) co_return fail(no_builds());
+  co_await wait_for_builds(s);
   auto st = s.builds->status(*req);
   if (!st) co_return fail(st.error());
   co_return co_await reply_ok(c, r, proto::encode(*st), std::to_string(st->builds.size()) + " builds");

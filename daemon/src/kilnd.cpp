@@ -7,6 +7,8 @@
 
 #include <cstdio>
 #include <iostream>
+#include <memory>
+#include <mutex>
 
 #include <CLI/CLI.hpp>
 #include <spdlog/pattern_formatter.h>
@@ -259,7 +261,8 @@ int kilnd_main(int argc, char** argv) {
   // (cancelled, at shutdown) still reach it; stopped before the Fleet (below).
   std::unique_ptr<fleet::EtcdCoordinator> coordinator;
   // [builds edit] The build scheduler (daemon/builds/, kiln::build): probes the GPUs and the
-  // worker's toolchain, then serves build operations. "This node" is what it found.
+  // worker's toolchain on a thread of its own while kilnd serves, then serves build
+  // operations. "This node" is what it found (Server::builds_probed).
   // Only the configured node fields: the worker's probe fills the rest as its torch sees
   // them (cpu_isa exactly); kilnd's own detection fills what is still empty (Server).
   auto builds = build::start_daemon_builds(config.config_file, config.store, *the_store, config.node);
@@ -269,6 +272,7 @@ int kilnd_main(int argc, char** argv) {
   }
   config.node = builds->node;
   config.builds_off_reason = builds->off_reason;
+  config.builds_probing = static_cast<bool>(builds->when_probed);
 
   // The fleet tier (daemon/fleet/, kiln::fleet): a miss looks in the registry before a
   // build; builds are signed and pushed. Destroyed before the builds it wraps.
@@ -313,6 +317,27 @@ int kilnd_main(int argc, char** argv) {
     spdlog::critical("cannot start: {}", server.error().to_string());
     return 1;
   }
+  // The probes end on their own thread, maybe after the server has stopped (the build
+  // service, destroyed after the server, waits for them): the server is told only while
+  // it exists.
+  struct ProbedSink {
+    std::mutex mu;
+    Server* server = nullptr;  // guarded by mu
+  };
+  auto sink = std::make_shared<ProbedSink>();
+  sink->server = server->get();
+  struct Detach {
+    std::shared_ptr<ProbedSink> s;
+    ~Detach() {
+      std::lock_guard lock(s->mu);
+      s->server = nullptr;
+    }
+  } detach{sink};
+  if (builds->when_probed)
+    builds->when_probed([sink](const NodeFields& node) {
+      std::lock_guard lock(sink->mu);
+      if (sink->server) sink->server->builds_probed(node);
+    });
   auto st = (*server)->run();
   if (!st) {
     spdlog::critical("{}", st.error().to_string());

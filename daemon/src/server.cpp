@@ -64,6 +64,10 @@ struct Server::Impl {
   std::unique_ptr<MetricsHttp> metrics_http;
   std::unique_ptr<TorchCacheListener> torch_cache;  // null unless [torch_cache] names a socket or address
   std::filesystem::path socket_path;
+  // READY=1 and the "builds ready" STATUS go out in that order (builds_probed may run on
+  // the probing thread before or after run() says READY).
+  std::mutex notify_mu;
+  bool ready_sent = false;  // guarded by notify_mu
   bool created_socket = false;
   bool draining = false;          // on `strand`
   bool drained = false;           // on `strand`: every connection closed after a drain
@@ -304,7 +308,8 @@ Result<std::unique_ptr<Server>> Server::create(const Config& config, storage::St
   auto access = AccessPolicy::make(config.access);
   if (!access) return std::move(access).error();
   auto impl = std::make_unique<Impl>(config, std::move(*access), store, builds);
-  impl->state.node = detect_node_fields(config.node);
+  impl->state.set_node(detect_node_fields(config.node));
+  if (config.builds_probing) impl->state.set_builds_probing();
   impl->state.builds_off_reason = config.builds_off_reason;
   impl->state.fleet = fleet;
   impl->socket_path = config.socket;
@@ -362,7 +367,12 @@ Status Server::run(const RunOptions& options) {
                !cfg->torch_cache.enabled() ? ""
                : im.state.torch_deferred ? ", torch cache durability deferred"
                                          : ", torch cache durability sync");
-  sd_notify("READY=1\nSTATUS=serving on " + im.socket_path.string());
+  {
+    std::lock_guard lock(im.notify_mu);
+    im.ready_sent = true;
+    sd_notify("READY=1\nSTATUS=serving on " + im.socket_path.string() +
+              (im.state.builds_ready() ? "" : "; builds: probing the GPUs and the build worker"));
+  }
   im.io.run();  // until drained: every kiln connection has ended (finish_drain)
   // Torch cache connections were closed by the drain; each loop's thread returns once
   // what is left on it has run.
@@ -386,6 +396,12 @@ void Server::request_stop() {
 Status Server::reload() { return impl_->reload(); }
 
 const std::filesystem::path& Server::socket_path() const { return impl_->socket_path; }
+
+void Server::builds_probed(const NodeFields& node) {
+  impl_->state.builds_probed(detect_node_fields(node));
+  std::lock_guard lock(impl_->notify_mu);
+  if (impl_->ready_sent) sd_notify("STATUS=serving on " + impl_->socket_path.string() + "; builds ready");
+}
 
 std::string Server::metrics_url() const { return impl_->state.metrics_url; }
 

@@ -67,8 +67,44 @@ class ServerState {
   std::string metrics_url;         // set once at start; "" when off
   std::function<Status()> reload;  // set by Server: re-read the config file
   std::function<void()> on_last_connection_closed;  // set by Server: ends a drain early
-  NodeFields node;                 // "this node": set before the first connection, then read-only
-  std::string builds_off_reason;   // why `builds` is null; set with `node`
+  std::string builds_off_reason;   // why `builds` is null; set before the first connection
+
+  // "This node": set before the first connection, and again when the build service's
+  // start-up probes end (they learn the toolchain). Any thread.
+  NodeFields node() const {
+    std::lock_guard lock(mu_);
+    return node_;
+  }
+  void set_node(NodeFields n) {
+    std::lock_guard lock(mu_);
+    node_ = std::move(n);
+  }
+  // Whether the build service's start-up probes have ended (true from the start when
+  // kilnd has no build service, or started it probed). Builds, and the toolchain fields
+  // of "this node", wait for them: when_builds_ready() calls f() at once once they have,
+  // else from builds_probed(), on the probing thread.
+  bool builds_ready() const { return builds_ready_.load(std::memory_order_acquire); }
+  void set_builds_probing() { builds_ready_.store(false, std::memory_order_release); }
+  void when_builds_ready(std::function<void()> f) {
+    {
+      std::lock_guard lock(mu_);
+      if (!builds_ready_.load(std::memory_order_acquire)) {
+        builds_waiting_.push_back(std::move(f));
+        return;
+      }
+    }
+    f();
+  }
+  void builds_probed(NodeFields n) {
+    std::vector<std::function<void()>> waiting;
+    {
+      std::lock_guard lock(mu_);
+      node_ = std::move(n);
+      builds_ready_.store(true, std::memory_order_release);
+      waiting.swap(builds_waiting_);
+    }
+    for (auto& f : waiting) f();
+  }
 
   // An artifact was deleted, replaced or quarantined: no copy of it may be served again.
   void forget_copies(const Digest& key_digest) {
@@ -143,6 +179,10 @@ class ServerState {
   // Protected by mu_: replaced whole on reload.
   std::shared_ptr<const Config> config_;
   std::shared_ptr<const AccessPolicy> access_;
+  // Protected by mu_ (builds_ready_ is written under it, read without).
+  NodeFields node_;
+  std::atomic<bool> builds_ready_{true};
+  std::vector<std::function<void()>> builds_waiting_;
 };
 
 }  // namespace kiln::daemon

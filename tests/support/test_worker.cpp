@@ -17,7 +17,8 @@
 //                                   // (tests hold a node's build, and release it)
 // so that one scheduler can hold sources that behave differently. The toolchain op answers
 // fixed "test" versions (and cpu_isa "test-worker-isa" unless asked with "host": false), or
-// fails when KILN_TEST_WORKER_TOOLCHAIN=fail. The hash op answers
+// fails when KILN_TEST_WORKER_TOOLCHAIN=fail; it first waits while the file named by
+// KILN_TEST_WORKER_TOOLCHAIN_GATE exists (a probe as slow as a test wants). The hash op answers
 // the SHA-256 of the source's program as its model hash (the text before a line
 // "#example-inputs ...", which plays the example inputs a real archive carries and its
 // model hash does not cover; all of it when there is none), with the command's "inputs" and "call"
@@ -209,6 +210,9 @@ int main() {
   if (req.is_discarded() || !req.is_object()) return fail("request is not JSON");
   const std::string op = req.value("op", "");
   if (op == "toolchain") {
+    // A probe that takes as long as a test wants: while the file named here exists.
+    if (const char* gate = std::getenv("KILN_TEST_WORKER_TOOLCHAIN_GATE"))
+      while (::access(gate, F_OK) == 0) std::this_thread::sleep_for(std::chrono::milliseconds(20));
     const char* mode = std::getenv("KILN_TEST_WORKER_TOOLCHAIN");
     if (mode && std::string(mode) == "fail") return fail("no torch here (KILN_TEST_WORKER_TOOLCHAIN=fail)");
     json toolchain = {{"torch_version", "test-torch"}, {"torch_git", "test-git"}, {"cuda_version", "test-cuda"},

@@ -3,7 +3,7 @@
 
 #include <spdlog/spdlog.h>
 
-#include "kiln/builds/scheduler_service.hpp"
+#include "starting_service.hpp"
 
 namespace kiln::build {
 
@@ -31,11 +31,11 @@ Result<DaemonBuilds> start_daemon_builds(const std::optional<std::filesystem::pa
   // (the build starts later) and cancel a hung build instead of failing it, so a broken
   // source would never reach the negative cache.
   const auto wait = std::chrono::milliseconds(0);
-  auto scheduler = BuildScheduler::create(std::move(config.scheduler), store, host);
-  if (!scheduler) return std::move(scheduler).error();
-  out.scheduler = std::move(*scheduler);
-  out.service = make_scheduler_service(*out.scheduler, store, wait);
-  out.node = out.scheduler->node();
+  auto prepared = BuildScheduler::prepare(std::move(config.scheduler), store);
+  if (!prepared) return std::move(prepared).error();
+  auto starting = std::make_unique<StartingBuildService>(std::move(*prepared), store, host, wait);
+  out.when_probed = [s = starting.get()](std::function<void(const NodeFields&)> f) { s->when_probed(std::move(f)); };
+  out.service = std::move(starting);
   return out;
 }
 

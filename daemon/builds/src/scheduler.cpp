@@ -9,6 +9,7 @@
 #include <future>
 #include <map>
 #include <mutex>
+#include <utility>
 #include <thread>
 #include <unordered_map>
 
@@ -533,8 +534,24 @@ class SchedulerImpl final : public BuildScheduler {
 
 }  // namespace
 
+BuildScheduler::Prepared::Prepared(SchedulerOptions options, storage::Store& store, int work_lock)
+    : options_(std::move(options)), store_(&store), work_lock_(work_lock) {}
+
+BuildScheduler::Prepared::Prepared(Prepared&& o) noexcept
+    : options_(std::move(o.options_)), store_(o.store_), work_lock_(std::exchange(o.work_lock_, -1)) {}
+
+BuildScheduler::Prepared::~Prepared() {
+  if (work_lock_ >= 0) ::close(work_lock_);
+}
+
 Result<std::unique_ptr<BuildScheduler>> BuildScheduler::create(SchedulerOptions options, storage::Store& store,
                                                                const NodeFields& host) {
+  auto prepared = prepare(std::move(options), store);
+  if (!prepared) return std::move(prepared).error();
+  return start(std::move(*prepared), host);
+}
+
+Result<BuildScheduler::Prepared> BuildScheduler::prepare(SchedulerOptions options, storage::Store& store) {
   if (options.worker.argv.empty())
     return make_error(Errc::invalid_argument, "builds: no worker command configured ([builds] worker)");
   if (options.builds_per_slot == 0) return make_error(Errc::invalid_argument, "builds: builds_per_slot must be at least 1");
@@ -566,10 +583,15 @@ Result<std::unique_ptr<BuildScheduler>> BuildScheduler::create(SchedulerOptions 
     ec.clear();
   }
 
-  ProbedNode probed = probe_node(options, host);
-  auto core = std::make_shared<Core>(std::move(options), store, std::move(probed), lock);
+  return Prepared(std::move(options), store, lock);
+}
+
+std::unique_ptr<BuildScheduler> BuildScheduler::start(Prepared prepared, const NodeFields& host) {
+  ProbedNode probed = probe_node(prepared.options_, host);
+  auto core = std::make_shared<Core>(std::move(prepared.options_), *prepared.store_, std::move(probed),
+                                     std::exchange(prepared.work_lock_, -1));
   core->start();
-  return std::unique_ptr<BuildScheduler>(std::make_unique<SchedulerImpl>(std::move(core)));
+  return std::make_unique<SchedulerImpl>(std::move(core));
 }
 
 Result<storage::ArtifactInfo> BuildScheduler::request_and_wait(const Key& key, const RequestOptions& options) {

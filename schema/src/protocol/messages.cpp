@@ -341,6 +341,7 @@ std::string encode(const StatusReply& m) {
   if (m.metrics) j["metrics"] = *m.metrics;
   put_gpus(j, m.gpus, m.gpu_note, m.build_slots);
   if (!m.builds_note.empty()) j["builds_unavailable"] = m.builds_note;
+  if (m.builds_probing) j["builds_probing"] = true;
   if (!m.torch_cache_socket.empty() || !m.torch_cache_listen.empty()) {
     json t = json::object();
     if (!m.torch_cache_socket.empty()) t["socket"] = m.torch_cache_socket;
@@ -365,7 +366,7 @@ Result<StatusReply> decode<StatusReply>(std::string_view text) {
   in.opt("socket", m.socket).opt("store", m.store).opt("node", m.node).opt("roles", m.roles);
   in.opt("capabilities", m.capabilities).opt("metrics", m.metrics).opt("draining", m.draining);
   in.opt("gpus", m.gpus).opt("gpu_note", m.gpu_note).opt("build_slots", m.build_slots);
-  in.opt("builds_unavailable", m.builds_note);
+  in.opt("builds_unavailable", m.builds_note).opt("builds_probing", m.builds_probing);
   if (auto v = parsed_->find("verify"); v != parsed_->end() && v->is_object()) {
     if (auto c = v->find("checked"); c != v->end() && c->is_number_unsigned()) m.verify_checked = c->get<std::uint64_t>();
     if (auto t = v->find("total"); t != v->end() && t->is_number_unsigned()) m.verify_total = t->get<std::uint64_t>();

@@ -38,7 +38,8 @@ class KilndProcess {
   KilndProcess(const KilndProcess&) = delete;
   KilndProcess& operator=(const KilndProcess&) = delete;
 
-  // Starts kilnd and waits (up to `timeout`) until its socket answers a hello.
+  // Starts kilnd and waits (up to `timeout`) until its socket answers a hello and its
+  // build service has ended its start-up probes (STATUS builds_probing).
   Status start(std::chrono::milliseconds timeout = std::chrono::seconds(30));
   // Sends `sig`; with wait, reaps it and returns its exit status (-signal if killed).
   int stop(int sig = SIGTERM, bool wait = true);

@@ -1,6 +1,12 @@
 // End to end on the CPU machine: the real kilnd binary with the test worker as its build
 // worker, driven through libkiln over the Unix socket.
+#include <signal.h>
+#include <stdlib.h>
+
+#include <filesystem>
 #include <fstream>
+#include <future>
+#include <span>
 #include <thread>
 
 #include <doctest/doctest.h>
@@ -115,4 +121,80 @@ TEST_CASE("KilndAnswersBuildFailuresAndMissingSourcesWithTheirCodes") {
   CHECK(test::count_lines(dir / "builds.txt") == 2);
   // kilnd is still serving.
   CHECK(c.status().has_value());
+}
+
+TEST_CASE("KilndServesWhileItsBuildWorkerIsProbed: hits at once; builds, uploads and keys left to the node wait") {
+  test::TempDir dir;
+  // A stored artifact, its key complete (no field left to the node).
+  Key stored = test::source_key(std::string(64, 'a'));
+  stored.gpu_arch = "sm_test", stored.gpu_name = "Test GPU", stored.torch_version = "test-torch";
+  stored.torch_git = "test-git", stored.cuda_version = "test-cuda", stored.triton_version = "test-triton";
+  stored.platform = "linux", stored.machine = "x86_64", stored.cpu_isa = "test-worker-isa";
+  const std::string bytes(5000, 'k');
+  {
+    test::KilndProcess first(dir.path(), test::builds_toml());
+    auto c = test::connect_client(first.socket());
+    REQUIRE(c.put(stored, std::as_bytes(std::span(bytes.data(), bytes.size()))).has_value());
+    first.signal(SIGTERM);
+    REQUIRE(first.wait(std::chrono::seconds(20)) == 0);
+  }
+
+  // The restart's toolchain probe lasts until the gate goes.
+  const auto gate = dir.path() / "probe.gate";
+  std::ofstream(gate) << "";
+  ::setenv("KILN_TEST_WORKER_TOOLCHAIN_GATE", gate.c_str(), 1);
+  test::KilndProcess kilnd(dir.path(), test::builds_toml(), {}, -1, {}, /*wait_for_builds=*/false);
+  ::unsetenv("KILN_TEST_WORKER_TOOLCHAIN_GATE");
+  auto c = test::connect_client(kilnd.socket());
+  auto st = c.status();
+  REQUIRE(st.has_value());
+  CHECK(st->builds_probing);
+  CHECK(st->builds_unavailable.find("probing") != std::string::npos);
+
+  // A hit is served now, not after the probe.
+  auto hit = std::async(std::launch::async, [&] {
+    auto cc = test::connect_client(kilnd.socket());
+    auto got = cc.get(stored);
+    return got && *got ? (*got)->info().size : std::uint64_t(0);
+  });
+  REQUIRE(hit.wait_for(10s) == std::future_status::ready);
+  CHECK(hit.get() == bytes.size());
+
+  // These wait for the probe: a key leaving its node fields to the node (the probe gives
+  // cpu_isa as the worker's torch sees it), the build service, an upload.
+  auto left_to_node = std::async(std::launch::async, [&] {
+    auto cc = test::connect_client(kilnd.socket());
+    auto got = cc.get(test::source_key(std::string(64, 'b')));
+    return got ? std::string(*got ? "hit" : "miss") : got.error().to_string();
+  });
+  auto build_status = std::async(std::launch::async, [&] {
+    auto cc = test::connect_client(kilnd.socket());
+    auto r = cc.call(protocol::MsgType::build_status, "{}");
+    return r ? std::string("ok") : r.error().to_string();
+  });
+  auto upload = std::async(std::launch::async, [&] {
+    auto cc = test::connect_client(kilnd.socket());
+    Key k = stored;
+    k.region = "Uploaded";
+    auto r = cc.put(k, std::as_bytes(std::span(bytes.data(), bytes.size())));
+    return r ? std::string("ok") : r.error().to_string();
+  });
+  CHECK(left_to_node.wait_for(700ms) == std::future_status::timeout);
+  CHECK(build_status.wait_for(0ms) == std::future_status::timeout);
+  CHECK(upload.wait_for(0ms) == std::future_status::timeout);
+  CHECK(c.status()->builds_probing);
+
+  std::filesystem::remove(gate);
+  REQUIRE(left_to_node.wait_for(20s) == std::future_status::ready);
+  CHECK(left_to_node.get() == "miss");
+  REQUIRE(build_status.wait_for(20s) == std::future_status::ready);
+  CHECK(build_status.get() == "ok");
+  REQUIRE(upload.wait_for(20s) == std::future_status::ready);
+  CHECK(upload.get() == "ok");
+  st = c.status();
+  REQUIRE(st.has_value());
+  CHECK_FALSE(st->builds_probing);
+  CHECK(st->builds_unavailable.empty());
+  CHECK(st->node["cpu_isa"] == "test-worker-isa");  // the probe's, not kilnd's own detection
+  CHECK(kilnd.wait_for_log("builds: ready after", 5s));
 }

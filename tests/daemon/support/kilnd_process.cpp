@@ -27,7 +27,8 @@ std::filesystem::path short_temp_dir() {
 
 
 KilndProcess::KilndProcess(const std::filesystem::path& dir, const std::string& toml,
-                           std::vector<std::string> extra_args, int listen_fd, const std::string& binary)
+                           std::vector<std::string> extra_args, int listen_fd, const std::string& binary,
+                           bool wait_for_builds)
     : dir_(dir), socket_dir_(short_temp_dir()), socket_(socket_dir_ / "kiln.sock"), log_(dir / "kilnd.log") {
   std::filesystem::create_directories(dir);
   auto config = dir / "kilnd.toml";
@@ -74,8 +75,8 @@ KilndProcess::KilndProcess(const std::filesystem::path& dir, const std::string& 
     _exit(127);
   }
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-  bool ready = false;
-  while (!ready && std::chrono::steady_clock::now() < deadline) {
+  bool ready = false, probing = false;
+  while ((!ready || probing) && std::chrono::steady_clock::now() < deadline) {
     if (!running()) {
       ::close(notify);
       throw std::runtime_error("kilnd exited at start: " + log());
@@ -84,13 +85,20 @@ KilndProcess::KilndProcess(const std::filesystem::path& dir, const std::string& 
     if (::poll(&p, 1, 50) == 1) {
       char buf[512];
       ssize_t n = ::recv(notify, buf, sizeof buf, 0);
-      if (n > 0 && std::string_view(buf, static_cast<std::size_t>(n)).find("READY=1") != std::string_view::npos)
+      const std::string_view msg(buf, n > 0 ? static_cast<std::size_t>(n) : 0);
+      if (msg.find("READY=1") != std::string_view::npos) {
         ready = true;
+        probing = wait_for_builds && msg.find("builds: probing") != std::string_view::npos;
+      } else if (msg.find("builds ready") != std::string_view::npos) {
+        probing = false;
+      }
     }
   }
   ::close(notify);
   std::filesystem::remove(notify_path);
-  if (!ready) throw std::runtime_error("kilnd did not start within 20 s: " + log());
+  if (!ready || probing)
+    throw std::runtime_error(std::string(ready ? "kilnd's build probes did not end" : "kilnd did not start") +
+                             " within 20 s: " + log());
 }
 
 KilndProcess::~KilndProcess() {

@@ -16,11 +16,13 @@ class KilndProcess {
  public:
   // Writes `toml` to <dir>/kilnd.toml and starts kilnd with --config, --socket
   // <short folder>/kiln.sock and --store <dir>/store, stderr to <dir>/kilnd.log. Waits until kilnd says
-  // READY=1 on $NOTIFY_SOCKET (throws std::runtime_error after 20 s, with the log).
+  // READY=1 on $NOTIFY_SOCKET and, with `wait_for_builds`, until its build service has
+  // ended its start-up probes (STATUS "builds ready"); throws std::runtime_error after
+  // 20 s, with the log.
   // `listen_fd` >= 0: passed as systemd socket activation (LISTEN_FDS) instead.
   // `binary`: the kilnd to run; "" = kilnd_binary() (benchmarks compare another build).
   KilndProcess(const std::filesystem::path& dir, const std::string& toml, std::vector<std::string> extra_args = {},
-               int listen_fd = -1, const std::string& binary = {});
+               int listen_fd = -1, const std::string& binary = {}, bool wait_for_builds = true);
   ~KilndProcess();  // SIGKILL if still running
 
   const std::filesystem::path& socket() const { return socket_; }

@@ -164,6 +164,7 @@ struct DaemonStatus {
   std::string gpu_note;               // why `gpus` is empty (the probe's words)
   std::vector<BuildSlotInfo> build_slots;  // empty without builds
   std::string builds_unavailable;     // why this node builds nothing (a miss stays a miss); "" when it can
+  bool builds_probing = false;        // kilnd started moments ago and still probes its GPUs and build worker
   std::string torch_cache_socket;     // torch.compile's cache listener (Unix socket); "" = none
   std::string torch_cache_listen;     // the same on TCP, "host:port"; "" = none
   std::string torch_cache_durability;  // "sync" (SET durable before +OK) or "deferred"; "" = not served

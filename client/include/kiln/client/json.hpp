@@ -21,7 +21,7 @@ std::string to_json(const Stats& stats);
 //  "roles":[..],"capabilities":[..],"metrics":..,"draining":..,
 //  "gpus":[{"index","name","arch","memory_bytes","uuid"}..],"gpu_note":.. (when no GPU),
 //  "build_slots":[{"name","gpu_arch","gpu_name","running","queued"}..],
-//  "can_build":bool,"builds_unavailable":.. (why not, when not),
+//  "can_build":bool,"builds_unavailable":.. (why not, when not),"builds_probing":true (while it probes),
 //  "torch_cache":{"socket":..,"listen":..} (when served)}
 std::string to_json(const DaemonStatus& status);
 // {"model_hash":..,"blob_digest":..,"size":..,"stored_size":..,"created_at":..,"name":..}

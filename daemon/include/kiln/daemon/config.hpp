@@ -94,6 +94,9 @@ struct Config {
   StoreConfig store_options;
   NodeFields node;                     // "this node"; empty fields are detected or left unknown
   std::string builds_off_reason;       // set by kilnd at start when it has no build service
+  // Set by kilnd at start when its build service is still probing: requests that need
+  // builds, or node fields the probes learn, wait until Server::builds_probed().
+  bool builds_probing = false;
   TorchCacheConfig torch_cache;
 };
 

@@ -57,6 +57,11 @@ class Server {
   // Re-reads the config file, like SIGHUP. The old configuration stays on error.
   Status reload();
 
+  // For a Server created with config.builds_probing: the build service's start-up probes
+  // have ended, and `node` is what they found (kilnd's own detection fills what they left
+  // empty). Requests that waited for them go on. Any thread; once.
+  void builds_probed(const NodeFields& node);
+
   const std::filesystem::path& socket_path() const;
   // "http://127.0.0.1:9464/metrics" with the bound port, or "" when metrics are off.
   std::string metrics_url() const;

@@ -193,6 +193,7 @@ struct StatusReply {
   std::string gpu_note;
   std::vector<BuildSlotEntry> build_slots;
   std::string builds_note;                 // why this node builds nothing; "" when it can build
+  bool builds_probing = false;             // the build service's start-up probes still run
   // torch.compile's cache listener (schema/torch-cache.md): its Unix socket and/or TCP
   // address; "" = not served.
   std::string torch_cache_socket;

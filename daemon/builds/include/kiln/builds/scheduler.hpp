@@ -155,6 +155,27 @@ class BuildScheduler {
   // copies) is removed. `store` is not owned and must outlive the scheduler.
   static Result<std::unique_ptr<BuildScheduler>> create(SchedulerOptions options, storage::Store& store,
                                                         const NodeFields& host);
+
+  // create() in two steps, so that kilnd can serve while the slow one runs:
+  // prepare() does everything that can fail (the options, the work folder, its lock, the
+  // sweep of leftovers) and takes no time to speak of; start() probes (seconds, or minutes
+  // on a fresh GPU node: the worker imports torch) and cannot fail. Destroying a Prepared
+  // unused gives the work folder back.
+  class Prepared {
+   public:
+    Prepared(Prepared&&) noexcept;
+    Prepared& operator=(Prepared&&) = delete;
+    ~Prepared();
+
+   private:
+    friend class BuildScheduler;
+    Prepared(SchedulerOptions options, storage::Store& store, int work_lock);
+    SchedulerOptions options_;
+    storage::Store* store_;
+    int work_lock_;  // flock on work_dir/LOCK, handed to the scheduler by start()
+  };
+  static Result<Prepared> prepare(SchedulerOptions options, storage::Store& store);
+  static std::unique_ptr<BuildScheduler> start(Prepared prepared, const NodeFields& host);
   // Fails every queued request with Errc::cancelled, kills running workers, joins threads.
   virtual ~BuildScheduler() = default;
 
