@@ -249,7 +249,9 @@ asio::awaitable<Outcome> handle_build_status(Connection& c, const Request& r) {
   if (!req) co_return fail(req.error());
   auto& s = c.state();
   if (!s.builds) co_return fail(no_builds());
-  co_await wait_for_builds(s);
+  // Before the scheduler runs no build exists: the answer is empty, at once (kilnctl status
+  // asks this, and must answer while kilnd probes).
+  if (!s.builds_ready()) co_return co_await reply_ok(c, r, proto::encode(proto::BuildStatusReply{}), "0 builds (probing)");
   auto st = s.builds->status(*req);
   if (!st) co_return fail(st.error());
   co_return co_await reply_ok(c, r, proto::encode(*st), std::to_string(st->builds.size()) + " builds");

@@ -8,7 +8,7 @@
 # daemon.md, torch-cache.md, poll.md, daemon-full.md, build.log. Runs in about 5-7
 # minutes on 16 cores.
 #
-#     tests/bench/node_bench.sh OUT [RUNS]
+#     tests/bench/node_bench.sh OUT [RUNS]      (RUNS 0: build only)
 #
 # Uses redis-server and redis-py from PATH and python3 when they are there, else the copies
 # tests/gpu/prepare_carry.sh put in .carry/ (the GPU machine has neither).
@@ -50,6 +50,7 @@ for i in $(seq "$RUNS"); do
   "$BUILD/tests/bench/kiln_bench_daemon" --quick --before-config 'io_poll_us = 0' >> "$OUT/poll.md"
   echo >> "$OUT/poll.md"
 done
+[ "$RUNS" -gt 0 ] || exit 0  # RUNS 0: build only
 log "full daemon bench"
 "$BUILD/tests/bench/kiln_bench_daemon" > "$OUT/daemon-full.md"
 log "done"

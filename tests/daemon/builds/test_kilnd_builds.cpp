@@ -160,6 +160,11 @@ TEST_CASE("KilndServesWhileItsBuildWorkerIsProbed: hits at once; builds, uploads
   REQUIRE(hit.wait_for(10s) == std::future_status::ready);
   CHECK(hit.get() == bytes.size());
 
+  // BUILD_STATUS is answered: no build exists yet.
+  auto none = c.call(protocol::MsgType::build_status, "{}");
+  REQUIRE_MESSAGE(none.has_value(), none.error().to_string());
+  CHECK(json::parse(*none)["builds"].empty());
+
   // These wait for the probe: a key leaving its node fields to the node (the probe gives
   // cpu_isa as the worker's torch sees it), the build service, an upload.
   auto left_to_node = std::async(std::launch::async, [&] {
@@ -167,9 +172,9 @@ TEST_CASE("KilndServesWhileItsBuildWorkerIsProbed: hits at once; builds, uploads
     auto got = cc.get(test::source_key(std::string(64, 'b')));
     return got ? std::string(*got ? "hit" : "miss") : got.error().to_string();
   });
-  auto build_status = std::async(std::launch::async, [&] {
+  auto build = std::async(std::launch::async, [&] {
     auto cc = test::connect_client(kilnd.socket());
-    auto r = cc.call(protocol::MsgType::build_status, "{}");
+    auto r = cc.call(protocol::MsgType::build, "{\"key\":" + test::source_key(std::string(64, 'c')).to_json() + "}");
     return r ? std::string("ok") : r.error().to_string();
   });
   auto upload = std::async(std::launch::async, [&] {
@@ -180,15 +185,15 @@ TEST_CASE("KilndServesWhileItsBuildWorkerIsProbed: hits at once; builds, uploads
     return r ? std::string("ok") : r.error().to_string();
   });
   CHECK(left_to_node.wait_for(700ms) == std::future_status::timeout);
-  CHECK(build_status.wait_for(0ms) == std::future_status::timeout);
+  CHECK(build.wait_for(0ms) == std::future_status::timeout);
   CHECK(upload.wait_for(0ms) == std::future_status::timeout);
   CHECK(c.status()->builds_probing);
 
   std::filesystem::remove(gate);
   REQUIRE(left_to_node.wait_for(20s) == std::future_status::ready);
   CHECK(left_to_node.get() == "miss");
-  REQUIRE(build_status.wait_for(20s) == std::future_status::ready);
-  CHECK(build_status.get() == "ok");
+  REQUIRE(build.wait_for(20s) == std::future_status::ready);
+  CHECK(build.get().find("no_source") != std::string::npos);  // asked of the scheduler, not refused
   REQUIRE(upload.wait_for(20s) == std::future_status::ready);
   CHECK(upload.get() == "ok");
   st = c.status();
