@@ -32,9 +32,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
-#include <iterator>
 #include <random>
-#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -276,22 +274,6 @@ double throughput(const std::function<void(std::string&)>& op, std::chrono::seco
 // a GPU node) would only delay it.
 constexpr const char* kNoBuilds = "[builds]\nenabled = false\n";
 
-// CPU time (user + system) a process has used, in milliseconds (/proc/PID/stat).
-double cpu_ms(pid_t pid) {
-  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
-  std::string stat((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  auto close = stat.rfind(')');  // the command name may hold spaces
-  if (close == std::string::npos) return 0;
-  std::istringstream rest(stat.substr(close + 2));
-  std::string field;
-  double utime = 0, stime = 0;
-  for (int i = 3; i <= 15 && rest >> field; ++i) {
-    if (i == 14) utime = std::stod(field);
-    if (i == 15) stime = std::stod(field);
-  }
-  return (utime + stime) * 1000.0 / static_cast<double>(::sysconf(_SC_CLK_TCK));
-}
-
 // `before` is another kilnd binary ("" = this build's), started with `before_config`
 // (top-level kilnd.toml lines) added to the shared settings.
 int compare(const std::string& before, const std::string& before_config, bool quick) {
@@ -347,8 +329,8 @@ int compare(const std::string& before, const std::string& before_config, bool qu
   // over the run so that the three share the machine's noise.
   constexpr int kBlock = 100;
   std::vector<double> cpu_start;
-  for (auto& sd : sides) cpu_start.push_back(cpu_ms(sd.kilnd->pid()));
-  const double redis_cpu_start = cpu_ms(redis_pid);
+  for (auto& sd : sides) cpu_start.push_back(process_cpu_ms(sd.kilnd->pid()));
+  const double redis_cpu_start = process_cpu_ms(redis_pid);
   for (int i = 0; i < iters; i += kBlock) {
     for (std::size_t s = 0; s < sides.size(); ++s) {
       for (int j = 0; j < kBlock; ++j) {
@@ -370,8 +352,8 @@ int compare(const std::string& before, const std::string& before_config, bool qu
     }
   }
   std::vector<double> cpu_used;
-  for (std::size_t s = 0; s < sides.size(); ++s) cpu_used.push_back(cpu_ms(sides[s].kilnd->pid()) - cpu_start[s]);
-  const double redis_cpu = cpu_ms(redis_pid) - redis_cpu_start;
+  for (std::size_t s = 0; s < sides.size(); ++s) cpu_used.push_back(process_cpu_ms(sides[s].kilnd->pid()) - cpu_start[s]);
+  const double redis_cpu = process_cpu_ms(redis_pid) - redis_cpu_start;
   const auto r = percentiles(redis_us);
   const std::string rkey = d.hex();
   for (std::size_t s = 0; s < sides.size(); ++s) {

@@ -20,19 +20,13 @@ BUILD=$ROOT/build-node
 mkdir -p "$OUT"
 log() { echo "[node_bench.sh $(date -u +%H:%M:%S)] $*" >&2; }
 
-extra=()
-if [ -d "$ROOT/.carry/include" ]; then  # headers this machine lacks (tests/gpu/README.md)
-  extra+=(-DSQLite3_INCLUDE_DIR="$ROOT/.carry/include" -Dtomlplusplus_DIR="$ROOT/.carry/cmake"
-          -DCMAKE_CXX_FLAGS="-isystem $ROOT/.carry/include")
-  [ -e /usr/lib/x86_64-linux-gnu/libsqlite3.so ] || extra+=(-DSQLite3_LIBRARY=/usr/lib/x86_64-linux-gnu/libsqlite3.so.0)
-fi
-command -v clang++ > /dev/null || extra+=(-DKILN_CLANGXX=/bin/false)
+. "$ROOT/tests/gpu/carry_cmake_args.sh"  # headers this machine lacks (tests/gpu/README.md)
 command -v redis-server > /dev/null || export PATH=$ROOT/.carry/redis/bin:$PATH
 python3 -c 'import redis' 2> /dev/null || export PYTHONPATH=$ROOT/.carry/pylib${PYTHONPATH:+:$PYTHONPATH}
 
 log "building"
 t=$(date +%s)
-cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release "${extra[@]}" > "$OUT/build.log" 2>&1 ||
+cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release "${CARRY_CMAKE_ARGS[@]}" > "$OUT/build.log" 2>&1 ||
   { tail -40 "$OUT/build.log"; exit 1; }
 cmake --build "$BUILD" -j"$(nproc)" --target kilnd kilnctl kiln_bench_daemon >> "$OUT/build.log" 2>&1 ||
   { grep -A6 "error" "$OUT/build.log" | head -80; exit 1; }

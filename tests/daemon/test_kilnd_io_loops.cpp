@@ -11,11 +11,9 @@
 #include <atomic>
 #include <chrono>
 #include <fstream>
-#include <iterator>
 #include <map>
 #include <mutex>
 #include <optional>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -208,20 +206,6 @@ int io_threads_of(pid_t pid) {
   return n;
 }
 
-// CPU time (user + system) kilnd has used, in milliseconds.
-double cpu_ms(pid_t pid) {
-  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
-  std::string stat((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  auto close = stat.rfind(')');  // the command name may hold spaces
-  REQUIRE(close != std::string::npos);
-  std::istringstream rest(stat.substr(close + 2));
-  std::string field;
-  double ticks = 0;
-  for (int i = 3; i <= 15 && rest >> field; ++i)
-    if (i == 14 || i == 15) ticks += std::stod(field);  // utime, stime
-  return ticks * 1000.0 / static_cast<double>(::sysconf(_SC_CLK_TCK));
-}
-
 // Sizes around the inline limit (64 KiB): some answered inline from memory, some by descriptor.
 std::size_t size_for(int client, int round) {
   static const std::size_t sizes[] = {1, 4096, 9000, 65536, 65537, 200000};
@@ -332,9 +316,10 @@ TEST_CASE("io_poll_us: loops that poll before sleeping, and loops that sleep at 
     // The clients stay connected but quiet: a loop that kept polling would use a CPU
     // each (about 2000 ms over these 2 s); sleeping loops use next to none.
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
-    const double before = cpu_ms(d.pid());
+    const double before = process_cpu_ms(d.pid());
+    REQUIRE(before >= 0);
     std::this_thread::sleep_for(std::chrono::seconds(2));
-    const double idle = cpu_ms(d.pid()) - before;
+    const double idle = process_cpu_ms(d.pid()) - before;
     CHECK(idle < 300);
     d.signal(SIGTERM);
     auto status = d.wait(std::chrono::seconds(20));

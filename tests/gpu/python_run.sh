@@ -21,16 +21,10 @@ mkdir -p "$OUT"
 rm -rf "$WORK" && mkdir -p "$WORK"
 log() { echo "[python_run.sh $(date -u +%H:%M:%S)] $*" >&2; }
 
-extra=()
-if [ -d "$ROOT/.carry/include" ]; then  # headers this machine lacks (tests/gpu/README.md)
-  extra+=(-DSQLite3_INCLUDE_DIR="$ROOT/.carry/include" -Dtomlplusplus_DIR="$ROOT/.carry/cmake"
-          -DCMAKE_CXX_FLAGS="-isystem $ROOT/.carry/include")
-  [ -e /usr/lib/x86_64-linux-gnu/libsqlite3.so ] || extra+=(-DSQLite3_LIBRARY=/usr/lib/x86_64-linux-gnu/libsqlite3.so.0)
-fi
-command -v clang++ > /dev/null || extra+=(-DKILN_CLANGXX=/bin/false)
+. "$ROOT/tests/gpu/carry_cmake_args.sh"  # headers this machine lacks (tests/gpu/README.md)
 log "building kilnd and libkiln.so"
 t=$(date +%s)
-cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DKILN_BUILD_TESTS=OFF "${extra[@]}" \
+cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DKILN_BUILD_TESTS=OFF "${CARRY_CMAKE_ARGS[@]}" \
   > "$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; exit 1; }
 cmake --build "$BUILD" -j"$(nproc)" --target kilnd kiln_shared >> "$OUT/build.log" 2>&1 ||
   { grep -A6 "error" "$OUT/build.log" | head -80; exit 1; }

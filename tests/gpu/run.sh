@@ -26,20 +26,10 @@ log() { echo "[run.sh $(date -u +%H:%M:%S)] $*" >&2; }
 
 # ---- 1. build -------------------------------------------------------------------------
 TORCH_PREFIX=$(python3 -c 'import torch;print(torch.utils.cmake_prefix_path)')
-extra=()
-if [ -d "$ROOT/.carry" ]; then
-  # Headers this machine lacks, carried by tests/gpu/prepare_carry.sh (see README.md).
-  extra+=(-DSQLite3_INCLUDE_DIR="$ROOT/.carry/include" -Dtomlplusplus_DIR="$ROOT/.carry/cmake"
-          -DCMAKE_CXX_FLAGS="-isystem $ROOT/.carry/include")
-  if [ ! -e /usr/lib/x86_64-linux-gnu/libsqlite3.so ]; then
-    extra+=(-DSQLite3_LIBRARY=/usr/lib/x86_64-linux-gnu/libsqlite3.so.0)
-  fi
-fi
-# The fuzz test needs clang++, which this machine may lack; run.sh builds no fuzz target.
-command -v clang++ > /dev/null || extra+=(-DKILN_CLANGXX=/bin/false)
+. "$ROOT/tests/gpu/carry_cmake_args.sh"  # headers this machine lacks (see README.md)
 log "configuring"
 cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$TORCH_PREFIX" \
-  "${extra[@]}" > "$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; exit 1; }
+  "${CARRY_CMAKE_ARGS[@]}" > "$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; exit 1; }
 log "building kilnd and kiln_gpu_bench"
 t=$(date +%s)
 cmake --build "$BUILD" -j"$(nproc)" --target kilnd kiln_gpu_bench -- -k 0 >> "$OUT/build.log" 2>&1 || { grep -A6 "error" "$OUT/build.log" | head -150; exit 1; }

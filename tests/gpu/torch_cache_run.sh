@@ -10,15 +10,9 @@ OUT=${1:?usage: torch_cache_run.sh OUT_DIR}
 WORK=${KILN_GPU_WORK:-/tmp/kiln-tc-gpu}
 BUILD=$ROOT/build-gpu
 mkdir -p "$OUT"; rm -rf "$WORK" && mkdir -p "$WORK"
-extra=()
-if [ -d "$ROOT/.carry/include" ]; then
-  extra+=(-DSQLite3_INCLUDE_DIR="$ROOT/.carry/include" -Dtomlplusplus_DIR="$ROOT/.carry/cmake"
-          -DCMAKE_CXX_FLAGS="-isystem $ROOT/.carry/include")
-  [ -e /usr/lib/x86_64-linux-gnu/libsqlite3.so ] || extra+=(-DSQLite3_LIBRARY=/usr/lib/x86_64-linux-gnu/libsqlite3.so.0)
-fi
-command -v clang++ > /dev/null || extra+=(-DKILN_CLANGXX=/bin/false)
+. "$ROOT/tests/gpu/carry_cmake_args.sh"
 [ -x "$BUILD/daemon/kilnd" ] || {
-  cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DKILN_BUILD_TESTS=OFF "${extra[@]}" > "$OUT/build.log" 2>&1
+  cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DKILN_BUILD_TESTS=OFF "${CARRY_CMAKE_ARGS[@]}" > "$OUT/build.log" 2>&1
   cmake --build "$BUILD" -j"$(nproc)" --target kilnd kilnctl >> "$OUT/build.log" 2>&1 || { grep -A6 error "$OUT/build.log" | head -60; exit 1; }
 }
 printf '[builds]\nenabled = false\n[torch_cache]\nsocket = "%s"\n' "$WORK/torch-cache.sock" > "$WORK/kilnd.toml"

@@ -6,10 +6,8 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 OUT=${1:?usage: use_torch_cache_run.sh OUT_DIR}
 WORK=/tmp/kiln-utc-gpu BUILD=$ROOT/build-gpu
 mkdir -p "$OUT"; rm -rf "$WORK" && mkdir -p "$WORK"
-extra=(-DSQLite3_INCLUDE_DIR="$ROOT/.carry/include" -Dtomlplusplus_DIR="$ROOT/.carry/cmake"
-       -DCMAKE_CXX_FLAGS="-isystem $ROOT/.carry/include" -DKILN_CLANGXX=/bin/false)
-[ -e /usr/lib/x86_64-linux-gnu/libsqlite3.so ] || extra+=(-DSQLite3_LIBRARY=/usr/lib/x86_64-linux-gnu/libsqlite3.so.0)
-cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DKILN_BUILD_TESTS=OFF "${extra[@]}" > "$OUT/build.log" 2>&1
+. "$ROOT/tests/gpu/carry_cmake_args.sh"
+cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DKILN_BUILD_TESTS=OFF "${CARRY_CMAKE_ARGS[@]}" > "$OUT/build.log" 2>&1
 cmake --build "$BUILD" -j"$(nproc)" --target kilnd kilnctl kiln_shared >> "$OUT/build.log" 2>&1 || { grep -A6 error "$OUT/build.log" | head -40; exit 1; }
 printf '[builds]\nenabled = false\n[torch_cache]\nsocket = "%s"\n' "$WORK/tc.sock" > "$WORK/kilnd.toml"
 "$BUILD/daemon/kilnd" --socket "$WORK/kiln.sock" --store "$WORK/store" --config "$WORK/kilnd.toml" > "$OUT/kilnd.log" 2>&1 &

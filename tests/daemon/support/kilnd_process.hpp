@@ -43,6 +43,10 @@ class KilndProcess {
   std::optional<int> status_;
 };
 
+// CPU time (user + system) process `pid` has used so far, in milliseconds, from
+// /proc/PID/stat (clock ticks: 10 ms steps); -1 when it cannot be read.
+double process_cpu_ms(pid_t pid);
+
 // Path of the kilnd binary under test (set by CMake).
 std::string kilnd_binary();
 
