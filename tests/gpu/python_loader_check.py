@@ -6,7 +6,9 @@ Builds one weight-free AOTI package of a tiny block, then in fresh processes:
   1. loads it with no preload at all (does the std::regex crash of DESIGN.md happen?);
   2. loads it through kiln.torch._aoti (libstdc++ made global in-process with ctypes,
      AFTER `import torch`, as a user's process would), attaches two instances' weights in
-     turn as user-managed constants, and compares with eager;
+     turn as user-managed constants, and compares with eager; with a dict argument built
+     in the export's key order and in another ("rel_errs_dict_reordered": the package
+     must read it by key);
   3. the same on cuda:1 when there is a second GPU.
 Writes OUTDIR/loader-check.json and prints it.
 """
@@ -29,6 +31,8 @@ class Tiny(torch.nn.Module):
         x = self.out(torch.nn.functional.gelu(self.proj(x)))
         if rotary is not None:
             x = x * rotary[0] + rotary[1]
+        if extra is not None:
+            x = x * extra["scale"] + extra["shift"]
         return (x + hidden_states,)
 '''
 
@@ -50,8 +54,8 @@ else:
     names = list(loader.get_constant_fqns())
     def run(consts, kwargs):
         loader.load_constants({n: consts[n] for n in names}, False, False, True)
-        r = kwargs["rotary"]
-        return loader.run([kwargs["hidden_states"], kwargs["temb"], r[0], r[1]])
+        r, e = kwargs["rotary"], kwargs["extra"]
+        return loader.run([kwargs["hidden_states"], kwargs["temb"], r[0], r[1], e["scale"], e["shift"]])
 load_s = time.monotonic() - t
 errs = []
 torch.manual_seed(1)
@@ -59,18 +63,25 @@ blocks = [Tiny().to(device).eval() for _ in range(2)]
 hs = torch.randn(2, 64, 256, device=device)
 temb = torch.randn(2, 256, device=device)
 rot = (torch.randn(64, 256, device=device), torch.randn(64, 256, device=device))
+scale, shift = torch.randn(64, 256, device=device), torch.randn(64, 256, device=device)
+reordered = []
 with torch.no_grad():
     for rounds in range(2):
         for b in blocks:
             consts = dict(b.named_parameters())
             consts.update(dict(b.named_buffers()))
-            kwargs = dict(hidden_states=hs, temb=temb, rotary=rot, extra=None)
+            kwargs = dict(hidden_states=hs, temb=temb, rotary=rot, extra={"scale": scale, "shift": shift})
             out = run(consts, kwargs)
             ref = b(**kwargs)[0]
             errs.append(float((out[0] - ref).norm() / ref.norm()))
+            if mode == "kiln":  # the same dict, built in another order
+                kwargs["extra"] = {"shift": shift, "scale": scale}
+                out = run(consts, kwargs)
+                reordered.append(float((out[0] - ref).norm() / ref.norm()))
 torch.cuda.synchronize()
 print(json.dumps({"mode": mode, "device": dev, "load_s": round(load_s, 4), "constants": names,
-                  "rel_errs": errs, "libstdcxx_before": before, "libstdcxx_after": maps()}))
+                  "rel_errs": errs, "rel_errs_dict_reordered": reordered, "libstdcxx_before": before,
+                  "libstdcxx_after": maps()}))
 '''
 
 
@@ -86,7 +97,8 @@ def main():
     dev = torch.device("cuda", 0)
     block = Tiny().to(dev).eval()
     kwargs = {"hidden_states": torch.randn(2, 64, 256, device=dev), "temb": torch.randn(2, 256, device=dev),
-              "rotary": (torch.randn(64, 256, device=dev), torch.randn(64, 256, device=dev)), "extra": None}
+              "rotary": (torch.randn(64, 256, device=dev), torch.randn(64, 256, device=dev)),
+              "extra": {"scale": torch.randn(64, 256, device=dev), "shift": torch.randn(64, 256, device=dev)}}
     t = time.monotonic()
     ep = torch.export.export(block, (), kwargs)
     with torch.no_grad():

@@ -106,7 +106,7 @@ class Package:
         missing = [n for n in self.constant_names if n not in constants]
         if missing:
             raise KeyError(f"the package wants constants the block does not have: {missing[:5]}")
-        flat = pytree.tree_flatten((args, reorder_kwargs(kwargs, self._in_spec)))[0]
+        flat = flatten_as_exported(self._in_spec, (args, reorder_kwargs(kwargs, self._in_spec)))
         flat = [x for x in flat if isinstance(x, torch.Tensor)]
         token = tuple((n, constants[n].data_ptr()) for n in self.constant_names)
         with self._lock:
@@ -115,6 +115,23 @@ class Package:
                 self._attached = token
             out = self._run(flat)
         return pytree.tree_unflatten(out, self._out_spec)
+
+
+def flatten_as_exported(in_spec, tree):
+    """The leaves of a call, in the order the package takes them. A dict inside the call is
+    read in the export's key order, not the caller's insertion order (the guard compares
+    keys sorted, so a caller may build the same dict in another order; flattening it in
+    its own order would hand the package its tensors swapped). Through the spec's
+    flatten_up_to where torch has it; a call whose structure it refuses, and an older
+    torch, are flattened in the call's own order, as before."""
+    from torch.utils import _pytree as pytree
+
+    if hasattr(in_spec, "flatten_up_to"):
+        try:
+            return in_spec.flatten_up_to(tree)
+        except ValueError:
+            pass
+    return pytree.tree_flatten(tree)[0]
 
 
 class PackageMismatch(RuntimeError):
