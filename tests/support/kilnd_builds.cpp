@@ -12,6 +12,7 @@ std::string builds_toml(const BuildsToml& o) {
   if (o.failure_ttl_s) t << "failure_ttl_s = " << *o.failure_ttl_s << "\n";
   if (o.build_timeout_s) t << "build_timeout_s = " << *o.build_timeout_s << "\n";
   if (o.source_check_timeout_s) t << "source_check_timeout_s = " << *o.source_check_timeout_s << "\n";
+  if (o.probe_timeout_s) t << "probe_timeout_s = " << *o.probe_timeout_s << "\n";
   for (int i = 0; i < o.slots; ++i)
     t << "[[builds.slots]]\nname = \"gpu" << i << "\"\ngpu_arch = \"" << o.gpu_arch << "\"\ngpu_name = \"" << o.gpu_name
       << "\"\n";

@@ -23,6 +23,7 @@ struct BuildsToml {
   std::optional<int> failure_ttl_s = 600;     // nullopt: kilnd's default
   std::optional<int> build_timeout_s = {};    // nullopt: kilnd's default
   std::optional<int> source_check_timeout_s = {};  // nullopt: kilnd's default
+  std::optional<int> probe_timeout_s = {};    // nullopt: kilnd's default
 };
 
 // "[builds]" with worker = [the test worker], probe_gpus = false, and the build slots; the

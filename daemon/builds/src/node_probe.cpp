@@ -17,7 +17,7 @@ void prefer(std::string& field, const std::string& configured) {
 
 }  // namespace
 
-ProbedNode probe_node(const SchedulerOptions& options, const NodeFields& host) {
+ProbedNode probe_node(const SchedulerOptions& options, const NodeFields& host, const std::atomic<bool>* cancel) {
   ProbedNode p;
   if (options.probe_gpus) {
     p.gpus = probe_gpus();
@@ -50,7 +50,7 @@ ProbedNode probe_node(const SchedulerOptions& options, const NodeFields& host) {
     tc = make_error(Errc::not_found, "the build worker is not installed at " + argv[1] +
                                          " (install kiln's workers there, or set [builds] worker in kilnd.toml)");
   } else {
-    WorkerExit exit = run_worker(options.worker, encode_toolchain_request(), limits);
+    WorkerExit exit = run_worker(options.worker, encode_toolchain_request(), limits, cancel);
     tc = parse_toolchain_result(exit);
   }
   if (tc) {

@@ -2,6 +2,7 @@
 // toolchain, and the build slots that follow. Internal to kiln_daemon_builds.
 #pragma once
 
+#include <atomic>
 #include <string>
 #include <vector>
 
@@ -16,6 +17,9 @@ struct ProbedNode {
   std::string toolchain_error;   // non-empty: the worker's toolchain is unknown; no builds
 };
 
-ProbedNode probe_node(const SchedulerOptions& options, const NodeFields& host);
+// `cancel` (may be null): once set, the worker's probe is stopped (its process group
+// killed) and the toolchain is unknown: kilnd is stopping.
+ProbedNode probe_node(const SchedulerOptions& options, const NodeFields& host,
+                      const std::atomic<bool>* cancel = nullptr);
 
 }  // namespace kiln::build

@@ -586,8 +586,9 @@ Result<BuildScheduler::Prepared> BuildScheduler::prepare(SchedulerOptions option
   return Prepared(std::move(options), store, lock);
 }
 
-std::unique_ptr<BuildScheduler> BuildScheduler::start(Prepared prepared, const NodeFields& host) {
-  ProbedNode probed = probe_node(prepared.options_, host);
+std::unique_ptr<BuildScheduler> BuildScheduler::start(Prepared prepared, const NodeFields& host,
+                                                      const std::atomic<bool>* cancel) {
+  ProbedNode probed = probe_node(prepared.options_, host, cancel);
   auto core = std::make_shared<Core>(std::move(prepared.options_), *prepared.store_, std::move(probed),
                                      std::exchange(prepared.work_lock_, -1));
   core->start();

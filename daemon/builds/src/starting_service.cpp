@@ -23,7 +23,7 @@ StartingBuildService::StartingBuildService(BuildScheduler::Prepared prepared, st
     : thread_([this, p = std::make_shared<BuildScheduler::Prepared>(std::move(prepared)), &store, host,
                default_wait]() mutable {
         ::pthread_setname_np(::pthread_self(), "kilnd-probe");
-        auto scheduler = BuildScheduler::start(std::move(*p), host);
+        auto scheduler = BuildScheduler::start(std::move(*p), host, &cancel_);
         auto service = make_scheduler_service(*scheduler, store, default_wait);
         const auto took = std::chrono::duration<double>(std::chrono::steady_clock::now() - since_).count();
         std::vector<std::function<void(const NodeFields&)>> waiting;
@@ -39,6 +39,7 @@ StartingBuildService::StartingBuildService(BuildScheduler::Prepared prepared, st
       }) {}
 
 StartingBuildService::~StartingBuildService() {
+  cancel_.store(true);
   if (thread_.joinable()) thread_.join();
   service_.reset();  // before the scheduler it uses
   scheduler_.reset();

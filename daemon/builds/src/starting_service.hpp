@@ -8,6 +8,7 @@
 // Thread safety: as BuildService. when_probed() from any thread.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <functional>
 #include <memory>
@@ -26,8 +27,9 @@ class StartingBuildService final : public daemon::BuildService {
   // (make_scheduler_service with `default_wait`).
   StartingBuildService(BuildScheduler::Prepared prepared, storage::Store& store, const NodeFields& host,
                        std::chrono::milliseconds default_wait);
-  // Waits for the probes to end (bounded by [builds] probe_timeout_s), then stops the
-  // scheduler as ~BuildScheduler does.
+  // Stops the worker's probe if it still runs (kilnd stopping within moments of its start
+  // must not wait up to probe_timeout_s for it), waits for the probing thread, then stops
+  // the scheduler as ~BuildScheduler does.
   ~StartingBuildService() override;
 
   // Calls f once the scheduler runs, with "this node" as the probes found it, from the
@@ -55,7 +57,8 @@ class StartingBuildService final : public daemon::BuildService {
   std::unique_ptr<daemon::BuildService> service_;
   NodeFields node_;
   std::vector<std::function<void(const NodeFields&)>> waiting_;  // guarded by mu_
-  std::thread thread_;
+  std::atomic<bool> cancel_{false};  // set by the destructor: the probe stops
+  std::thread thread_;               // last: it starts once every member above exists
 };
 
 }  // namespace kiln::build

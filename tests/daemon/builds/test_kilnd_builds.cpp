@@ -203,3 +203,23 @@ TEST_CASE("KilndServesWhileItsBuildWorkerIsProbed: hits at once; builds, uploads
   CHECK(st->node["cpu_isa"] == "test-worker-isa");  // the probe's, not kilnd's own detection
   CHECK(kilnd.wait_for_log("builds: ready after", 5s));
 }
+
+TEST_CASE("KilndStoppedWhileItProbesExitsAtOnce: the worker's probe is stopped, not waited out") {
+  test::TempDir dir;
+  const auto gate = dir.path() / "probe.gate";
+  std::ofstream(gate) << "";  // never removed: the probe would last until probe_timeout_s
+  ::setenv("KILN_TEST_WORKER_TOOLCHAIN_GATE", gate.c_str(), 1);
+  test::BuildsToml slow;
+  slow.probe_timeout_s = 600;
+  test::KilndProcess kilnd(dir.path(), test::builds_toml(slow), {}, -1, {}, /*wait_for_builds=*/false);
+  ::unsetenv("KILN_TEST_WORKER_TOOLCHAIN_GATE");
+  auto c = test::connect_client(kilnd.socket());
+  REQUIRE(c.status().has_value());
+  CHECK(c.status()->builds_probing);
+  kilnd.signal(SIGTERM);
+  // Drain, the probe's process group killed (a 2 s grace before SIGKILL), then exit.
+  auto status = kilnd.wait(std::chrono::seconds(15));
+  REQUIRE(status.has_value());
+  CHECK(*status == 0);
+  CHECK(kilnd.log().find("kilnd stopped cleanly") != std::string::npos);
+}

@@ -38,6 +38,7 @@
 // for long and may call back into the scheduler (including Waiter::leave()).
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
@@ -175,7 +176,10 @@ class BuildScheduler {
     int work_lock_;  // flock on work_dir/LOCK, handed to the scheduler by start()
   };
   static Result<Prepared> prepare(SchedulerOptions options, storage::Store& store);
-  static std::unique_ptr<BuildScheduler> start(Prepared prepared, const NodeFields& host);
+  // `cancel` (may be null): once set, the worker's probe is stopped (kilnd is stopping);
+  // the scheduler then refuses builds.
+  static std::unique_ptr<BuildScheduler> start(Prepared prepared, const NodeFields& host,
+                                               const std::atomic<bool>* cancel = nullptr);
   // Fails every queued request with Errc::cancelled, kills running workers, joins threads.
   virtual ~BuildScheduler() = default;
 
