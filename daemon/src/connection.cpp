@@ -344,8 +344,8 @@ asio::awaitable<void> Connection::run_request(const Request& r) {
 asio::awaitable<bool> Connection::begin_upload(const Request& r) {
   // A PUT's key may leave node fields to this node, and a source is checked by the build
   // worker: both wait for the build service's start-up probes.
-  co_await wait_for_builds(state_);
-  auto up = prepare_upload(*this, r);
+  Status waited = co_await wait_for_builds(state_);
+  Result<Upload> up = waited ? prepare_upload(*this, r) : Result<Upload>(waited.error());
   if (up) {
     auto& store = state_.store;
     auto stream = co_await offload(state_.pool, [&store] { return store.begin_put(); });

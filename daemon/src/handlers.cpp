@@ -20,24 +20,23 @@ namespace kiln::daemon {
 namespace proto = kiln::protocol;
 using proto::MsgType;
 
-asio::awaitable<void> wait_for_builds(ServerState& s) {
-  if (s.builds_ready()) co_return;
+asio::awaitable<Status> wait_for_builds(ServerState& s) {
+  if (s.builds_ready()) co_return Status{};
   // Named, not a temporary in the co_await (GCC 12; see offload.hpp).
-  auto job = [&s](std::function<void(bool)> done) { s.when_builds_ready([done] { done(true); }); };
-  co_await await_callback<bool>(job);
+  auto job = [&s](std::function<void(bool)> done) { s.when_builds_ready(std::move(done)); };
+  if (co_await await_callback<bool>(job)) co_return Status{};
+  co_return make_error(Errc::unavailable, "kilnd is stopping before its build service finished probing this node");
 }
 
-asio::awaitable<void> wait_for_node(ServerState& s, const proto::KeyRef& ref) {
-  if (s.builds_ready() || !ref.key) co_return;
+asio::awaitable<Status> wait_for_node(ServerState& s, const proto::KeyRef& ref) {
+  if (s.builds_ready() || !ref.key) co_return Status{};
   // Any field left to the node, not only those unknown so far: the probe may also replace
   // one kilnd detected itself (cpu_isa as torch sees it).
   const Key& k = *ref.key;
   for (const std::string* f : {&k.gpu_arch, &k.gpu_name, &k.torch_version, &k.torch_git, &k.cuda_version,
                                &k.triton_version, &k.platform, &k.machine, &k.cpu_isa})
-    if (f->empty()) {
-      co_await wait_for_builds(s);
-      co_return;
-    }
+    if (f->empty()) co_return co_await wait_for_builds(s);
+  co_return Status{};
 }
 
 Result<Digest> resolve_key(ServerState& s, Key& key) {
@@ -147,7 +146,7 @@ asio::awaitable<Outcome> handle_get(Connection& c, const Request& r) {
   auto req = proto::decode<proto::GetRequest>(r.body);
   if (!req) co_return fail(req.error());
   auto& s = c.state();
-  co_await wait_for_node(s, req->ref);
+  if (auto waited = co_await wait_for_node(s, req->ref); !waited) co_return fail(waited.error());
   auto digest = resolve_ref(s, req->ref);
   if (!digest) co_return fail(digest.error());
   const Digest d = *digest;
@@ -237,7 +236,7 @@ asio::awaitable<Outcome> handle_stat(Connection& c, const Request& r) {
   auto req = proto::decode<proto::StatRequest>(r.body);
   if (!req) co_return fail(req.error());
   auto& s = c.state();
-  co_await wait_for_node(s, req->ref);
+  if (auto waited = co_await wait_for_node(s, req->ref); !waited) co_return fail(waited.error());
   auto d = resolve_ref(s, req->ref);
   if (!d) co_return fail(d.error());
   std::string signer;
@@ -289,7 +288,7 @@ asio::awaitable<Outcome> handle_key_op(Connection& c, const Request& r) {
   auto req = proto::decode<proto::KeyOpRequest>(r.body);
   if (!req) co_return fail(req.error());
   auto& s = c.state();
-  co_await wait_for_node(s, req->ref);
+  if (auto waited = co_await wait_for_node(s, req->ref); !waited) co_return fail(waited.error());
   auto d = resolve_ref(s, req->ref);
   if (!d) co_return fail(d.error());
   const Digest digest = *d;

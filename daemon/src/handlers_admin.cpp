@@ -126,7 +126,7 @@ asio::awaitable<Outcome> handle_reload(Connection& c, const Request& r) {
 
 asio::awaitable<Status> await_build(Connection& c, const Request& r, const Key& key, const Digest& digest,
                                     const EnsureOptions& options) {
-  co_await wait_for_builds(c.state());
+  if (auto waited = co_await wait_for_builds(c.state()); !waited) co_return waited;
   // Touched only on the connection's loop: by the hook and by the initiation below.
   struct Hold {
     std::shared_ptr<BuildWait> wait;
@@ -162,7 +162,7 @@ asio::awaitable<Outcome> handle_build(Connection& c, const Request& r) {
   if (!req) co_return fail(req.error());
   auto& s = c.state();
   if (!s.builds) co_return fail(no_builds());
-  co_await wait_for_builds(s);
+  if (auto waited = co_await wait_for_builds(s); !waited) co_return fail(waited.error());
   auto d = resolve_key(s, req->key);
   if (!d) co_return fail(d.error());
   auto* builds = s.builds;
@@ -206,7 +206,7 @@ asio::awaitable<Outcome> handle_prewarm(Connection& c, const Request& r) {
   if (!req) co_return fail(req.error());
   auto& s = c.state();
   if (!s.builds) co_return fail(no_builds());
-  co_await wait_for_builds(s);
+  if (auto waited = co_await wait_for_builds(s); !waited) co_return fail(waited.error());
   const NodeFields node = s.node();
   for (auto& k : req->keys) fill_node_fields(k, node);
   if (!req->events) {

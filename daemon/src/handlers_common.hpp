@@ -22,11 +22,12 @@ asio::awaitable<Status> await_build(Connection& c, const Request& r, const Key& 
 Result<Digest> resolve_ref(ServerState& s, protocol::KeyRef& ref);
 // Until the build service's start-up probes end, waits for them (at once after, and
 // without a build service): builds, and the toolchain fields of "this node", come from
-// them. Call it before asking the build service anything but gpu_report().
-asio::awaitable<void> wait_for_builds(ServerState& s);
+// them. Call it before asking the build service anything but gpu_report(). unavailable
+// when kilnd stops first.
+asio::awaitable<Status> wait_for_builds(ServerState& s);
 // Waits for them only when `ref` is a key that leaves node fields this node does not know
 // yet to this node.
-asio::awaitable<void> wait_for_node(ServerState& s, const protocol::KeyRef& ref);
+asio::awaitable<Status> wait_for_node(ServerState& s, const protocol::KeyRef& ref);
 std::map<std::string, std::string> node_map(const NodeFields& n);
 std::vector<std::string> capabilities(const ServerState& s);
 

@@ -166,6 +166,7 @@ void Server::Impl::begin_drain(const char* why) {
   state.draining = true;  // connections read it to refuse new requests
   sd_notify("STOPPING=1");
   spdlog::info("stopping ({}): draining {} connection(s)", why, state.open_connections.load());
+  state.stop_waiting_for_builds();  // requests held for the build service's probes end now
   error_code ec;
   acceptor.close(ec);
   if (created_socket) ::unlink(socket_path.c_str());  // new clients fail fast instead of hanging

@@ -81,29 +81,41 @@ class ServerState {
   }
   // Whether the build service's start-up probes have ended (true from the start when
   // kilnd has no build service, or started it probed). Builds, and the toolchain fields
-  // of "this node", wait for them: when_builds_ready() calls f() at once once they have,
-  // else from builds_probed(), on the probing thread.
+  // of "this node", wait for them: when_builds_ready() calls f(true) at once once they
+  // have, else from builds_probed() on the probing thread; f(false) when kilnd stops
+  // first (stop_waiting_for_builds(), at the drain: nothing waits past it).
   bool builds_ready() const { return builds_ready_.load(std::memory_order_acquire); }
   void set_builds_probing() { builds_ready_.store(false, std::memory_order_release); }
-  void when_builds_ready(std::function<void()> f) {
+  void when_builds_ready(std::function<void(bool)> f) {
+    bool ready;
     {
       std::lock_guard lock(mu_);
-      if (!builds_ready_.load(std::memory_order_acquire)) {
+      ready = builds_ready_.load(std::memory_order_acquire);
+      if (!ready && !builds_wait_over_) {
         builds_waiting_.push_back(std::move(f));
         return;
       }
     }
-    f();
+    f(ready);
   }
   void builds_probed(NodeFields n) {
-    std::vector<std::function<void()>> waiting;
+    std::vector<std::function<void(bool)>> waiting;
     {
       std::lock_guard lock(mu_);
       node_ = std::move(n);
       builds_ready_.store(true, std::memory_order_release);
       waiting.swap(builds_waiting_);
     }
-    for (auto& f : waiting) f();
+    for (auto& f : waiting) f(true);
+  }
+  void stop_waiting_for_builds() {
+    std::vector<std::function<void(bool)>> waiting;
+    {
+      std::lock_guard lock(mu_);
+      builds_wait_over_ = true;
+      waiting.swap(builds_waiting_);
+    }
+    for (auto& f : waiting) f(false);
   }
 
   // An artifact was deleted, replaced or quarantined: no copy of it may be served again.
@@ -182,7 +194,8 @@ class ServerState {
   // Protected by mu_ (builds_ready_ is written under it, read without).
   NodeFields node_;
   std::atomic<bool> builds_ready_{true};
-  std::vector<std::function<void()>> builds_waiting_;
+  bool builds_wait_over_ = false;  // kilnd is stopping: nothing more waits for the probes
+  std::vector<std::function<void(bool)>> builds_waiting_;
 };
 
 }  // namespace kiln::daemon

@@ -34,7 +34,8 @@ StartingBuildService::StartingBuildService(BuildScheduler::Prepared prepared, st
           node_ = scheduler_->node();
           waiting.swap(waiting_);
         }
-        spdlog::info("builds: ready after {:.1f} s of probing", took);
+        if (cancel_.load()) spdlog::info("builds: the probe was stopped after {:.1f} s: kilnd is stopping", took);
+        else spdlog::info("builds: ready after {:.1f} s of probing", took);
         for (auto& f : waiting) f(node_);
       }) {}
 

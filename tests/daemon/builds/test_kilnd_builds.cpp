@@ -204,7 +204,8 @@ TEST_CASE("KilndServesWhileItsBuildWorkerIsProbed: hits at once; builds, uploads
   CHECK(kilnd.wait_for_log("builds: ready after", 5s));
 }
 
-TEST_CASE("KilndStoppedWhileItProbesExitsAtOnce: the worker's probe is stopped, not waited out") {
+TEST_CASE("KilndStoppedWhileItProbesExitsAtOnce: the worker's probe is stopped, not waited out; "
+          "a request held for it is answered unavailable") {
   test::TempDir dir;
   const auto gate = dir.path() / "probe.gate";
   std::ofstream(gate) << "";  // never removed: the probe would last until probe_timeout_s
@@ -216,7 +217,16 @@ TEST_CASE("KilndStoppedWhileItProbesExitsAtOnce: the worker's probe is stopped, 
   auto c = test::connect_client(kilnd.socket());
   REQUIRE(c.status().has_value());
   CHECK(c.status()->builds_probing);
+  auto held = std::async(std::launch::async, [&] {  // an upload waits for the probe
+    auto cc = test::connect_client(kilnd.socket());
+    const std::string bytes(100, 'h');
+    auto r = cc.put(test::source_key(std::string(64, 'd')), std::as_bytes(std::span(bytes.data(), bytes.size())));
+    return r ? Errc::ok : r.error().code;
+  });
+  CHECK(held.wait_for(500ms) == std::future_status::timeout);
   kilnd.signal(SIGTERM);
+  REQUIRE(held.wait_for(10s) == std::future_status::ready);
+  CHECK(held.get() == Errc::unavailable);
   // Drain, the probe's process group killed (a 2 s grace before SIGKILL), then exit.
   auto status = kilnd.wait(std::chrono::seconds(15));
   REQUIRE(status.has_value());
