@@ -99,7 +99,7 @@ def turns(servers, rounds):
             yield r, s
 
 
-def measure(servers, kilnctl, label, size, n):
+def measure(servers, kilnctl, size, n):
     value = torch_value(size)
     per = n // ROUNDS
     keys = {s.name: ["pt2:fx-graph-v1::bench-%s-%d-%d:c1" % (s.name, size, i) for i in range(per * ROUNDS)]
@@ -182,7 +182,7 @@ def main():
             wait_for_socket(sock, kp, name)
             servers.append(Server(name, "unix://" + sock, os.path.join(d, "kiln.sock")))
         redis_version = subprocess.run([args.redis_server, "--version"], capture_output=True, text=True).stdout.split()
-        rows = [(label, n, measure(servers, kilnctl, label, size, n)) for label, size, n in SIZES]
+        rows = [(label, n, measure(servers, kilnctl, size, n)) for label, size, n in SIZES]
         bursts = burst(servers, kilnctl)
 
         now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
