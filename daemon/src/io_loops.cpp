@@ -21,7 +21,6 @@ namespace {
 void run_polling(asio::io_context& io, std::chrono::microseconds window) {
   using Clock = std::chrono::steady_clock;
   while (!io.stopped()) {
-    if (io.poll() > 0) continue;
     const auto until = Clock::now() + window;
     std::size_t ran = 0;
     while (ran == 0 && !io.stopped() && Clock::now() < until) ran = io.poll();
