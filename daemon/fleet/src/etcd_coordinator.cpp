@@ -397,6 +397,7 @@ void EtcdCoordinator::after_build(std::uint64_t ticket, const Status& outcome) {
       f->outcome_done = true;
       then = Then::fail;
       message = outcome.error().message;
+      recording_failure_.insert(hex);
       forget();
     } else if (f->builders <= 0) {
       then = Then::release;  // every caller left (cancelled): another node may build it
@@ -439,6 +440,14 @@ void EtcdCoordinator::release(const std::string& key_hex, std::int64_t lease) {
 }
 
 void EtcdCoordinator::record_failure(const std::string& key_hex, std::int64_t lease, const std::string& message) {
+  struct Recorded {
+    EtcdCoordinator& c;
+    const std::string& hex;
+    ~Recorded() {
+      std::lock_guard lock(c.mu_);
+      c.recording_failure_.erase(hex);
+    }
+  } recorded{*this, key_hex};
   const std::string ck = claim_key(options_.prefix, key_hex), fk = failure_key(options_.prefix, key_hex);
   // At least the lease TTL, so that the waiters of this build see it even when failures
   // are not remembered (failure_ttl 0).

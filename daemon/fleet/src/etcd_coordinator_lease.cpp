@@ -101,9 +101,13 @@ void EtcdCoordinator::keepalive_loop() {
     {
       // A claim of ours that no flight knows: a claim transaction that timed out here but
       // was applied in etcd (the node built alone). Release it, or waiters elsewhere would
-      // wait for it until its deadline.
+      // wait for it until its deadline. A failed build's claim is not one: its flight ends
+      // before record_failure() swaps the claim for the failure record, and releasing it in
+      // between would let the fleet build the key again.
       std::lock_guard lock(mu_);
-      std::erase_if(orphans, [&](const std::string& hex) { return flights_.count(hex) != 0; });
+      std::erase_if(orphans, [&](const std::string& hex) {
+        return flights_.count(hex) != 0 || recording_failure_.count(hex) != 0;
+      });
     }
     for (const auto& hex : orphans) {
       spdlog::info("fleet: releasing a claim on {} that this node no longer builds for", short_hex(hex));

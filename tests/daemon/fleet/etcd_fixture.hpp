@@ -17,6 +17,7 @@
 #include <mutex>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -90,6 +91,12 @@ class TcpProxy {
   std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
   void freeze() { frozen_ = true; }
   void thaw() { frozen_ = false; }
+  // Holds back, for `d`, what a client sends when it contains `needle` (set before any
+  // traffic): one slow request, the others on their own connections unaffected.
+  void delay_requests_containing(std::string needle, std::chrono::milliseconds d) {
+    delay_needle_ = std::move(needle);
+    delay_ = d;
+  }
 
  private:
   void accept_loop() {
@@ -130,6 +137,10 @@ class TcpProxy {
           break;
         }
         const int to = i == 0 ? b : a;
+        const std::string_view chunk(buf, static_cast<std::size_t>(n));
+        if (i == 0 && !delay_needle_.empty() && chunk.find(delay_needle_) != std::string_view::npos) {
+          std::this_thread::sleep_for(delay_);
+        }
         for (ssize_t off = 0; off < n;) {
           ssize_t w = ::write(to, buf + off, static_cast<std::size_t>(n - off));
           if (w <= 0) {
@@ -148,6 +159,8 @@ class TcpProxy {
   int listen_ = -1;
   int port_ = 0;
   std::atomic<bool> stop_{false}, frozen_{false};
+  std::string delay_needle_;
+  std::chrono::milliseconds delay_{0};
   std::thread accepter_;
   std::mutex mu_;
   std::list<std::thread> pumps_;  // guarded by mu_

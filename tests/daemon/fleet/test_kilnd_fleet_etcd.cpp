@@ -456,7 +456,12 @@ TEST_CASE("EtcdStoppedMidRunBuildsGoOnPerNode") {
 
 TEST_CASE("AFailedBuildFailsOnceForTheFleetAndEveryWaiterGetsItsMessage") {
   Fleet f;
-  for (const char* n : {"a", "b", "c"}) f.start({n, f.etcd().url(), 0, 600});
+  // The failure record's lease (TTL 600) is granted slowly, so that the holder's keepalive
+  // lists its claims while the record is still to be written: the claim must not be
+  // released as an orphan then, or the fleet builds the key again.
+  test::TcpProxy slow_grant(f.etcd().port());
+  slow_grant.delay_requests_containing(R"("TTL":"600")", 1500ms);
+  for (const char* n : {"a", "b", "c"}) f.start({n, slow_grant.url(), 0, 600});
   const std::string text = source_text(f, "fail", f.hold_file());
   std::string hash;
   for (const char* n : {"a", "b", "c"}) hash = register_source(f.node(n), text);

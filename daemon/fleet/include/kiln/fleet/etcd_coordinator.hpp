@@ -40,6 +40,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -131,6 +132,9 @@ class EtcdCoordinator final : public BuildCoordinator, public FleetObserver {
   std::multimap<std::chrono::steady_clock::time_point, std::function<void()>> jobs_;  // guarded by mu_
   std::map<std::string, std::shared_ptr<Flight>> flights_;         // by key hex; guarded by mu_
   std::map<std::uint64_t, std::shared_ptr<Flight>> tickets_;       // guarded by mu_
+  // Keys whose failed build's record is being written: their flight is gone, but the claim
+  // in etcd is still ours until record_failure() replaces it. Guarded by mu_.
+  std::set<std::string> recording_failure_;
   std::uint64_t next_ticket_ = 1;                                  // guarded by mu_
   std::vector<std::thread> threads_;
 
