@@ -32,10 +32,7 @@ asio::awaitable<Status> wait_for_node(ServerState& s, const proto::KeyRef& ref) 
   if (s.builds_ready() || !ref.key) co_return Status{};
   // Any field left to the node, not only those unknown so far: the probe may also replace
   // one kilnd detected itself (cpu_isa as torch sees it).
-  const Key& k = *ref.key;
-  for (const std::string* f : {&k.gpu_arch, &k.gpu_name, &k.torch_version, &k.torch_git, &k.cuda_version,
-                               &k.triton_version, &k.platform, &k.machine, &k.cpu_isa})
-    if (f->empty()) co_return co_await wait_for_builds(s);
+  if (leaves_node_fields(*ref.key)) co_return co_await wait_for_builds(s);
   co_return Status{};
 }
 

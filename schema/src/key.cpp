@@ -284,6 +284,29 @@ Result<std::string> Key::canonical_encoding() const {
   return out;
 }
 
+namespace {
+
+// The node fields, in canonical order, with their members in a key and in NodeFields: the
+// one list that filling, naming and checking them read.
+struct NodeMember {
+  std::string_view name;
+  std::string Key::*in_key;
+  std::string NodeFields::*in_node;
+};
+constexpr NodeMember kNodeMembers[] = {
+    {"gpu_arch", &Key::gpu_arch, &NodeFields::gpu_arch},
+    {"gpu_name", &Key::gpu_name, &NodeFields::gpu_name},
+    {"torch_version", &Key::torch_version, &NodeFields::torch_version},
+    {"torch_git", &Key::torch_git, &NodeFields::torch_git},
+    {"cuda_version", &Key::cuda_version, &NodeFields::cuda_version},
+    {"triton_version", &Key::triton_version, &NodeFields::triton_version},
+    {"platform", &Key::platform, &NodeFields::platform},
+    {"machine", &Key::machine, &NodeFields::machine},
+    {"cpu_isa", &Key::cpu_isa, &NodeFields::cpu_isa},
+};
+
+}  // namespace
+
 Status Key::normalize() {
   // A torch_cache key's dtype is "-" (schema/torch-cache.md): torch's own key already
   // hashes what the entry depends on.
@@ -304,11 +327,8 @@ Status Key::normalize() {
   // torch.compile's cache entries hold no host code, and torch's own key for them has no
   // CPU ISA: a megacache artifact serves every host of the other fields.
   if (kind == ArtifactKind::megacache) cpu_isa = "any";
-  for (std::string Key::*m : {&Key::gpu_arch, &Key::platform, &Key::machine, &Key::cpu_isa}) {
-    if (!(this->*m).empty()) {
-      const char* name = m == &Key::gpu_arch ? "gpu_arch" : m == &Key::platform ? "platform" : m == &Key::machine ? "machine" : "cpu_isa";
-      this->*m = canonical_node_value(name, this->*m);
-    }
+  for (const auto& m : kNodeMembers) {
+    if (!(this->*m.in_key).empty()) this->*m.in_key = canonical_node_value(m.name, this->*m.in_key);
   }
   auto options = canonical_compile_options(compile_options, kind);
   if (!options) return std::move(options).error();
@@ -322,21 +342,24 @@ Status Key::normalize() {
 }
 
 const std::vector<std::string>& node_field_names() {
-  static const std::vector<std::string> names{"gpu_arch",       "gpu_name", "torch_version", "torch_git", "cuda_version",
-                                              "triton_version", "platform", "machine",       "cpu_isa"};
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> v;
+    for (const auto& m : kNodeMembers) v.emplace_back(m.name);
+    return v;
+  }();
   return names;
 }
 
 std::string* node_field(NodeFields& node, std::string_view name) {
-  static const std::pair<std::string_view, std::string NodeFields::*> members[] = {
-      {"gpu_arch", &NodeFields::gpu_arch},         {"gpu_name", &NodeFields::gpu_name},
-      {"torch_version", &NodeFields::torch_version}, {"torch_git", &NodeFields::torch_git},
-      {"cuda_version", &NodeFields::cuda_version}, {"triton_version", &NodeFields::triton_version},
-      {"platform", &NodeFields::platform},         {"machine", &NodeFields::machine},
-      {"cpu_isa", &NodeFields::cpu_isa}};
-  for (const auto& [n, member] : members)
-    if (n == name) return &(node.*member);
+  for (const auto& m : kNodeMembers)
+    if (m.name == name) return &(node.*m.in_node);
   return nullptr;
+}
+
+bool leaves_node_fields(const Key& key) {
+  for (const auto& m : kNodeMembers)
+    if ((key.*m.in_key).empty()) return true;
+  return false;
 }
 
 std::vector<std::string> differing_fields(const Key& a, const Key& b) {
@@ -477,18 +500,10 @@ Result<Key> Key::from_json(std::string_view text) {
 }
 
 void fill_node_fields(Key& key, const NodeFields& node) {
-  auto fill = [](std::string& field, std::string_view name, const std::string& value) {
-    if (field.empty()) field = canonical_node_value(name, value);
-  };
-  fill(key.gpu_arch, "gpu_arch", node.gpu_arch);
-  fill(key.gpu_name, "gpu_name", node.gpu_name);
-  fill(key.torch_version, "torch_version", node.torch_version);
-  fill(key.torch_git, "torch_git", node.torch_git);
-  fill(key.cuda_version, "cuda_version", node.cuda_version);
-  fill(key.triton_version, "triton_version", node.triton_version);
-  fill(key.platform, "platform", node.platform);
-  fill(key.machine, "machine", node.machine);
-  fill(key.cpu_isa, "cpu_isa", node.cpu_isa);
+  for (const auto& m : kNodeMembers) {
+    std::string& field = key.*m.in_key;
+    if (field.empty()) field = canonical_node_value(m.name, node.*m.in_node);
+  }
 }
 
 Result<std::string> canonical_json(std::string_view text) {

@@ -186,6 +186,33 @@ TEST_CASE("fill_node_fields fills only the empty node fields") {
   CHECK(k.is_complete());
 }
 
+TEST_CASE("leaves_node_fields: any node field empty, and only node fields") {
+  Key k = full_key();
+  CHECK_FALSE(kiln::leaves_node_fields(k));
+  for (const auto& name : kiln::node_field_names()) {
+    // The key's member is named here by hand, not through the table the code reads.
+    Key one = full_key();
+    kiln::NodeFields probe;
+    *kiln::node_field(probe, name) = "x";
+    if (name == "gpu_arch") one.gpu_arch.clear();
+    if (name == "gpu_name") one.gpu_name.clear();
+    if (name == "torch_version") one.torch_version.clear();
+    if (name == "torch_git") one.torch_git.clear();
+    if (name == "cuda_version") one.cuda_version.clear();
+    if (name == "triton_version") one.triton_version.clear();
+    if (name == "platform") one.platform.clear();
+    if (name == "machine") one.machine.clear();
+    if (name == "cpu_isa") one.cpu_isa.clear();
+    CHECK_MESSAGE(kiln::leaves_node_fields(one), name);
+    kiln::fill_node_fields(one, probe);
+    CHECK_MESSAGE(one.fields()[name] == "x", name);
+    CHECK_FALSE(kiln::leaves_node_fields(one));
+  }
+  Key no_dtype = full_key();
+  no_dtype.dtype.clear();  // a key field, not a node field
+  CHECK_FALSE(kiln::leaves_node_fields(no_dtype));
+}
+
 TEST_CASE("from_json accepts a client key with node fields absent") {
   auto k = Key::from_json(R"({"kind":"megacache","model_hash":")" + std::string(64, 'c') +
                           R"(","region":"full","dtype":"float16","inputs":[]})");

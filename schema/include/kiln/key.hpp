@@ -130,6 +130,8 @@ struct NodeFields {
 };
 // Fills each EMPTY node field of `key` from `node`; fields the client set are kept.
 void fill_node_fields(Key& key, const NodeFields& node);
+// Whether `key` leaves any node field empty, for the node to fill.
+bool leaves_node_fields(const Key& key);
 
 // Names of the node fields (GPU, toolchain, host), in canonical order.
 const std::vector<std::string>& node_field_names();
