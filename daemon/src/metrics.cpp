@@ -93,6 +93,12 @@ std::string Metrics::render(const std::vector<Gauge>& gauges) const {
   counter("kiln_torch_cache_closed_total",
           "torch.compile cache connections kilnd closed (refused role, bad request, timeout, store error).",
           torch_[static_cast<std::size_t>(TorchOp::closed_on_error)]);
+  os << "# HELP kiln_torch_cache_late_total torch.compile cache requests the store (or, deferred, the queue) could "
+        "not serve within torch_cache.reply_timeout_ms: a GET answered as a miss, a SET by closing its connection.\n"
+        "# TYPE kiln_torch_cache_late_total counter\n"
+     << "kiln_torch_cache_late_total{op=\"get\"} " << torch_[static_cast<std::size_t>(TorchOp::late_get)].load(std::memory_order_relaxed)
+     << "\nkiln_torch_cache_late_total{op=\"set\"} " << torch_[static_cast<std::size_t>(TorchOp::late_set)].load(std::memory_order_relaxed)
+     << "\n";
   os << "# HELP kiln_torch_cache_connections Open torch.compile cache connections.\n"
         "# TYPE kiln_torch_cache_connections gauge\nkiln_torch_cache_connections "
      << torch_connections_.load(std::memory_order_relaxed) << "\n";

@@ -35,7 +35,8 @@ class Metrics {
   void protocol_violation() { protocol_errors_.fetch_add(1, std::memory_order_relaxed); }
 
   // torch.compile's remote caches (the Redis listener).
-  enum class TorchOp { get_hit, get_miss, set_stored, set_kept, set_condition, closed_on_error, kCount };
+  enum class TorchOp { get_hit, get_miss, set_stored, set_kept, set_condition, closed_on_error, late_get, late_set,
+                       kCount };
   void record_torch(TorchOp op) { torch_[static_cast<std::size_t>(op)].fetch_add(1, std::memory_order_relaxed); }
   std::uint64_t torch(TorchOp op) const { return torch_[static_cast<std::size_t>(op)].load(std::memory_order_relaxed); }
   void torch_connection_opened() { torch_connections_.fetch_add(1, std::memory_order_relaxed); }

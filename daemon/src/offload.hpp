@@ -8,6 +8,8 @@
 // Coroutines in kiln_daemon likewise take class-type parameters by reference.
 #pragma once
 
+#include <atomic>
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -18,6 +20,7 @@
 #include <boost/asio/async_result.hpp>
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/thread_pool.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
@@ -55,6 +58,57 @@ auto await_callback(const Start& start) {
         }));
       },
       asio::use_awaitable);
+}
+
+// co_await await_callback_within<T>(timeout, start): as await_callback, but resumes with
+// nullopt once `timeout` has passed without the callback. The callback may still come
+// later, from any thread, and is then ignored; so `start` and what it runs must own what
+// they use (never the awaiting coroutine's locals). A zero timeout waits without a limit.
+template <class T, class Start>
+auto await_callback_within(std::chrono::milliseconds timeout, const Start& start) {
+  return asio::async_initiate<const asio::use_awaitable_t<>, void(std::optional<T>)>(
+      [st = start, timeout](auto handler) mutable {
+        using Handler = decltype(handler);
+        using Executor = asio::associated_executor_t<Handler>;
+        Executor ex = asio::get_associated_executor(handler);
+        // Whoever sets `answered` first resumes the coroutine; the timer is touched only on
+        // the coroutine's executor.
+        struct Race {
+          Race(Handler h, const Executor& e) : handler(std::move(h)), timer(e) {}
+          std::atomic<bool> answered{false};
+          Handler handler;
+          asio::steady_timer timer;
+        };
+        auto race = std::make_shared<Race>(std::move(handler), ex);
+        if (timeout.count() > 0) {
+          race->timer.expires_after(timeout);
+          race->timer.async_wait([race](const boost::system::error_code& ec) {
+            if (ec || race->answered.exchange(true)) return;
+            std::move(race->handler)(std::optional<T>());
+          });
+        }
+        st(std::function<void(T)>([race, ex](T value) {
+          if (race->answered.exchange(true)) return;
+          auto v = std::make_shared<std::optional<T>>(std::move(value));
+          asio::post(ex, [race, v]() mutable {
+            race->timer.cancel();
+            std::move(race->handler)(std::move(*v));
+          });
+        }));
+      },
+      asio::use_awaitable);
+}
+
+// co_await offload_within(pool, timeout, f): runs f() on `pool`; its result, or nullopt
+// once `timeout` has passed first (f still runs to its end, its result then dropped). f is
+// copied and must own everything it touches that the caller's frame holds.
+template <class F>
+auto offload_within(asio::thread_pool& pool, std::chrono::milliseconds timeout, const F& f) {
+  using R = std::invoke_result_t<F&>;
+  auto start = [&pool, fn = f](std::function<void(R)> done) {
+    asio::post(pool, [fn, done = std::move(done)]() mutable { done(fn()); });
+  };
+  return await_callback_within<R>(timeout, start);
 }
 
 }  // namespace kiln::daemon

@@ -58,22 +58,29 @@ asio::awaitable<Result<std::optional<Value>>> TorchCacheBackend::get(const torch
   if (!value) {
     const std::uint64_t generation = s.torch_values.generation();
     // Runs on the store pool: reads and verifies the entry (a damaged one is quarantined
-    // by the store and answered as a miss: torch compiles and writes it again).
-    auto read = [&s, d, text = &key.text]() -> Result<ValueCache::Bytes> {
+    // by the store and answered as a miss: torch compiles and writes it again), and keeps
+    // it in memory. It owns what it uses: past reply_timeout the GET is answered without
+    // it, and a late read still leaves the value in memory for the next GET.
+    auto read = [&s, d, generation, text = key.text]() -> Result<ValueCache::Bytes> {
       std::vector<std::byte> out;
       auto info = s.store.read_into(d, out);
       if (!info) {
         if (info.error().code != Errc::corrupt) return std::move(info).error();
-        spdlog::warn("torch cache: {} was damaged and quarantined; answered as a miss", text->substr(0, 200));
+        spdlog::warn("torch cache: {} was damaged and quarantined; answered as a miss", text.substr(0, 200));
         return ValueCache::Bytes();
       }
       if (!*info) return ValueCache::Bytes();
-      return Value::take(std::move(out));
+      ValueCache::Bytes bytes = Value::take(std::move(out));
+      s.torch_values.insert(d, bytes, generation);
+      return bytes;
     };
-    auto got = co_await offload(s.pool, read);
-    if (!got) co_return std::move(got).error();
-    value = std::move(*got);
-    if (value) s.torch_values.insert(d, value, generation);
+    auto got = co_await offload_within(s.pool, s.config()->torch_cache.reply_timeout, read);
+    if (!got) {
+      note_late_get(key.text);
+    } else {
+      if (!*got) co_return std::move(*got).error();
+      value = std::move(**got);
+    }
     if (!value && in_queue) {  // not stored (yet): the queued value is the entry
       value = std::move(in_queue);
       queued = true;
@@ -98,25 +105,34 @@ asio::awaitable<Result<SetOutcome>> TorchCacheBackend::set(const torch_cache::To
                                                            SetCondition condition) {
   if (state_.torch_deferred) co_return co_await set_deferred(key, std::move(value), condition);
   auto& s = state_;
-  const torch_cache::TorchKey* k = &key;
-  // Runs on the store pool; `key` and `value` stay valid until this coroutine resumes.
-  auto store = [&s, k, &value, condition]() -> Result<SetOutcome> {
-    if (condition != SetCondition::always || k->overwrite == torch_cache::Overwrite::never) {
-      auto found = s.store.stat(k->digest);
+  // Runs on the store pool. It owns its key and value (a shared buffer, not copied): past
+  // reply_timeout the connection closes without waiting for it, and the write ends anyway.
+  auto store = [&s, k = key, value, condition]() -> Result<SetOutcome> {
+    if (condition != SetCondition::always || k.overwrite == torch_cache::Overwrite::never) {
+      auto found = s.store.stat(k.digest);
       if (!found) return std::move(found).error();
       bool exists = found->has_value();
       if (condition == SetCondition::if_absent && exists) return SetOutcome::condition;
       if (condition == SetCondition::if_present && !exists) return SetOutcome::condition;
-      if (exists && k->overwrite == torch_cache::Overwrite::never) return SetOutcome::kept;
+      if (exists && k.overwrite == torch_cache::Overwrite::never) return SetOutcome::kept;
     }
-    auto put = store_value(s, k->digest, k->kiln_key(), k->overwrite, value);
+    auto put = store_value(s, k.digest, k.kiln_key(), k.overwrite, value);
     if (!put) return std::move(put).error();
     return SetOutcome::stored;
   };
-  auto done = co_await offload(s.pool, store);
-  if (!done) co_return std::move(done).error();
-  record_set(s, key, value.size(), *done, "stored");
-  co_return *done;
+  auto done = co_await offload_within(s.pool, s.config()->torch_cache.reply_timeout, store);
+  if (!done) co_return late_set();
+  if (!*done) co_return std::move(*done).error();
+  record_set(s, key, value.size(), **done, "stored");
+  co_return **done;
+}
+
+Error TorchCacheBackend::late_set() {
+  // Logged with the connection's close (closed_on_error), which this error causes.
+  state_.metrics.record_torch(TorchOp::late_set);
+  return make_error(Errc::timeout, "not stored within torch_cache.reply_timeout_ms (" +
+                                       std::to_string(state_.config()->torch_cache.reply_timeout.count()) +
+                                       " ms); closed so that redis-py retries or torch compiles on");
 }
 
 asio::awaitable<Result<SetOutcome>> TorchCacheBackend::set_deferred(const torch_cache::TorchKey& key,
@@ -126,21 +142,33 @@ asio::awaitable<Result<SetOutcome>> TorchCacheBackend::set_deferred(const torch_
   const std::uint64_t n = value.size();
   TorchWriteQueue::Entry entry{key.digest, key.kiln_key(), key.text, key.overwrite, std::move(value)};
   std::optional<bool> stored;  // asked of the store only when the queue cannot answer
+  // One reply_timeout for the whole SET, however many waits it takes.
+  const auto limit = s.config()->torch_cache.reply_timeout;
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  auto left = [&]() -> std::optional<std::chrono::milliseconds> {
+    if (limit.count() == 0) return std::chrono::milliseconds(0);  // no limit
+    auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (ms.count() <= 0) return std::nullopt;
+    return ms;
+  };
   for (;;) {
     auto pushed = s.torch_queue.push(entry, condition, stored);
-    if (pushed == Push::ask_store) {
-      const Digest d = key.digest;
-      auto stat = [&s, d]() { return s.store.stat(d); };
-      auto found = co_await offload(s.pool, stat);
-      if (!found) co_return std::move(found).error();
-      stored = found->has_value();
-      continue;
-    }
-    if (pushed == Push::full) {
-      // Back-pressure: the writer wakes us when this value fits (or the queue is empty).
-      auto& q = s.torch_queue;
-      auto wait = [&q, n](std::function<void(bool)> done) { q.when_room(n, [done] { done(true); }); };
-      co_await await_callback<bool>(wait);
+    if (pushed == Push::ask_store || pushed == Push::full) {
+      auto wait_for = left();
+      if (!wait_for) co_return late_set();
+      if (pushed == Push::ask_store) {
+        const Digest d = key.digest;
+        auto stat = [&s, d]() { return s.store.stat(d); };
+        auto found = co_await offload_within(s.pool, *wait_for, stat);
+        if (!found) co_return late_set();
+        if (!*found) co_return std::move(*found).error();
+        stored = (*found)->has_value();
+      } else {
+        // Back-pressure: the writer wakes us when this value fits (or the queue is empty).
+        auto& q = s.torch_queue;
+        auto wait = [&q, n](std::function<void(bool)> done) { q.when_room(n, [done] { done(true); }); };
+        if (!co_await await_callback_within<bool>(*wait_for, wait)) co_return late_set();
+      }
       continue;
     }
     if (pushed == Push::stopped) co_return make_error(Errc::unavailable, "kilnd is stopping");
@@ -195,6 +223,22 @@ TorchWriteQueue::Write deferred_writer(ServerState& state) {
     }
     return false;
   };
+}
+
+void TorchCacheBackend::note_late_get(const std::string& key) {
+  state_.metrics.record_torch(TorchOp::late_get);
+  const auto now = std::chrono::duration_cast<std::chrono::milliseconds>(
+                       std::chrono::steady_clock::now().time_since_epoch()).count();
+  auto last = late_logged_ms_.load();
+  if (now - last < 10'000 || !late_logged_ms_.compare_exchange_strong(last, now)) {
+    late_unlogged_.fetch_add(1);
+    return;
+  }
+  const auto more = late_unlogged_.exchange(0);
+  spdlog::warn("torch cache GET {}: the store did not answer within torch_cache.reply_timeout_ms ({} ms); answered "
+               "as a miss{}",
+               key.substr(0, 200), state_.config()->torch_cache.reply_timeout.count(),
+               more ? " (" + std::to_string(more) + " more late GETs since the last such message)" : std::string());
 }
 
 void TorchCacheBackend::closed_on_error(const std::string& peer, const std::string& why) {

@@ -2,6 +2,11 @@
 // hot set (kiln::torch_cache::Backend). Internal to kiln_daemon.
 #pragma once
 
+#include <atomic>
+#include <cstdint>
+#include <limits>
+#include <string>
+
 #include "kiln/torch_cache/connection.hpp"
 #include "server_state.hpp"
 
@@ -15,7 +20,9 @@ class TorchCacheBackend final : public torch_cache::Backend {
   // A value held in memory (ServerState::torch_values) is answered without leaving the
   // connection's thread; otherwise the store pool reads and verifies the entry (a damaged
   // one is quarantined and answered as a miss: torch then compiles) and keeps it in
-  // memory. Hits and misses count in the store's stats.
+  // memory. Hits and misses count in the store's stats. A read not done within
+  // [torch_cache] reply_timeout is answered as a miss (torch compiles; redis-py 8 would
+  // fail the compile after 5 s); it finishes on the pool and leaves the value in memory.
   asio::awaitable<Result<std::optional<torch_cache::Value>>> get(const torch_cache::TorchKey& key) override;
   // durability "sync": stores durably before answering; copies of an older value are
   // forgotten. An entry that is never overwritten and is already stored is kept (outcome
@@ -26,15 +33,27 @@ class TorchCacheBackend final : public torch_cache::Backend {
   // failed write later is deferred_writer's business, never this connection's.
   // Either way the value is kept as handed over (queued, or written through to
   // torch_values), not copied.
+  // Past reply_timeout without the store's answer (sync) or room in the queue (deferred),
+  // the SET fails with `timeout` and its connection closes: redis-py retries or gives up
+  // with a ConnectionError, which torch survives. A sync write already begun still ends.
   asio::awaitable<Result<torch_cache::SetOutcome>> set(const torch_cache::TorchKey& key, torch_cache::Value value,
                                                        torch_cache::SetCondition condition) override;
   void closed_on_error(const std::string& peer, const std::string& why) override;
 
  private:
+  // Counts a GET not served within reply_timeout and logs it, at most every 10 s (a stuck
+  // disk makes every GET late).
+  void note_late_get(const std::string& key);
+  // Counts a SET not served within reply_timeout; the `timeout` error that closes its
+  // connection (which logs it).
+  Error late_set();
   asio::awaitable<Result<torch_cache::SetOutcome>> set_deferred(const torch_cache::TorchKey& key,
                                                                 torch_cache::Value value,
                                                                 torch_cache::SetCondition condition);
   ServerState& state_;
+  // note_late_get's last message (steady clock, ms), and the late GETs not logged since.
+  std::atomic<std::int64_t> late_logged_ms_{std::numeric_limits<std::int64_t>::min() / 2};
+  std::atomic<std::uint64_t> late_unlogged_{0};
 };
 
 // The writer of ServerState::torch_queue: stores one entry as a "sync" SET does

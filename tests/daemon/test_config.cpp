@@ -116,6 +116,20 @@ TEST_CASE("[torch_cache] durability is deferred by default; sync, deferred and i
   CHECK(tiny.error().message.find("torch_cache.deferred_max_bytes") != std::string::npos);
 }
 
+TEST_CASE("[torch_cache] reply_timeout_ms: 3000 by default, 0 for no limit, above 600000 refused by name") {
+  Config c = default_config();
+  CHECK(c.torch_cache.reply_timeout == std::chrono::milliseconds(3000));
+  REQUIRE(apply_toml_text(c, "[torch_cache]\nreply_timeout_ms = 250\n", "t.toml"));
+  CHECK(c.torch_cache.reply_timeout == std::chrono::milliseconds(250));
+  REQUIRE(apply_toml_text(c, "[torch_cache]\nreply_timeout_ms = 0\n", "t.toml"));
+  CHECK(c.torch_cache.reply_timeout.count() == 0);
+  for (const char* bad : {"reply_timeout_ms = 600001", "reply_timeout_ms = -1", "reply_timeout_ms = \"3s\""}) {
+    auto st = apply_toml_text(c, std::string("[torch_cache]\n") + bad + "\n", "t.toml");
+    REQUIRE_FALSE(st);
+    CHECK_MESSAGE(st.error().message.find("torch_cache.reply_timeout_ms") != std::string::npos, st.error().message);
+  }
+}
+
 TEST_CASE("[torch_cache] is off by default, read from TOML, and refuses a non-loopback address") {
   Config c = default_config();
   CHECK_FALSE(c.torch_cache.enabled());

@@ -13,6 +13,7 @@ import os
 import shutil
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -28,18 +29,20 @@ FX_KEY = "pt2:fx-graph-v1::fabcdef0123456789:c1"
 class Kilnd:
     """A kilnd on a fresh store with [torch_cache] on a short socket path."""
 
-    def __init__(self, extra_toml="", durability="sync"):
+    def __init__(self, extra_toml="", durability="sync", extra_args=()):
         self.dir = tempfile.mkdtemp(prefix="kiln-py-", dir="/tmp")
         self.torch_sock = os.path.join(self.dir, "torch.sock")
         config = os.path.join(self.dir, "kilnd.toml")
         with open(config, "w") as f:
             f.write('[torch_cache]\nsocket = "%s"\nmax_value_bytes = "64MiB"\ndurability = "%s"\n%s'
                     % (self.torch_sock, durability, extra_toml))
+        self.args = [KILND, "--config", config, "--socket", os.path.join(self.dir, "kiln.sock"),
+                     "--store", os.path.join(self.dir, "store"), *extra_args]
         self.log = open(os.path.join(self.dir, "kilnd.log"), "w")
-        self.proc = subprocess.Popen(
-            [KILND, "--config", config, "--socket", os.path.join(self.dir, "kiln.sock"),
-             "--store", os.path.join(self.dir, "store")],
-            stdout=self.log, stderr=self.log)
+        self.start()
+
+    def start(self):
+        self.proc = subprocess.Popen(self.args, stdout=self.log, stderr=self.log)
         deadline = time.monotonic() + 20
         while True:
             if self.proc.poll() is not None:
@@ -52,6 +55,14 @@ class Kilnd:
                 if time.monotonic() > deadline:
                     raise RuntimeError("kilnd did not listen within 20 s: " + self.read_log())
                 time.sleep(0.02)
+
+    def restart(self):
+        """A clean stop (SIGTERM: a deferred queue is written first), then a new kilnd on the
+        same config and store."""
+        code = self.stop()
+        if code != 0:
+            raise RuntimeError("kilnd exited %d on SIGTERM: %s" % (code, self.read_log()))
+        self.start()
 
     def url(self):
         return "unix://" + self.torch_sock
@@ -82,10 +93,11 @@ class Kilnd:
 
 class KilndCase(unittest.TestCase):
     extra_toml = ""
+    extra_args = ()
     durability = "sync"  # each case names its mode rather than relying on kilnd's default
 
     def setUp(self):
-        self.kilnd = Kilnd(self.extra_toml, self.durability)
+        self.kilnd = Kilnd(self.extra_toml, self.durability, self.extra_args)
 
     def tearDown(self):
         self.kilnd.cleanup(keep=not getattr(self._outcome, "success", False))
@@ -141,24 +153,8 @@ class RoundTrips(KilndCase):
         r = redis.Redis.from_url(self.kilnd.url())
         r.set(FX_KEY, b"kept")
         r.close()
-        self.assertEqual(self.kilnd.stop(), 0)
-        d = self.kilnd.dir
-        # The same folder, a new kilnd: reuse the config and store.
-        self.kilnd.log = open(os.path.join(d, "kilnd.log"), "a")
-        self.kilnd.proc = subprocess.Popen(
-            [KILND, "--config", os.path.join(d, "kilnd.toml"), "--socket", os.path.join(d, "kiln.sock"),
-             "--store", os.path.join(d, "store")],
-            stdout=self.kilnd.log, stderr=self.kilnd.log)
-        deadline = time.monotonic() + 20
-        r = redis.Redis.from_url(self.kilnd.url())
-        while True:
-            try:
-                self.assertEqual(r.get(FX_KEY), b"kept")
-                break
-            except redis.exceptions.ConnectionError:
-                self.assertLess(time.monotonic(), deadline, "kilnd did not come back")
-                time.sleep(0.05)
-        r.close()
+        self.kilnd.restart()
+        self.assertEqual(redis.Redis.from_url(self.kilnd.url()).get(FX_KEY), b"kept")
 
 
 class RoundTripsDeferred(RoundTrips):
@@ -166,6 +162,91 @@ class RoundTripsDeferred(RoundTrips):
     after it, on this or another connection, sees the value; a restart keeps it (the SIGTERM
     drain writes the queue)."""
     durability = "deferred"
+
+
+class StoreLocked:
+    """kilnd's index held by another SQLite connection (a backup, an operator's sqlite3):
+    kilnd's writes wait on it, as they would on a stuck disk."""
+
+    def __init__(self, kilnd):
+        self.db = sqlite3.connect(os.path.join(kilnd.dir, "store", "index.sqlite"), timeout=0,
+                                  isolation_level=None)
+
+    def __enter__(self):
+        self.db.execute("BEGIN IMMEDIATE")
+        return self
+
+    def __exit__(self, *exc):
+        self.db.execute("ROLLBACK")
+        self.db.close()
+
+
+def wait_for(predicate, timeout=20):
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
+# redis-py 8 gives up on a reply after 5 s (socket_timeout) with redis.exceptions.TimeoutError,
+# which is not a ConnectionError: torch does not catch it, and the user's compile fails. So a
+# store that cannot answer must cost a miss (GET) or a closed connection (SET), in time.
+REDIS_PY_8_TIMEOUT = 5
+
+
+class SlowStoreSync(KilndCase):
+    extra_toml = "reply_timeout_ms = 300\n"
+    extra_args = ("--store-threads", "1")  # the store's one thread is held by the waiting write
+
+    def test_a_get_is_a_miss_and_a_set_a_connection_error_before_redis_py_gives_up(self):
+        r = redis.Redis.from_url(self.kilnd.url(), socket_timeout=REDIS_PY_8_TIMEOUT)
+        pgo = "pt2:dynamo-pgo::code-state-job1:c1"  # rewritten by torch: not kept in memory
+        self.assertTrue(r.set(pgo, b"profile"))
+        with StoreLocked(self.kilnd):
+            writer = redis.Redis.from_url(self.kilnd.url(), socket_timeout=REDIS_PY_8_TIMEOUT)
+            t0 = time.monotonic()
+            with self.assertRaises(redis.exceptions.ConnectionError) as refused:
+                writer.set(FX_KEY, b"graph")
+            self.assertNotIsInstance(refused.exception, redis.exceptions.TimeoutError)
+            self.assertLess(time.monotonic() - t0, REDIS_PY_8_TIMEOUT)
+            # The store's thread still waits on the index: this GET cannot be read in time.
+            t0 = time.monotonic()
+            self.assertIsNone(r.get(pgo))
+            self.assertLess(time.monotonic() - t0, REDIS_PY_8_TIMEOUT)
+            self.assertTrue(r.ping())  # a late GET keeps its connection
+        # The SET's write went on once the index was free; the entry read late is served.
+        self.assertTrue(wait_for(lambda: r.get(FX_KEY) == b"graph"))
+        self.assertEqual(r.get(pgo), b"profile")
+        log = self.kilnd.read_log()
+        self.assertIn("GET %s: the store did not answer within torch_cache.reply_timeout_ms" % pgo, log)
+        self.assertIn("SET %s: timeout: not stored within torch_cache.reply_timeout_ms" % FX_KEY, log)
+
+
+class SlowStoreDeferred(KilndCase):
+    durability = "deferred"
+    extra_toml = 'reply_timeout_ms = 300\ndeferred_max_bytes = "1KiB"\n'
+
+    def test_a_set_waiting_for_room_closes_in_time_and_what_was_acknowledged_is_stored(self):
+        r = redis.Redis.from_url(self.kilnd.url(), socket_timeout=REDIS_PY_8_TIMEOUT)
+        first, second = os.urandom(2048), os.urandom(2048)
+        with StoreLocked(self.kilnd):
+            # Larger than the queue's bound alone: taken into the empty queue, acknowledged,
+            # and its write waits on the index.
+            self.assertTrue(r.set("pt2:fx-graph-v1::first:c1", first))
+            t0 = time.monotonic()
+            with self.assertRaises(redis.exceptions.ConnectionError) as refused:
+                r.set("pt2:fx-graph-v1::second:c1", second)
+            self.assertNotIsInstance(refused.exception, redis.exceptions.TimeoutError)
+            self.assertLess(time.monotonic() - t0, REDIS_PY_8_TIMEOUT)
+        r = redis.Redis.from_url(self.kilnd.url(), socket_timeout=REDIS_PY_8_TIMEOUT)
+        self.assertEqual(r.get("pt2:fx-graph-v1::first:c1"), first)
+        self.assertIsNone(r.get("pt2:fx-graph-v1::second:c1"))  # never acknowledged
+        self.kilnd.restart()
+        r = redis.Redis.from_url(self.kilnd.url(), socket_timeout=REDIS_PY_8_TIMEOUT)
+        self.assertEqual(r.get("pt2:fx-graph-v1::first:c1"), first)
+        self.assertIsNone(r.get("pt2:fx-graph-v1::second:c1"))
 
 
 class ReaderOnly(KilndCase):

@@ -72,6 +72,11 @@ struct TorchCacheConfig {
   enum class Durability { sync, deferred };
   Durability durability = Durability::deferred;
   std::uint64_t deferred_max_bytes = 256ull << 20;  // values queued (deferred); past it a SET waits
+  // The longest a GET or SET waits for the store (or, deferred, for room in the queue)
+  // before it is answered anyway: a GET as a miss, a SET by closing the connection (never
+  // an error reply). redis-py 8 gives up on a reply after 5 s with a TimeoutError, which
+  // torch does not catch: the user's compile would fail. 0: no limit. Reloadable.
+  std::chrono::milliseconds reply_timeout{3000};
 
   bool enabled() const { return !socket.empty() || !listen.empty(); }
 };
