@@ -25,6 +25,7 @@
 #include "support/raw_client.hpp"
 #include "tmpfs_mount.hpp"
 #include "temp_dir.hpp"
+#include "wait_until.hpp"
 
 using namespace kiln;
 using namespace kiln::test;
@@ -211,9 +212,13 @@ TEST_CASE("the metrics endpoint serves Prometheus text on loopback") {
   if (hit.fd >= 0) ::close(hit.fd);
   get.ref.key_digest = *test_key("absent").digest();
   c.call(MsgType::get, proto::encode(get));
-  auto page = http_get(*status->metrics);
+  // A request is counted just after its reply is sent, so the client may scrape first.
+  std::string page;
+  CHECK(kiln::test::wait_until([&] {
+    page = http_get(*status->metrics);
+    return page.find("kiln_requests_total{op=\"get\",outcome=\"ok\"} 2") != std::string::npos;
+  }));
   CHECK(page.find("200 OK") != std::string::npos);
-  CHECK(page.find("kiln_requests_total{op=\"get\",outcome=\"ok\"} 2") != std::string::npos);
   CHECK(page.find("kiln_get_hits_total 1") != std::string::npos);
   CHECK(page.find("kiln_get_misses_total 1") != std::string::npos);
   CHECK(page.find("kiln_request_duration_seconds_bucket{op=\"put\"") != std::string::npos);
