@@ -34,8 +34,11 @@ class Kilnd:
         self.torch_sock = os.path.join(self.dir, "torch.sock")
         config = os.path.join(self.dir, "kilnd.toml")
         with open(config, "w") as f:
-            f.write('[torch_cache]\nsocket = "%s"\nmax_value_bytes = "64MiB"\ndurability = "%s"\n%s'
-                    % (self.torch_sock, durability, extra_toml))
+            # What is stored and answered is tested here, not how fast, unless a case sets
+            # the limit: a 10 MB sync SET on a loaded CI disk must not become a late reply.
+            limit = "" if "reply_timeout_ms" in extra_toml else "reply_timeout_ms = 60000\n"
+            f.write('[torch_cache]\nsocket = "%s"\nmax_value_bytes = "64MiB"\ndurability = "%s"\n%s%s'
+                    % (self.torch_sock, durability, limit, extra_toml))
         self.args = [KILND, "--config", config, "--socket", os.path.join(self.dir, "kiln.sock"),
                      "--store", os.path.join(self.dir, "store"), *extra_args]
         self.log = open(os.path.join(self.dir, "kilnd.log"), "w")

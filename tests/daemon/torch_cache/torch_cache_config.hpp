@@ -14,11 +14,15 @@ struct TorchCacheConfig {
   std::filesystem::path torch_sock = sock_dir / "torch.sock";
   // Written out, not left to kilnd's default: each test file tests one mode.
   std::string durability = "sync";
+  // These tests check what is stored and answered, not how fast: a 10 MB sync SET on a
+  // loaded CI disk must not become a late reply. The limit has tests of its own
+  // (test_redis_py's SlowStore cases).
+  int reply_timeout_ms = 60'000;
   // `top`: top-level settings; then [torch_cache] on torch_sock, 16 MiB values, the
-  // durability, and `section`.
+  // durability, the reply limit, and `section`.
   std::string toml(const std::string& section = "", const std::string& top = "") const {
     return top + "[torch_cache]\nsocket = \"" + torch_sock.string() + "\"\nmax_value_bytes = \"16MiB\"\ndurability = \"" +
-           durability + "\"\n" + section;
+           durability + "\"\nreply_timeout_ms = " + std::to_string(reply_timeout_ms) + "\n" + section;
   }
 };
 
