@@ -17,6 +17,7 @@
 #include "kilnd_builds.hpp"
 #include "kiln/client/client.hpp"
 #include "support/kilnd_process.hpp"
+#include "test_node.hpp"
 
 using namespace kiln;
 using namespace std::chrono_literals;
@@ -127,9 +128,7 @@ TEST_CASE("KilndServesWhileItsBuildWorkerIsProbed: hits at once; builds, uploads
   test::TempDir dir;
   // A stored artifact, its key complete (no field left to the node).
   Key stored = test::source_key(std::string(64, 'a'));
-  stored.gpu_arch = "sm_test", stored.gpu_name = "Test GPU", stored.torch_version = "test-torch";
-  stored.torch_git = "test-git", stored.cuda_version = "test-cuda", stored.triton_version = "test-triton";
-  stored.platform = "linux", stored.machine = "x86_64", stored.cpu_isa = "test-worker-isa";
+  fill_node_fields(stored, test::test_node_fields());
   const std::string bytes(5000, 'k');
   {
     test::KilndProcess first(dir.path(), test::builds_toml());
