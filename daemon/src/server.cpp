@@ -165,11 +165,12 @@ void Server::Impl::begin_drain(const char* why) {
   draining = true;
   state.draining = true;  // connections read it to refuse new requests
   sd_notify("STOPPING=1");
-  spdlog::info("stopping ({}): draining {} connection(s)", why, state.open_connections.load());
-  state.stop_waiting_for_builds();  // requests held for the build service's probes end now
   error_code ec;
   acceptor.close(ec);
   if (created_socket) ::unlink(socket_path.c_str());  // new clients fail fast instead of hanging
+  // Logged once the socket is gone: a reader of the log may rely on that order.
+  spdlog::info("stopping ({}): draining {} connection(s)", why, state.open_connections.load());
+  state.stop_waiting_for_builds();  // requests held for the build service's probes end now
   if (metrics_http) metrics_http->stop();
   if (torch_cache) torch_cache->stop();
   std::vector<std::shared_ptr<Connection>> live;
