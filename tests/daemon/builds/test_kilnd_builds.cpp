@@ -36,6 +36,18 @@ class Kilnd {
   test::KilndProcess process_;
 };
 
+// kilnd whose test worker's toolchain probe lasts while `gate` exists (the worker reads
+// KILN_TEST_WORKER_TOOLCHAIN_GATE from kilnd's environment); not waited for its builds.
+test::KilndProcess start_with_gated_probe(const test::TempDir& dir, const std::filesystem::path& gate,
+                                          const std::string& toml) {
+  std::ofstream(gate) << "";
+  struct GateEnv {
+    explicit GateEnv(const std::filesystem::path& p) { ::setenv("KILN_TEST_WORKER_TOOLCHAIN_GATE", p.c_str(), 1); }
+    ~GateEnv() { ::unsetenv("KILN_TEST_WORKER_TOOLCHAIN_GATE"); }
+  } env(gate);
+  return test::KilndProcess(dir.path(), toml, {}, -1, {}, /*wait_for_builds=*/false);
+}
+
 std::string register_source(client::Client& c, const test::TempDir& dir, const std::string& name, json command) {
   command["count_file"] = (dir / "builds.txt").string();
   std::string text = command.dump();
@@ -140,10 +152,7 @@ TEST_CASE("KilndServesWhileItsBuildWorkerIsProbed: hits at once; builds, uploads
 
   // The restart's toolchain probe lasts until the gate goes.
   const auto gate = dir.path() / "probe.gate";
-  std::ofstream(gate) << "";
-  ::setenv("KILN_TEST_WORKER_TOOLCHAIN_GATE", gate.c_str(), 1);
-  test::KilndProcess kilnd(dir.path(), test::builds_toml(), {}, -1, {}, /*wait_for_builds=*/false);
-  ::unsetenv("KILN_TEST_WORKER_TOOLCHAIN_GATE");
+  test::KilndProcess kilnd = start_with_gated_probe(dir, gate, test::builds_toml());
   auto c = test::connect_client(kilnd.socket());
   auto st = c.status();
   REQUIRE(st.has_value());
@@ -206,13 +215,10 @@ TEST_CASE("KilndServesWhileItsBuildWorkerIsProbed: hits at once; builds, uploads
 TEST_CASE("KilndStoppedWhileItProbesExitsAtOnce: the worker's probe is stopped, not waited out; "
           "a request held for it is answered unavailable") {
   test::TempDir dir;
-  const auto gate = dir.path() / "probe.gate";
-  std::ofstream(gate) << "";  // never removed: the probe would last until probe_timeout_s
-  ::setenv("KILN_TEST_WORKER_TOOLCHAIN_GATE", gate.c_str(), 1);
   test::BuildsToml slow;
   slow.probe_timeout_s = 600;
-  test::KilndProcess kilnd(dir.path(), test::builds_toml(slow), {}, -1, {}, /*wait_for_builds=*/false);
-  ::unsetenv("KILN_TEST_WORKER_TOOLCHAIN_GATE");
+  // The gate is never removed: the probe would last until probe_timeout_s.
+  test::KilndProcess kilnd = start_with_gated_probe(dir, dir.path() / "probe.gate", test::builds_toml(slow));
   auto c = test::connect_client(kilnd.socket());
   REQUIRE(c.status().has_value());
   CHECK(c.status()->builds_probing);
