@@ -54,10 +54,15 @@ Result<std::unique_ptr<EtcdCoordinator>> EtcdCoordinator::start(const Coordinato
   if (o.poll_min > o.poll_max) o.poll_min = o.poll_max;
   std::unique_ptr<EtcdCoordinator> c(new EtcdCoordinator(std::move(o), std::move(*etcd), fleet));
   c->threads_.emplace_back([p = c.get()] { p->keepalive_loop(); });
+  c->threads_.emplace_back([p = c.get()] { p->claims_loop(); });
   for (int i = 0; i < 2; ++i) c->threads_.emplace_back([p = c.get()] { p->worker_loop(); });
   fleet.set_observer(c.get());
   spdlog::info("fleet: one build per key across the fleet through etcd {} (node {}, lease {} s, prefix {})",
                c->options_.endpoints.front(), c->options_.node_name, c->options_.lease_ttl.count(), c->options_.prefix);
+  if (c->options_.timeout * 3 > c->options_.lease_ttl)
+    spdlog::warn("fleet: coordinator_timeout_ms ({} ms) is over a third of lease_ttl_s ({} s): one slow keepalive "
+                 "can lose this node's claims, and another node then builds them again",
+                 c->options_.timeout.count(), c->options_.lease_ttl.count());
   return c;
 }
 
@@ -102,7 +107,7 @@ void EtcdCoordinator::schedule(Clock::time_point when, std::function<void()> job
     if (stopping_) return;
     jobs_.emplace(when, std::move(job));
   }
-  cv_.notify_all();  // the keepalive thread waits on it too
+  cv_.notify_all();  // the keepalive and claims threads wait on it too
 }
 
 void EtcdCoordinator::worker_loop() {
@@ -171,7 +176,7 @@ void EtcdCoordinator::before_build(const Key& key, const Digest& key_digest, std
       f->waiters.push_back(std::move(proceed));
       flights_.emplace(f->hex, f);
       jobs_.emplace(Clock::now(), [this, f] { try_claim(f); });
-      cv_.notify_all();  // the keepalive thread waits on it too
+      cv_.notify_all();  // the keepalive and claims threads wait on it too
       return;
     }
   }
@@ -208,7 +213,7 @@ void EtcdCoordinator::build_alone(const std::shared_ptr<Flight>& f, const Error&
 
 bool EtcdCoordinator::skip_etcd(const std::shared_ptr<Flight>& f) {
   // While etcd is down, a decision does not wait for it again (with many keys missing,
-  // timeouts would queue up): the keepalive thread probes it and says when it is back.
+  // timeouts would queue up): the claims listing probes it and says when it is back.
   std::string why;
   {
     std::lock_guard lock(stats_mu_);

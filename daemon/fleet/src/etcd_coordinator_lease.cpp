@@ -1,5 +1,5 @@
-// EtcdCoordinator: this node's lease and its keepalive (which also lists the fleet's claims
-// for status), status and metrics. See kiln/fleet/etcd_coordinator.hpp.
+// EtcdCoordinator: this node's lease and its keepalive, the listing of the fleet's claims
+// (for status, and to release orphans), status and metrics. See kiln/fleet/etcd_coordinator.hpp.
 #include <algorithm>
 
 #include <nlohmann/json.hpp>
@@ -45,15 +45,24 @@ void EtcdCoordinator::drop_lease(std::int64_t l, const char* why) {
   }
 }
 
-void EtcdCoordinator::keepalive_loop() {
+std::chrono::milliseconds EtcdCoordinator::refresh_period() const {
   // A third of the TTL: two refreshes may fail before etcd lets the lease expire.
-  const auto period = std::max(std::chrono::milliseconds(200),
-                               std::chrono::duration_cast<std::chrono::milliseconds>(options_.lease_ttl) / 3);
-  for (;;) {
-    {
-      std::unique_lock lock(mu_);
-      if (cv_.wait_for(lock, period, [&] { return stopping_; })) return;
-    }
+  return std::max(std::chrono::milliseconds(200),
+                  std::chrono::duration_cast<std::chrono::milliseconds>(options_.lease_ttl) / 3);
+}
+
+bool EtcdCoordinator::wait_period(std::chrono::steady_clock::time_point until) {
+  std::unique_lock lock(mu_);
+  return !cv_.wait_until(lock, until, [&] { return stopping_; });
+}
+
+void EtcdCoordinator::keepalive_loop() {
+  // Alone on its thread, on a fixed beat: the claims listing (claims_loop), a slow etcd
+  // read or a release must never delay the refresh past the TTL, or a live holder loses
+  // its claims and another node builds the key again.
+  const auto period = refresh_period();
+  for (auto next = Clock::now() + period; wait_period(next);
+       next = std::max(next + period, Clock::now())) {  // a refresh that overran: the next at once
     std::int64_t l;
     Clock::time_point ok_at;
     {
@@ -74,6 +83,14 @@ void EtcdCoordinator::keepalive_loop() {
         if (Clock::now() - ok_at >= options_.lease_ttl) drop_lease(l, "etcd unreachable for the lease TTL");
       }
     }
+  }
+}
+
+void EtcdCoordinator::claims_loop() {
+  // The fleet's claims for status, and this node's orphans released; also the probe that
+  // says etcd is back after an error (skip_etcd).
+  const auto period = refresh_period();
+  for (auto next = Clock::now() + period; wait_period(next); next = Clock::now() + period) {
     auto list = etcd_->range_prefix(claims_prefix(options_.prefix), 500);
     if (!list) {
       note_etcd(list.error());

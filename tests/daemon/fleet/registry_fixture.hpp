@@ -75,7 +75,7 @@ class Registry {
     t << "[fleet]\nregistry = \"" << url() << "\"\nrepository = \"kiln/test\"\n"
       << "basic_auth_file = \"" << auth_file().string() << "\"\nca_file = \"" << ca().string() << "\"\n"
       << "push = " << (o.push ? "true" : "false") << "\npull = " << (o.pull ? "true" : "false") << "\n"
-      << "push_retry_min_s = 1\npush_retry_max_s = 1\nconnect_timeout_s = 2\nio_timeout_s = 5\n";
+      << "push_retry_min_s = 1\npush_retry_max_s = 1\nconnect_timeout_s = 10\nio_timeout_s = 30\n";
     if (!o.signing_key_file.empty()) t << "signing_key_file = \"" << o.signing_key_file.string() << "\"\n";
     t << "trusted_keys = [";
     for (std::size_t i = 0; i < o.trusted_keys.size(); ++i) t << (i ? ", " : "") << "\"" << o.trusted_keys[i] << "\"";

@@ -46,7 +46,11 @@ namespace fs = std::filesystem;
 
 namespace {
 
-constexpr int kLeaseTtl = 2;  // seconds: a cut-off holder loses its claims this fast
+// Seconds. The tests of a lost holder use the shortest lease: a cut-off holder loses its
+// claims this fast. The others use a lease no stall of a loaded machine outlasts: a live
+// holder that lost its lease would see its key built again.
+constexpr int kShortLeaseTtl = 2;
+constexpr int kLeaseTtl = 15;
 // Each etcd request may take up to coordinator_timeout_ms = 5000 here: etcd fsyncs every
 // write, and on a shared CI machine one fsync has taken more than 500 ms; a node whose
 // claim times out builds alone, which would be a second build in these tests.
@@ -57,6 +61,7 @@ struct NodeSpec {
   double hedge_factor = 0;        // 0 = never hedge
   int failure_ttl_s = 0;
   int build_timeout_s = 1800;     // also a claim's lifetime before a take-over
+  int lease_ttl_s = kLeaseTtl;
 };
 
 // A fleet of up to three nodes sharing a registry and an etcd; every node signs and
@@ -84,7 +89,7 @@ class Fleet {
     t << test::builds_toml({.failure_ttl_s = s.failure_ttl_s, .build_timeout_s = s.build_timeout_s})
       << reg_.fleet_toml({.signing_key_file = dir_.path() / (s.name + ".pem"), .trusted_keys = trusted_});
     if (!s.etcd_url.empty()) {
-      t << "coordinator = [\"" << s.etcd_url << "\"]\nnode_name = \"" << s.name << "\"\nlease_ttl_s = " << kLeaseTtl
+      t << "coordinator = [\"" << s.etcd_url << "\"]\nnode_name = \"" << s.name << "\"\nlease_ttl_s = " << s.lease_ttl_s
         << "\ncoordinator_timeout_ms = 5000\npoll_max_ms = 200\nhedge_factor = " << s.hedge_factor
         << "\nexpected_build_s = 1\n";
     }
@@ -100,12 +105,16 @@ class Fleet {
   test::KilndProcess& node(const std::string& n) { return *nodes_.at(n); }
   void forget(const std::string& n) { nodes_.erase(n); }
 
-  // The claims in etcd now: key hex -> holder.
+  // The claims in etcd now: key hex -> holder; none when etcd did not answer (read in
+  // wait_until's predicates, which ask again).
   std::map<std::string, std::string> claims() {
-    auto c = fleet::EtcdClient::create({{etcd_->url()}, 2000ms});
+    auto c = fleet::EtcdClient::create({{etcd_->url()}, 10s});
     REQUIRE(c.has_value());
     auto kvs = (*c)->range_prefix("kiln/claim/");
-    REQUIRE_MESSAGE(kvs.has_value(), kvs.error().to_string());
+    if (!kvs) {
+      MESSAGE("listing the claims: " << kvs.error().to_string());
+      return {};
+    }
     std::map<std::string, std::string> out;
     for (const auto& kv : *kvs) {
       auto rec = fleet::parse_claim(kv.value);
@@ -359,7 +368,7 @@ TEST_CASE("ThreeNodesFortyEightClientsOneMissingKeyOneBuildInTheFleetSameBytesEv
 
 TEST_CASE("HolderKilledMidBuildAnotherNodeBuildsWithinTheLeaseTimeAndEveryClientIsServed") {
   Fleet f;
-  for (const char* n : {"a", "b", "c"}) f.start({n, f.etcd().url()});
+  for (const char* n : {"a", "b", "c"}) f.start({.name = n, .etcd_url = f.etcd().url(), .lease_ttl_s = kShortLeaseTtl});
   // Only a's build is held: the node that takes over builds at once.
   const std::string text = source_text(f, "ok", f.hold_file(), (f.dir() / "a").string() + "/");
   std::string hash;
@@ -381,8 +390,11 @@ TEST_CASE("HolderKilledMidBuildAnotherNodeBuildsWithinTheLeaseTimeAndEveryClient
   const auto killed_at = std::chrono::steady_clock::now();
   REQUIRE(wait_until([&] { return f.starts().size() == 2; }, 30s));
   const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - killed_at).count();
-  MESSAGE("another node started building " << took << " s after the holder was killed (lease TTL " << kLeaseTtl << " s)");
-  CHECK(took < kLeaseTtl + 4.0);
+  MESSAGE("another node started building " << took << " s after the holder was killed (lease TTL " << kShortLeaseTtl
+                                              << " s)");
+  // The lease, not the claim's deadline (build_timeout_s + TTL), let it go; the slack is a
+  // loaded machine's: etcd's expiry check, a poll, a claim and a worker's start.
+  CHECK(took < kShortLeaseTtl + 10.0);
 
   std::set<std::string> distinct;
   for (const auto& [node, o] : others.results()) {
@@ -505,7 +517,7 @@ TEST_CASE("APartitionedHolderLosesItsClaimAndItsLateResultIsAcceptedNotDuplicate
   Fleet f;
   // a reaches etcd through a proxy the test freezes; b directly.
   test::TcpProxy proxy(f.etcd().port());
-  f.start({"a", proxy.url()});
+  f.start({.name = "a", .etcd_url = proxy.url(), .lease_ttl_s = kShortLeaseTtl});
   f.start({"b", f.etcd().url()});
   // Each node's build waits on its own file: a's (the late result) is let go first.
   const fs::path hold_a = f.dir() / "hold-a", hold_b = f.dir() / "hold-b";
@@ -531,7 +543,7 @@ TEST_CASE("APartitionedHolderLosesItsClaimAndItsLateResultIsAcceptedNotDuplicate
   // a's lease expires in etcd; b claims the key and builds it.
   REQUIRE(wait_until([&] { return f.claims()[hex] == "b" && f.starts().size() == 2; }, 30s));
   MESSAGE("b claimed and started building " << std::chrono::duration<double>(std::chrono::steady_clock::now() - frozen).count()
-                                            << " s after a was cut off from etcd (lease TTL " << kLeaseTtl << " s)");
+                                            << " s after a was cut off from etcd (lease TTL " << kShortLeaseTtl << " s)");
   // a notices it lost its claim (it could not reach etcd for the lease TTL).
   REQUIRE(f.node("a").wait_for_log("lost the claim on " + hex.substr(0, 16), 30s));
 
@@ -609,7 +621,7 @@ TEST_CASE("AClaimPastItsDeadlineIsTakenOverAndAnUnreadableOneAfterTheBuildTimeou
   // build_timeout_s = 3: an unreadable claim is given 3 s from when a node first saw it.
   f.start({"a", f.etcd().url(), 0, 0, 3});
   const std::string hash = register_source(f.node("a"), source_text(f, "ok", f.hold_file()));
-  auto etcd = fleet::EtcdClient::create({{f.etcd().url()}, 2000ms});
+  auto etcd = fleet::EtcdClient::create({{f.etcd().url()}, 10s});
   REQUIRE(etcd.has_value());
   // Claims planted by a "node" that keeps its lease alive but never finishes.
   auto lease = (*etcd)->grant(60s);
@@ -665,7 +677,7 @@ TEST_CASE("AWaiterWhoseWaitMsRunsOutWhileAnotherNodeBuildsGetsTimeoutOnTime") {
   CHECK(r.header.type == protocol::MsgType::error);
   CHECK_MESSAGE(r.body.find("another node of the fleet is building it") != std::string::npos, r.body);
   CHECK(took >= 1.4);
-  CHECK(took < 5.0);
+  CHECK(took < 15.0);  // not held for the build (the hold is never let go before this)
   release(f.hold_file());
   for (const auto& [node, o] : on_a.results()) CHECK_MESSAGE(o->ok, node << ": " << o->error);
   CHECK(f.starts().size() == 1);

@@ -23,14 +23,15 @@
 //  - etcd cannot be reached (or answers nonsense): the node builds as if alone (per-node
 //    single flight), with a warning and kiln_fleet_claims_total{outcome="unavailable"}.
 //    No request waits on etcd for more than coordinator_timeout per endpoint, and once a
-//    request failed, decisions do not ask etcd at all until the keepalive thread (every
+//    request failed, decisions do not ask etcd at all until the claims listing (every
 //    third of lease_ttl) hears from it again.
 //
 // Per node, one decision per key at a time: concurrent before_build calls for one key
 // share it (and then the scheduler's single flight shares the build).
 //
-// Threads: one keeps the lease alive and refreshes the claims listing for status; two
-// run the claims and the waiters' polls. Callbacks are called on them.
+// Threads: one keeps the lease alive, on a beat nothing else delays; one lists the fleet's
+// claims (status, and this node's orphans released); two run the claims and the waiters'
+// polls. Callbacks are called on the last two.
 #pragma once
 
 #include <chrono>
@@ -102,6 +103,10 @@ class EtcdCoordinator final : public BuildCoordinator, public FleetObserver {
   void schedule(std::chrono::steady_clock::time_point when, std::function<void()> job);
   void worker_loop();
   void keepalive_loop();
+  void claims_loop();
+  std::chrono::milliseconds refresh_period() const;
+  // Waits until `until` or stop(); false once stopping.
+  bool wait_period(std::chrono::steady_clock::time_point until);
 
   // The claim attempt, and a waiter's look again.
   void try_claim(const std::shared_ptr<Flight>& f);
