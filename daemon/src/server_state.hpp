@@ -161,6 +161,9 @@ class ServerState {
   // Hands the counted hot hits to the store. Blocking: call from the store pool, or
   // before an operation that needs exact access times (eviction, stats).
   void flush_hot_hits() {
+    // One flush at a time: a reader's flush must not return while another flush holds
+    // hits it swapped out and has not recorded yet (it would read counts without them).
+    std::lock_guard flushing(hits_flush_mu_);
     std::unordered_map<Digest, std::uint64_t> batch;
     {
       std::lock_guard lock(hits_mu_);
@@ -183,6 +186,7 @@ class ServerState {
 
  private:
   std::mutex hits_mu_;
+  std::mutex hits_flush_mu_;  // held across a whole flush_hot_hits()
   // Protected by hits_mu_.
   std::unordered_map<Digest, std::uint64_t> hot_hits_;
   std::chrono::steady_clock::time_point hot_hits_flushed_ = std::chrono::steady_clock::now();
