@@ -342,6 +342,9 @@ asio::awaitable<void> Connection::run_request(const Request& r) {
 // ---- uploads -------------------------------------------------------------------------
 
 asio::awaitable<bool> Connection::begin_upload(const Request& r) {
+  // In flight from here: a drain that starts while this waits must let the upload finish,
+  // as it would have had the store answered sooner (begin_drain, request_done).
+  inflight_.insert(r.id);
   // A PUT's key may leave node fields to this node, and a source is checked by the build
   // worker: both wait for the build service's start-up probes.
   Status waited = co_await wait_for_builds(state_);
@@ -361,8 +364,15 @@ asio::awaitable<bool> Connection::begin_upload(const Request& r) {
         up->check = std::move(*check);
       }
     }
+    if (stream && closed_) {  // closed while the store opened it: the stream goes on the pool
+      auto drop = std::make_shared<std::unique_ptr<storage::PutStream>>(std::move(*stream));
+      asio::post(state_.pool, [drop] { drop->reset(); });
+      inflight_.erase(r.id);
+      co_return false;
+    }
     if (stream) {
       up->stream = std::move(*stream);
+      inflight_.erase(r.id);
       uploads_.emplace(r.id, std::make_shared<Upload>(std::move(*up)));
       co_return true;
     }
@@ -372,7 +382,8 @@ asio::awaitable<bool> Connection::begin_upload(const Request& r) {
   co_await send_error(r.id, up.error());
   log_request(r, o);
   discarding_.insert(r.id);
-  co_return true;
+  request_done(r.id);
+  co_return !closed_;
 }
 
 asio::awaitable<void> Connection::fail_upload(std::uint32_t id, const Error& error, bool end) {
