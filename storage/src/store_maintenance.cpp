@@ -270,12 +270,17 @@ Result<VerifyReport> StoreImpl::verify(const VerifyProgress& progress) {
     ++report.checked;
     if (progress) progress(report.checked, blobs.size());
     if (st) continue;
-    const Error& e = st.error();
-    if (e.code != Errc::corrupt && e.code != Errc::not_found) return e;
+    if (st.error().code != Errc::corrupt && st.error().code != Errc::not_found) return st.error();
     std::lock_guard<std::mutex> guard(mu_);
     auto still = index_.get_blob(b.digest);
     if (!still) return std::move(still).error();
     if (!*still) continue;  // removed meanwhile
+    // Read again under the lock: the blob may have been removed and stored again between
+    // the read and the lock, and a live entry must not be dropped for that.
+    Status again = read_blob(fs_, blob_path(b.digest), b.digest, discard);
+    if (again) continue;
+    const Error& e = again.error();
+    if (e.code != Errc::corrupt && e.code != Errc::not_found) return e;
     if (read_only_) {
       auto keys = index_.artifacts_of_blob(b.digest);
       if (keys) report.corrupt.insert(report.corrupt.end(), keys->begin(), keys->end());
