@@ -164,8 +164,10 @@ def test_a_request_older_than_the_fallback_parks_at_a_block_boundary(monkeypatch
     assert 0.04 <= export_wait_inside_a_forward(gate, enter_model=True) < 5
 
 
-def test_without_a_model_boundary_a_block_boundary_is_taken_at_once():
+def test_without_a_model_boundary_a_block_boundary_is_taken_at_once(monkeypatch):
+    # A fallback far longer than a slow machine's pause: waiting for it would show.
+    monkeypatch.setattr(_gate, "BLOCK_FALLBACK_S", 60.0)
     gate = _gate.ExportGate()
     gate.add_model_boundary()
     gate.add_model_boundary(-1)  # restore(): the model's hook is gone
-    assert export_wait_inside_a_forward(gate, enter_model=False) < 1.0
+    assert export_wait_inside_a_forward(gate, enter_model=False) < 20

@@ -76,11 +76,12 @@ def test_any_change_to_the_files_changes_the_fingerprint_and_the_hash_is_compute
     assert fresh.calls == 1
 
 
-def test_files_changed_moments_ago_give_no_fingerprint_so_nothing_is_cached(tmp_path):
+def test_files_changed_moments_ago_give_no_fingerprint_so_nothing_is_cached(tmp_path, monkeypatch):
+    before = time.time_ns() - 10 * 10**9  # before the files are written, however slowly
     root = package(tmp_path)
-    assert _node._tree_fingerprint(str(root)) is None  # written just now: could change again unseen
-    old = time.time_ns() - 10 * 10**9
-    assert _node._tree_fingerprint(str(root), settled_before_ns=old) is None
+    assert _node._tree_fingerprint(str(root), settled_before_ns=before) is None  # could change again unseen
+    monkeypatch.setattr(_node, "_SETTLE_NS", 3600 * 10**9)  # the default window, wider than any writing
+    assert _node._tree_fingerprint(str(root)) is None
     assert settled(root) is not None
 
 

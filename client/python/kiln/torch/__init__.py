@@ -203,7 +203,9 @@ def compile_pipeline(pipe, **kwargs):
 
 def restore(model):
     """Puts eager forwards back on every block kiln hooked in `model` (idempotent); loaded
-    packages are released with the model's state."""
+    packages are released with the model's state. Stops the model's background work and
+    waits for its threads to end (at most _runtime.STOP_WAIT_S, 10 s: an export, package
+    load or request in flight), so that afterwards none of them holds a package."""
     state = getattr(model, _STATE_ATTR, None)
     if state is None:
         return
@@ -211,7 +213,7 @@ def restore(model):
         _hooks.remove(b)
     state.model_hook.remove()
     state.boundary()  # once: a finalizer runs at most once
-    state.runtime.stop()
+    state.runtime.stop(wait_s=_runtime.STOP_WAIT_S)
     object.__delattr__(model, _STATE_ATTR)
 
 

@@ -85,7 +85,7 @@ def default_exporter(block, args, kwargs, workdir):
     import torch
 
     # Only the trace needs the process to itself (_gate.py); saving and hashing do not.
-    with _gate.GATE.exclusive(_stopping.is_set), torch.no_grad():
+    with _gate.GATE.exclusive(_stop_requested), torch.no_grad():
         ep = torch.export.export(block, tuple(args), dict(kwargs))
     path = os.path.join(workdir, "block.pt2")
     torch.export.save(strip_weights(ep), path)
@@ -161,6 +161,20 @@ _running = weakref.WeakSet()
 _stopping = threading.Event()  # set at interpreter exit: exports waiting for the gate give up
 EXIT_WAIT_S = 120.0
 
+# How long restore() waits for a runtime's threads to end (Runtime.stop(wait_s)): an export,
+# package load or request in flight; what still runs then ends by itself.
+STOP_WAIT_S = 10.0
+
+_worker = threading.local()  # in a runtime's miss thread: `stopped`, that runtime's stop flag
+
+
+def _stop_requested():
+    """True at interpreter exit, or once the runtime whose miss thread calls it stopped: an
+    export still waiting for its turn at the gate then gives up (after restore(), the
+    model's calls that it waits for no longer come)."""
+    stopped = getattr(_worker, "stopped", None)
+    return _stopping.is_set() or (stopped is not None and stopped())
+
 
 @atexit.register
 def _stop_at_exit():
@@ -208,8 +222,22 @@ class Runtime:
         self._jobs = queue.Queue()
         self._pending = 0            # jobs submitted and not finished (under _lock)
         self._thread = None
-        self._stopped = False
+        self._threads = []           # every thread started for this runtime, for stop(wait_s)
+        self._threads_lock = threading.Lock()  # of _threads alone: _start runs under _lock too
+        self._stop = threading.Event()
         self.call_supported = None  # whether libkiln/kilnd take the key's `call` (format 2)
+
+    @property
+    def _stopped(self):
+        return self._stop.is_set()
+
+    def _start(self, target, name, *args):
+        """Starts a daemon thread of this runtime (stop(wait_s) waits for it)."""
+        t = threading.Thread(target=target, args=args, name=name, daemon=True)
+        t.start()
+        with self._threads_lock:  # replaced whole, so that stop() reads it without the lock
+            self._threads = [x for x in self._threads if x.is_alive()] + [t]
+        return t
 
     # ---- the daemon ------------------------------------------------------------------
     def client(self):
@@ -284,7 +312,7 @@ class Runtime:
 
         with self._lock:
             self._pending += 1
-        threading.Thread(target=lambda: (first_look(), self._done()), name="kiln-hit", daemon=True).start()
+        self._start(lambda: (first_look(), self._done()), "kiln-hit")
         looked.wait(HIT_WAIT_S)
         return e
 
@@ -397,10 +425,8 @@ class Runtime:
             return
         with self._lock:
             self._pending += 1
-        self._prefetch_thread = threading.Thread(target=self._prefetch, args=(regions,), name="kiln-prefetch",
-                                                 daemon=True)
         _running.add(self)
-        self._prefetch_thread.start()
+        self._prefetch_thread = self._start(self._prefetch, "kiln-prefetch", regions)
 
     def _prefetch(self, regions):
         try:
@@ -476,8 +502,7 @@ class Runtime:
     def submit(self, job):
         with self._lock:
             if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="kiln-miss", daemon=True)
-                self._thread.start()
+                self._thread = self._start(self._run, "kiln-miss")
                 _running.add(self)
             self._pending += 1
         self._jobs.put(job)
@@ -487,6 +512,7 @@ class Runtime:
         # wait for a build does not: it moves to a thread of its own, so every block class
         # of a model is exported and asked for at once and kilnd builds them side by side.
         _gate.mark_background()
+        _worker.stopped = self._stop.is_set
         while not self._stopped:
             job = self._jobs.get()
             if job is None:
@@ -546,7 +572,7 @@ class Runtime:
         reply = self.client().build(key, wait=False)
         e.key_digest = reply.get("key_digest")
         e.set("building", reply.get("state", ""))
-        threading.Thread(target=self._poll_then_finish, args=(job, key), name="kiln-poll", daemon=True).start()
+        self._start(self._poll_then_finish, "kiln-poll", job, key)
         return True
 
     def register_source(self, model_hash, path, fingerprint):
@@ -591,12 +617,29 @@ class Runtime:
                 unreachable_since = unreachable_since or time.monotonic()
                 if time.monotonic() - unreachable_since > 60:
                     raise
-            time.sleep(delay)
+            self._stop.wait(delay)  # stop() ends the wait
             delay = min(delay * 1.5, 2.0)
 
-    def stop(self):
-        self._stopped = True
+    def stop(self, wait_s=0.0):
+        """Stops taking work: the miss thread ends after its job (an export still waiting
+        for its turn gives up), the poller and the prefetch at their next step. With wait_s,
+        then waits up to that many seconds for every thread of this runtime to end, so that
+        none holds the runtime or a package it loaded; never for the calling thread itself,
+        nor at interpreter exit (_stop_at_exit waits there). True when none is left running."""
+        self._stop.set()
         self._jobs.put(None)
+        if wait_s <= 0 or _stopping.is_set():
+            return False
+        me, deadline = threading.current_thread(), time.monotonic() + wait_s
+        while True:
+            alive = [t for t in self._threads if t is not me and t.is_alive()]
+            left = deadline - time.monotonic()
+            if not alive or left <= 0:
+                break
+            alive[0].join(left)
+        if alive:
+            log.info("kiln: stopped; still running after %.0f s: %s", wait_s, ", ".join(t.name for t in alive))
+        return not alive
 
     def wait_idle(self, timeout):
         """Waits until no entry is exporting or building (for batch jobs and tests)."""
