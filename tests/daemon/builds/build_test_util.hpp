@@ -3,6 +3,7 @@
 #pragma once
 
 #include <chrono>
+#include <filesystem>
 #include <fstream>
 #include <future>
 #include <memory>
@@ -38,6 +39,22 @@ struct Pending {
     return future.get();
   }
   bool answered() { return future.wait_for(std::chrono::seconds(0)) == std::future_status::ready; }
+};
+
+// A file the test worker waits on while it exists (a source's "holds"): a build that stays
+// running until the test is ready, not for a time a loaded machine may outlast.
+struct Hold {
+  std::filesystem::path file;
+  explicit Hold(std::filesystem::path f) : file(std::move(f)) { std::ofstream(file) << "held\n"; }
+  Hold(const Hold&) = delete;
+  Hold& operator=(const Hold&) = delete;
+  ~Hold() { release(); }
+  // The value of a source's "holds": every build of it waits.
+  nlohmann::json holds() const { return nlohmann::json::array({{{"file", file.string()}, {"only", ""}}}); }
+  void release() {
+    std::error_code ec;
+    std::filesystem::remove(file, ec);
+  }
 };
 
 inline std::string message(const Outcome& r) { return r ? "ok" : r.error().to_string(); }

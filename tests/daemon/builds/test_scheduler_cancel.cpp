@@ -16,6 +16,7 @@ using namespace kiln;
 using namespace kiln::build;
 using namespace std::chrono_literals;
 using kiln::test::BuildFixture;
+using kiln::test::Hold;
 using kiln::test::message;
 using kiln::test::Outcome;
 using kiln::test::Pending;
@@ -50,7 +51,8 @@ std::string job_state(const BuildScheduler& s, const Key& key) {
 
 TEST_CASE("OneOfTwoWaitersLeavesAndTheBuildGoesOnForTheOther") {
   BuildFixture f;
-  auto hash = f.add_source({{"behavior", "ok"}, {"sleep_ms", 600}});
+  Hold hold(f.dir / "hold");  // the build runs until a has left
+  auto hash = f.add_source({{"behavior", "ok"}, {"holds", hold.holds()}});
   auto s = f.scheduler();
   const Key key = f.key(hash);
   Pending a, b;
@@ -59,6 +61,7 @@ TEST_CASE("OneOfTwoWaitersLeavesAndTheBuildGoesOnForTheOther") {
   REQUIRE(wait_until([&] { return f.builds() == 1; }));
   a.waiter->leave();
   a.waiter->leave();  // idempotent
+  hold.release();
   auto r = b.get();
   CHECK_MESSAGE(r.has_value(), message(r));
   CHECK(f.builds() == 1);
@@ -68,7 +71,8 @@ TEST_CASE("OneOfTwoWaitersLeavesAndTheBuildGoesOnForTheOther") {
 
 TEST_CASE("AQueuedBuildWhoseWaitersAllLeaveIsDroppedAndNeverStarts") {
   BuildFixture f;
-  auto busy = f.add_source({{"behavior", "ok"}, {"sleep_ms", 500}});
+  Hold hold(f.dir / "hold");  // the only slot stays busy until the queued job is dropped
+  auto busy = f.add_source({{"behavior", "ok"}, {"holds", hold.holds()}});
   auto src = f.add_source({{"behavior", "ok"}});
   auto s = f.scheduler();
   Pending first;
@@ -83,6 +87,7 @@ TEST_CASE("AQueuedBuildWhoseWaitersAllLeaveIsDroppedAndNeverStarts") {
   CHECK(job_state(*s, queued) == "queued");  // b still wants it
   b.waiter.reset();                          // destroying the handle leaves too
   CHECK(job_state(*s, queued) == "cancelled");
+  hold.release();
   CHECK(first.get().has_value());
   std::this_thread::sleep_for(200ms);
   CHECK(f.builds() == 1);
@@ -111,8 +116,8 @@ TEST_CASE("ARunningBuildWhoseWaitersAllLeaveIsKilledAndEndsCancelledNotFailed") 
   std::this_thread::sleep_for(200ms);
   CHECK_FALSE(group_gone(pgid));  // b still waits
   b.waiter->leave();
-  CHECK(wait_until([&] { return group_gone(pgid); }, 5s));
-  CHECK(std::chrono::steady_clock::now() - t0 < 5s);  // far from the 20 s the worker sleeps
+  CHECK(wait_until([&] { return group_gone(pgid); }, 12s));
+  CHECK(std::chrono::steady_clock::now() - t0 < 12s);  // short of the 20 s the worker sleeps
   CHECK(wait_until([&] { return job_state(*s, key) == "cancelled"; }));
   CHECK_FALSE(a.answered());
   CHECK_FALSE(b.answered());
@@ -129,11 +134,11 @@ TEST_CASE("ARunningBuildWhoseWaitersAllLeaveIsKilledAndEndsCancelledNotFailed") 
   // Not a negative-cache entry: a new request starts a new build at once.
   Pending c;
   c.waiter = s->request(key, RequestOptions{}, c.callback());
-  CHECK(wait_until([&] { return worker_pid(f, 1) != 0; }, 3s));
+  CHECK(wait_until([&] { return worker_pid(f, 1) != 0; }, 30s));
   CHECK_FALSE(c.answered());
   CHECK(job_state(*s, key) == "running");
   c.waiter->leave();
-  CHECK(wait_until([&] { return group_gone(worker_pid(f, 1)); }, 5s));
+  CHECK(wait_until([&] { return group_gone(worker_pid(f, 1)); }, 12s));  // short of its 20 s sleep
 }
 
 TEST_CASE("APrewarmKeepsItsBuildWhenAnInteractiveWaiterLeaves") {
@@ -177,14 +182,14 @@ TEST_CASE("AWaiterWhoseWaitRunsOutAloneStopsTheBuildAndIsToldSo") {
   auto s = f.scheduler();
   const Key key = f.key(hash);
   RequestOptions quick;
-  quick.wait = 300ms;
+  quick.wait = 5s;  // the worker has started (and written its pid) by then, far from its 20 s
   auto r = s->request_and_wait(key, quick);
   REQUIRE_FALSE(r.has_value());
   CHECK(r.error().code == Errc::timeout);
   CHECK_MESSAGE(r.error().message.find("nobody else wanted it") != std::string::npos, r.error().message);
   CHECK(r.error().message.find("--no-wait") != std::string::npos);
   REQUIRE(worker_pid(f, 0) != 0);
-  CHECK(wait_until([&] { return group_gone(worker_pid(f, 0)); }, 5s));
+  CHECK(wait_until([&] { return group_gone(worker_pid(f, 0)); }, 10s));  // with the wait, short of its 20 s
   CHECK(wait_until([&] { return job_state(*s, key) == "cancelled"; }));
 }
 

@@ -17,6 +17,7 @@ using namespace kiln;
 using namespace kiln::build;
 using namespace std::chrono_literals;
 using kiln::test::BuildFixture;
+using kiln::test::Hold;
 
 TEST_CASE("EnsureBuildsOnceAndReportsOk") {
   BuildFixture f;
@@ -119,7 +120,7 @@ struct Done {
     };
   }
   Status get() {
-    REQUIRE(future.wait_for(20s) == std::future_status::ready);
+    REQUIRE(future.wait_for(30s) == std::future_status::ready);
     return future.get();
   }
 };
@@ -136,7 +137,8 @@ pid_t first_worker(const kiln::test::BuildFixture& f) {
 
 TEST_CASE("AWithdrawnWaiterGetsCancelledOnceAndTheOtherWaiterGetsTheArtifact") {
   BuildFixture f;
-  auto hash = f.add_source({{"behavior", "ok"}, {"sleep_ms", 500}});
+  Hold hold(f.dir / "hold");  // the build runs until the first waiter has withdrawn
+  auto hash = f.add_source({{"behavior", "ok"}, {"holds", hold.holds()}});
   auto s = f.scheduler();
   auto svc = make_scheduler_service(*s, *f.store, 0s);
   const Key key = f.key(hash);
@@ -151,6 +153,7 @@ TEST_CASE("AWithdrawnWaiterGetsCancelledOnceAndTheOtherWaiterGetsTheArtifact") {
   CHECK(r1.error().code == Errc::cancelled);
   CHECK(r1.error().message.find("withdrawn") != std::string::npos);
   w1->withdraw();  // idempotent
+  hold.release();
   auto r2 = staying.get();
   CHECK_MESSAGE(r2.has_value(), (r2 ? "" : r2.error().to_string()));
   w2->withdraw();  // after the outcome: nothing happens
@@ -176,7 +179,7 @@ TEST_CASE("WhenEveryWaiterWithdrawsTheRunningBuildIsKilledAndANewEnsureBuildsAga
   w2->withdraw();
   CHECK(a.get().error().code == Errc::cancelled);
   CHECK(b.get().error().code == Errc::cancelled);
-  CHECK(wait_until([&] { return ::kill(-pgid, 0) != 0 && errno == ESRCH; }, 5s));
+  CHECK(wait_until([&] { return ::kill(-pgid, 0) != 0 && errno == ESRCH; }, 12s));  // short of its 20 s
   CHECK(wait_until([&] {
     auto st = svc->status(protocol::BuildStatusRequest{std::nullopt, *key.digest()});
     return st && st->builds.size() == 1 && st->builds[0].state == "cancelled";
@@ -184,7 +187,7 @@ TEST_CASE("WhenEveryWaiterWithdrawsTheRunningBuildIsKilledAndANewEnsureBuildsAga
   // Not remembered as a failure: the next ensure starts a worker again.
   Done c;
   auto w3 = svc->ensure(key, *key.digest(), {}, c.fn());
-  CHECK(wait_until([&] { return f.builds() == 2; }, 3s));
+  CHECK(wait_until([&] { return f.builds() == 2; }, 30s));
   CHECK(c.future.wait_for(0s) == std::future_status::timeout);
   w3->withdraw();
   CHECK(c.get().error().code == Errc::cancelled);
@@ -192,7 +195,8 @@ TEST_CASE("WhenEveryWaiterWithdrawsTheRunningBuildIsKilledAndANewEnsureBuildsAga
 
 TEST_CASE("AnInteractiveWaiterWithdrawingDoesNotStopAPrewarmedBuild") {
   BuildFixture f;
-  auto hash = f.add_source({{"behavior", "ok"}, {"sleep_ms", 500}});
+  Hold hold(f.dir / "hold");  // the build runs until the interactive waiter has withdrawn
+  auto hash = f.add_source({{"behavior", "ok"}, {"holds", hold.holds()}});
   auto s = f.scheduler();
   auto svc = make_scheduler_service(*s, *f.store, 0s);
   const Key key = f.key(hash);
@@ -206,6 +210,7 @@ TEST_CASE("AnInteractiveWaiterWithdrawingDoesNotStopAPrewarmedBuild") {
   REQUIRE(wait_until([&] { return f.builds() == 1; }));
   w->withdraw();
   CHECK(waiter.get().error().code == Errc::cancelled);
+  hold.release();
   auto fut = finished.get_future();
   REQUIRE(fut.wait_for(20s) == std::future_status::ready);
   CHECK(fut.get().state == "done");
