@@ -218,8 +218,9 @@ namespace {
 // Publishes `bytes` as the artifact for `key` straight to the registry, the way a
 // misbehaving or hostile party could: optionally signed by `signer` for `subject`, under `tag`.
 oci::ManifestParts publish(const fleet::RegistryClient& reg, const Key& key, const std::string& bytes,
-                           const fleet::SigningKey* signer, std::string subject = {}, std::string tag = {}) {
-  auto parts = oci::artifact_manifest(key, {}, sha256(bytes), bytes.size());
+                           const fleet::SigningKey* signer, std::string subject = {}, std::string tag = {},
+                           const oci::ArtifactMeta& meta = {}) {
+  auto parts = oci::artifact_manifest(key, meta, sha256(bytes), bytes.size());
   REQUIRE(parts.has_value());
   REQUIRE(reg.push_blob(parts->config.digest, parts->config_bytes).has_value());
   REQUIRE(reg.push_blob(parts->layer.digest, bytes).has_value());
@@ -432,10 +433,23 @@ TEST_CASE("FleetPruneDeletesOldManifestsWithTheirSignaturesAndLeavesNewerOnes") 
   const std::string trust_a = make_key(dir.path(), "builder-a");
   test::KilndProcess a(dir / "a", node_toml(reg, {true, true, dir / "builder-a.pem", {trust_a}}));
   auto ca = connect(a);
+  // The old artifact is published as builder-a would have an hour ago, so that no length of
+  // the steps below makes the new one old enough to prune (a sleep between them could).
+  auto key_a = fleet::SigningKey::load(dir / "builder-a.pem", "builder-a");
+  REQUIRE(key_a.has_value());
+  fleet::HttpOptions ho;
+  ho.base_url = reg.url();
+  ho.ca_file = reg.ca();
+  ho.authorization = *fleet::basic_authorization_from_file(reg.auth_file());
+  auto http = fleet::HttpClient::create(ho);
+  REQUIRE(http.has_value());
+  fleet::RegistryClient rc(*http, "kiln/test");
   const Key old_key = full_key(ca, client_key(std::string(64, 'c'), "Old"));
-  put(ca, old_key, "old bytes");
-  REQUIRE(kilnctl(a, "push").doc["pushed"] == 1);
-  std::this_thread::sleep_for(4100ms);  // creation times have one-second resolution
+  oci::ArtifactMeta an_hour_ago;
+  an_hour_ago.created_at = std::chrono::duration_cast<std::chrono::seconds>(
+                               std::chrono::system_clock::now().time_since_epoch()).count() - 3600;
+  publish(rc, old_key, "old bytes", &*key_a, {}, {}, an_hour_ago);
+  put(ca, old_key, "old bytes");  // a has it too (a put is pushed only when asked)
   const Key new_key = full_key(ca, client_key(std::string(64, 'c'), "New"));
   put(ca, new_key, "new bytes");
   REQUIRE(kilnctl(a, "push --filter region=New").doc["pushed"] == 1);
@@ -443,14 +457,14 @@ TEST_CASE("FleetPruneDeletesOldManifestsWithTheirSignaturesAndLeavesNewerOnes") 
   const std::string old_hex = old_key.digest()->hex();
   const std::string tags_before = reg.curl("/v2/kiln/test/tags/list");
   REQUIRE(tags_before.find(old_hex) != std::string::npos);
-  CtlRun dry = kilnctl(a, "fleet prune --older-than 4s --dry-run");
+  CtlRun dry = kilnctl(a, "fleet prune --older-than 30m --dry-run");
   REQUIRE_MESSAGE(dry.rc == 0, dry.doc.dump());
   CHECK(dry.doc["examined"] == 2);
   CHECK(dry.doc["matched"] == 1);
   CHECK(dry.doc["items"][0]["key_digest"] == old_hex);
   CHECK(reg.curl("/v2/kiln/test/tags/list") == tags_before);
 
-  CtlRun pruned = kilnctl(a, "fleet prune --older-than 4s");
+  CtlRun pruned = kilnctl(a, "fleet prune --older-than 30m");
   REQUIRE_MESSAGE(pruned.rc == 0, pruned.doc.dump());
   CHECK(pruned.doc["pruned"] == 1);
   const std::string tags_after = reg.curl("/v2/kiln/test/tags/list");
