@@ -1,7 +1,9 @@
 // End to end on the CPU machine: the real kilnd binary with the test worker as its build
 // worker, driven through libkiln over the Unix socket.
+#include <linux/sockios.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <sys/ioctl.h>
 
 #include <filesystem>
 #include <fstream>
@@ -17,6 +19,7 @@
 #include "kilnd_builds.hpp"
 #include "kiln/client/client.hpp"
 #include "support/kilnd_process.hpp"
+#include "support/raw_calls.hpp"
 #include "test_node.hpp"
 
 using namespace kiln;
@@ -222,18 +225,34 @@ TEST_CASE("KilndStoppedWhileItProbesExitsAtOnce: the worker's probe is stopped, 
   auto c = test::connect_client(kilnd.socket());
   REQUIRE(c.status().has_value());
   CHECK(c.status()->builds_probing);
-  auto held = std::async(std::launch::async, [&] {  // an upload waits for the probe
-    auto cc = test::connect_client(kilnd.socket());
-    const std::string bytes(100, 'h');
-    auto r = cc.put(test::source_key(std::string(64, 'd')), std::as_bytes(std::span(bytes.data(), bytes.size())));
-    return r ? Errc::ok : r.error().code;
-  });
-  CHECK(held.wait_for(500ms) == std::future_status::timeout);
+  // An upload waits for the probe. Sent raw, so that the test knows kilnd has taken it
+  // before the SIGTERM: a Unix socket's SIOCOUTQ counts the bytes its peer has not read yet.
+  auto held = test::connect_raw(kilnd.socket());
+  protocol::PutRequest put;
+  put.key = test::source_key(std::string(64, 'd'));
+  put.size = 100;
+  const auto put_id = held->next_id();
+  REQUIRE(held->send_frame(protocol::MsgType::put, put_id, protocol::encode(put)));
+  REQUIRE(test::wait_until(
+      [&] {
+        int unread = -1;
+        return ::ioctl(held->fd(), SIOCOUTQ, &unread) == 0 && unread == 0;
+      },
+      30s));
+  CHECK_FALSE(held->recv(200ms).has_value());  // read, and not answered: held
   kilnd.signal(SIGTERM);
-  REQUIRE(held.wait_for(10s) == std::future_status::ready);
-  CHECK(held.get() == Errc::unavailable);
-  // Drain, the probe's process group killed (a 2 s grace before SIGKILL), then exit.
-  auto status = kilnd.wait(std::chrono::seconds(15));
+  auto reply = held->recv(30s);
+  REQUIRE(reply.has_value());
+  CHECK(reply->header.request_id == put_id);
+  REQUIRE(reply->header.type == protocol::MsgType::error);
+  auto err = protocol::decode<protocol::ErrorBody>(reply->body);
+  REQUIRE(err.has_value());
+  CHECK(err->code == Errc::unavailable);
+  // The held request's answer, not the refusal of one that came during the drain.
+  CHECK_MESSAGE(err->message.find("probing") != std::string::npos, err->message);
+  // Drain, the probe's process group killed (a 2 s grace before SIGKILL), then exit: far
+  // sooner than the 600 s probe timeout.
+  auto status = kilnd.wait(std::chrono::seconds(30));
   REQUIRE(status.has_value());
   CHECK(*status == 0);
   CHECK(kilnd.log().find("kilnd stopped cleanly") != std::string::npos);
