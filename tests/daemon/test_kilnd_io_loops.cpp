@@ -280,7 +280,7 @@ TEST_CASE("with io_threads = 3, clients pipelining PUT, GET and STAT get their o
   CHECK(failures.count() == 0);
   CHECK(rounds_done.load() == kClients * kRounds);
   CHECK(d.wait_for_log("thread counts, io_poll_us, metrics_listen and [storage] take effect at the next restart",
-                       std::chrono::seconds(5)));
+                       std::chrono::seconds(30)));
   CHECK(io_threads_of(d.pid()) == 3);  // a reload does not change the loops
 
   // Every client still holds its connection: the drain closes them on their own loops.

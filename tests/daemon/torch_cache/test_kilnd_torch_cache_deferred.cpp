@@ -273,6 +273,8 @@ TEST_CASE("deferred: past deferred_max_bytes a SET waits for the writer; every S
     values.push_back(random_bytes(20'000, static_cast<unsigned>(500 + i)));
     batch += set_request(fx_key(i), values.back());
   }
+  // The watcher samples while the SETs go in, not only after (CHECK: it must be joined).
+  CHECK(wait_until([&] { return samples > 0; }, std::chrono::seconds(30)));
   RespClient c(t.torch_sock);
   REQUIRE(c.send_raw(batch));
   for (int i = 0; i < 60; ++i) {
