@@ -252,13 +252,14 @@ TEST_CASE("NoDaemonFailsFastWithUnavailableNamingTheSocket") {
   const std::filesystem::path dir = tmpl;
   ConnectOptions o;
   o.socket = dir / "nobody-listens.sock";
+  o.connect_timeout = std::chrono::seconds(30);  // "fast" is: without waiting for it
   auto t0 = std::chrono::steady_clock::now();
   auto c = Client::connect(o);
   auto elapsed = std::chrono::steady_clock::now() - t0;
   REQUIRE_FALSE(c);
   CHECK(c.error().code == Errc::unavailable);
   CHECK(c.error().message.find("nobody-listens.sock") != std::string::npos);
-  CHECK(elapsed < std::chrono::milliseconds(500));
+  CHECK(elapsed < std::chrono::seconds(5));
   std::filesystem::remove_all(dir);
 }
 

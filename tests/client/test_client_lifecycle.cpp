@@ -90,7 +90,13 @@ TEST_CASE("DaemonRestartUnderAConnectedClientFailsFastThenReconnects") {
   TempDir dir;
   KilndProcess d(dir.path());
   REQUIRE_MESSAGE(d.start(), d.log());
-  Client c = connect(d);
+  // A connect timeout far above the bound below: failing fast is not waiting it out.
+  ConnectOptions o;
+  o.socket = d.socket();
+  o.connect_timeout = 30s;
+  auto made = Client::connect(o);
+  REQUIRE_MESSAGE(made, (made ? "" : made.error().to_string()));
+  Client c = std::move(*made);
   REQUIRE(c.put(test_key(1), bytes_of(5000, 1)));
 
   for (int sig : {SIGTERM, SIGKILL}) {
@@ -103,7 +109,7 @@ TEST_CASE("DaemonRestartUnderAConnectedClientFailsFastThenReconnects") {
       REQUIRE_FALSE(r);
       CHECK(r.error().code == Errc::unavailable);
       CHECK(r.error().message.find(d.socket().string()) != std::string::npos);
-      CHECK(took < 500ms);
+      CHECK(took < 5s);
     }
     // kilnd is back on the same socket and store: the same Client carries on.
     REQUIRE_MESSAGE(d.start(), d.log());
