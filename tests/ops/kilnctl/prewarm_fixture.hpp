@@ -16,12 +16,15 @@ struct PrewarmFixture {
 };
 
 // Good: 2 kinds x 3 dtypes x `good_signatures` signatures; bad: 2 kinds x 2 dtypes x 2.
-inline PrewarmFixture write_prewarm_fixture(const std::filesystem::path& dir, int good_signatures, int sleep_ms) {
+// With `hold`, each good build also waits while that file exists (the test worker's "holds").
+inline PrewarmFixture write_prewarm_fixture(const std::filesystem::path& dir, int good_signatures, int sleep_ms,
+                                            const std::filesystem::path& hold = {}) {
   PrewarmFixture f;
   f.good_count = dir / "good.count";
   f.bad_count = dir / "bad.count";
+  const std::string holds = hold.empty() ? "" : R"(,"holds":[{"file":")" + hold.string() + R"(","only":""}])";
   std::string good = R"({"behavior":"ok","sleep_ms":)" + std::to_string(sleep_ms) + R"(,"count_file":")" +
-                     f.good_count.string() + R"(","log":"planned success"})";
+                     f.good_count.string() + R"(","log":"planned success")" + holds + "}";
   std::string bad = R"({"behavior":"fail","count_file":")" + f.bad_count.string() + R"(","log":"planned failure"})";
   write_file(dir / "good.json", good);
   write_file(dir / "bad.json", bad);
