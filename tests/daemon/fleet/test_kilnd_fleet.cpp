@@ -215,6 +215,17 @@ TEST_CASE("RegistryDownHitsGoOnMissesBuildAndPushesQueueDurablyAndDrainWhenItRet
 
 namespace {
 
+// A client of the test registry's kiln/test repository, with its credentials and CA.
+fleet::RegistryClient registry_client(const test::Registry& reg) {
+  fleet::HttpOptions ho;
+  ho.base_url = reg.url();
+  ho.ca_file = reg.ca();
+  ho.authorization = *fleet::basic_authorization_from_file(reg.auth_file());
+  auto http = fleet::HttpClient::create(ho);
+  REQUIRE(http.has_value());
+  return fleet::RegistryClient(*http, "kiln/test");
+}
+
 // Publishes `bytes` as the artifact for `key` straight to the registry, the way a
 // misbehaving or hostile party could: optionally signed by `signer` for `subject`, under `tag`.
 oci::ManifestParts publish(const fleet::RegistryClient& reg, const Key& key, const std::string& bytes,
@@ -243,13 +254,7 @@ TEST_CASE("TamperedUnsignedForeignAndMisboundArtifactsAreRefusedCountedAndRebuil
   REQUIRE(key_a.has_value());
   auto mallory = fleet::SigningKey::generate("mallory");
   REQUIRE(mallory.has_value());
-  fleet::HttpOptions ho;
-  ho.base_url = reg.url();
-  ho.ca_file = reg.ca();
-  ho.authorization = *fleet::basic_authorization_from_file(reg.auth_file());
-  auto http = fleet::HttpClient::create(ho);
-  REQUIRE(http.has_value());
-  fleet::RegistryClient rc(*http, "kiln/test");
+  const fleet::RegistryClient rc = registry_client(reg);
 
   test::KilndProcess b(dir / "b", node_toml(reg, {false, true, {}, {trust_a}}));
   auto cb = connect(b);
@@ -437,13 +442,7 @@ TEST_CASE("FleetPruneDeletesOldManifestsWithTheirSignaturesAndLeavesNewerOnes") 
   // the steps below makes the new one old enough to prune (a sleep between them could).
   auto key_a = fleet::SigningKey::load(dir / "builder-a.pem", "builder-a");
   REQUIRE(key_a.has_value());
-  fleet::HttpOptions ho;
-  ho.base_url = reg.url();
-  ho.ca_file = reg.ca();
-  ho.authorization = *fleet::basic_authorization_from_file(reg.auth_file());
-  auto http = fleet::HttpClient::create(ho);
-  REQUIRE(http.has_value());
-  fleet::RegistryClient rc(*http, "kiln/test");
+  const fleet::RegistryClient rc = registry_client(reg);
   const Key old_key = full_key(ca, client_key(std::string(64, 'c'), "Old"));
   oci::ArtifactMeta an_hour_ago;
   an_hour_ago.created_at = std::chrono::duration_cast<std::chrono::seconds>(
