@@ -248,13 +248,13 @@ Result<ArtifactInfo> StoreImpl::commit(std::unique_ptr<PutStream> stream, const 
   info.build_seconds = meta.build_seconds;
   info.pinned = meta.pin;
   info.origin = meta.origin;
-  // The artifact's row; and the fleet's outbox, in the same transaction: a build is never
-  // stored unqueued.
+  // The artifact's row; and the fleet's outbox, in the same transaction: what is to be
+  // published (a build, a torch cache entry) is never stored unqueued.
   auto reference = [&](std::uint64_t stored_size) -> Result<std::optional<Digest>> {
     info.stored_size = stored_size;
     pending_touches_.erase(info.key_digest);
     auto replaced = index_.upsert(info, ++access_seq_);
-    if (replaced && options_.push_outbox && info.origin == "build") {
+    if (replaced && options_.push_outbox && meta.publish == Publish::yes) {
       KILN_TRY(index_.enqueue_push("artifact:" + info.key_digest.hex(), info.created_at));
     }
     return replaced;

@@ -27,17 +27,18 @@ std::vector<std::byte> bytes(const std::string& s) {
 
 }  // namespace
 
-TEST_CASE("ABuildCommittedWithTheOutboxIsQueuedForPushInTheSameTransactionAndSurvivesReopen") {
+TEST_CASE("APublishedPutCommittedWithTheOutboxIsQueuedForPushInTheSameTransactionAndSurvivesReopen") {
   test::TempDir dir;
   const Key built = test::make_key(1), put = test::make_key(2);
   {
     auto store = open_store(dir / "s", true);
     PutMeta m;
     m.origin = "build";
+    m.publish = Publish::yes;
     auto info = store->put_bytes(built, bytes("built here"), m);
     REQUIRE(info.has_value());
     CHECK(info->origin == "build");
-    REQUIRE(store->put_bytes(put, bytes("a client's put")).has_value());  // origin "put": not queued
+    REQUIRE(store->put_bytes(put, bytes("a client's put")).has_value());  // Publish::no: not queued
     auto pending = store->pending_pushes(0, 0);
     REQUIRE(pending.has_value());
     REQUIRE(pending->size() == 1);
@@ -65,11 +66,28 @@ TEST_CASE("ABuildCommittedWithTheOutboxIsQueuedForPushInTheSameTransactionAndSur
   CHECK((*store->stat(*put.digest()))->origin == "put");
 }
 
+TEST_CASE("ARewrittenPublishedEntryIsQueuedOnceWhateverItsOrigin") {
+  test::TempDir dir;
+  auto store = open_store(dir / "s", true);
+  const Key k = test::make_key(3);
+  PutMeta m;
+  m.origin = "torch_cache";
+  m.publish = Publish::yes;
+  REQUIRE(store->put_bytes(k, bytes("first value"), m).has_value());
+  REQUIRE(store->put_bytes(k, bytes("second value"), m).has_value());  // last writer wins: pushed again, one row
+  auto pending = store->pending_pushes(0, 0);
+  REQUIRE(pending.has_value());
+  REQUIRE(pending->size() == 1);
+  CHECK(pending->front().subject == "artifact:" + k.digest()->hex());
+  CHECK((*store->stat(*k.digest()))->origin == "torch_cache");
+}
+
 TEST_CASE("WithoutTheOutboxBuildsAreNotQueuedAndSignaturesRoundTrip") {
   test::TempDir dir;
   auto store = open_store(dir / "s", false);
   PutMeta m;
   m.origin = "build";
+  m.publish = Publish::yes;
   REQUIRE(store->put_bytes(test::make_key(1), bytes("x"), m).has_value());
   CHECK(store->pending_pushes(0, 0)->empty());
   REQUIRE(store->enqueue_push("source:" + std::string(64, 'a')).has_value());

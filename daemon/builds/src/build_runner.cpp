@@ -207,6 +207,7 @@ BuildRunResult run_build(storage::Store& store, const SchedulerOptions& options,
     storage::PutMeta meta;
     meta.build_seconds = exit.seconds;
     meta.origin = "build";
+    meta.publish = storage::Publish::yes;
     stored = store.put_file(job.key, paths.output, meta);
   }
   const double store_s = since(t_store);

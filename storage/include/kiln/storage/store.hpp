@@ -73,9 +73,10 @@ struct StoreOptions {
   // gives the reserve up and retries; a put first restores it and is refused with
   // no_space until the disk has room for it again. 0 = no reserve.
   std::uint64_t reserve_bytes = 4u << 20;
-  // The fleet's durable outbox: when true, an artifact committed with origin "build" and
-  // a source put_source() registers get a push_queue row in the same transaction, so a
-  // push is never lost between the build and the queue (kilnd sets it for [fleet] push).
+  // The fleet's durable outbox: when true, an artifact committed with PutMeta::publish
+  // (builds; torch cache entries written on this node) and a source put_source()
+  // registers get a push_queue row in the same transaction, so a push is never lost
+  // between the store and the queue (kilnd sets it for [fleet] push).
   bool push_outbox = false;
 };
 
@@ -90,14 +91,20 @@ struct ArtifactInfo {
   std::uint64_t hits = 0;
   double build_seconds = 0;
   bool pinned = false;
-  // Where it came from: "build", "put", "registry", "import"; "" = not recorded (older index).
+  // Where it came from: "build", "put", "registry", "import", "torch_cache" (written by a
+  // torch.compile process through kilnd's torch cache listener); "" = not recorded (older
+  // index).
   std::string origin;
 };
+
+// Whether a put is queued for the fleet (StoreOptions::push_outbox) with the artifact.
+enum class Publish { no, yes };
 
 struct PutMeta {
   double build_seconds = 0;
   bool pin = false;
   std::string origin = "put";   // see ArtifactInfo::origin
+  Publish publish = Publish::no;  // yes: a push_queue row in the same transaction (outbox on)
 };
 
 // A signature kept with an entry (schema/signature.md). subject: "artifact:<key digest
