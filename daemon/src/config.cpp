@@ -110,7 +110,7 @@ Status read_node(Config& c, const Table& t) {
 Status read_torch_cache(Config& c, const Table& t) {
   auto& tc = c.torch_cache;
   KILN_TRY(t.only({"socket", "listen", "password", "max_value_bytes", "memory_bytes", "durability",
-                   "deferred_max_bytes", "reply_timeout_ms"}));
+                   "deferred_max_bytes", "reply_timeout_ms", "fleet"}));
   std::string sock;
   KILN_TRY(t.string("socket", sock));
   tc.socket = sock;
@@ -125,6 +125,7 @@ Status read_torch_cache(Config& c, const Table& t) {
   else return t.error("durability", "expected \"sync\" (durable before +OK) or \"deferred\" (+OK once in memory)");
   KILN_TRY(t.size("deferred_max_bytes", tc.deferred_max_bytes));
   KILN_TRY(t.duration("reply_timeout_ms", tc.reply_timeout, std::chrono::milliseconds{0}, std::chrono::milliseconds{600'000}));
+  KILN_TRY(t.boolean("fleet", tc.fleet));
   return {};
 }
 

@@ -59,7 +59,8 @@ Config file (TOML; ops/kilnd.toml documents every option with its default):
              expected_build_s (600)
   [torch_cache] socket ("" = off), listen ("" = off; loopback only), password (""),
              max_value_bytes ("512MiB"), memory_bytes ("512MiB"), durability ("deferred";
-             or "sync"), deferred_max_bytes ("256MiB"): torch.compile's remote caches
+             or "sync"), deferred_max_bytes ("256MiB"), reply_timeout_ms (3000), fleet
+             (true: shared through [fleet], signed): torch.compile's remote caches
              over the Redis protocol (GET needs read, SET write)
   [builds]   enabled (true), worker (["python3", ".../kiln_worker"]), work_dir
              (<store>/builds), probe_gpus (true), builds_per_gpu (1),

@@ -2,6 +2,7 @@
 #include "metrics.hpp"
 
 #include <charconv>
+#include <utility>
 #include <sstream>
 
 namespace kiln::daemon {
@@ -99,6 +100,16 @@ std::string Metrics::render(const std::vector<Gauge>& gauges) const {
      << "kiln_torch_cache_late_total{op=\"get\"} " << torch_[static_cast<std::size_t>(TorchOp::late_get)].load(std::memory_order_relaxed)
      << "\nkiln_torch_cache_late_total{op=\"set\"} " << torch_[static_cast<std::size_t>(TorchOp::late_set)].load(std::memory_order_relaxed)
      << "\n";
+  os << "# HELP kiln_torch_cache_fleet_lookups_total torch.compile cache GETs that missed on this node and asked the "
+        "fleet's registry: pulled and served (hit), not there or refused (miss), not answered in time (late: answered "
+        "as a miss; lookups pause for a while), or not asked during such a pause (skipped).\n"
+        "# TYPE kiln_torch_cache_fleet_lookups_total counter\n";
+  static constexpr std::pair<TorchOp, const char*> kFleet[] = {
+      {TorchOp::fleet_hit, "hit"}, {TorchOp::fleet_miss, "miss"}, {TorchOp::fleet_late, "late"},
+      {TorchOp::fleet_skipped, "skipped"}};
+  for (const auto& [op, name] : kFleet)
+    os << "kiln_torch_cache_fleet_lookups_total{outcome=\"" << name << "\"} "
+       << torch_[static_cast<std::size_t>(op)].load(std::memory_order_relaxed) << "\n";
   os << "# HELP kiln_torch_cache_connections Open torch.compile cache connections.\n"
         "# TYPE kiln_torch_cache_connections gauge\nkiln_torch_cache_connections "
      << torch_connections_.load(std::memory_order_relaxed) << "\n";

@@ -35,8 +35,11 @@ class Metrics {
   void protocol_violation() { protocol_errors_.fetch_add(1, std::memory_order_relaxed); }
 
   // torch.compile's remote caches (the Redis listener).
+  // fleet_*: a GET that missed on the node and asked the registry ([torch_cache] fleet):
+  // pulled and served, absent (or refused), not answered within the GET's time, or not
+  // asked because a recent lookup was late.
   enum class TorchOp { get_hit, get_miss, set_stored, set_kept, set_condition, closed_on_error, late_get, late_set,
-                       kCount };
+                       fleet_hit, fleet_miss, fleet_late, fleet_skipped, kCount };
   void record_torch(TorchOp op) { torch_[static_cast<std::size_t>(op)].fetch_add(1, std::memory_order_relaxed); }
   std::uint64_t torch(TorchOp op) const { return torch_[static_cast<std::size_t>(op)].load(std::memory_order_relaxed); }
   void torch_connection_opened() { torch_connections_.fetch_add(1, std::memory_order_relaxed); }

@@ -32,16 +32,107 @@ void record_set(ServerState& s, const torch_cache::TorchKey& key, std::size_t si
 // older value is served, and an entry that is never overwritten is written through to
 // memory, since the next process asks for it soon (it never changes, so two racing writers
 // cannot leave an older value there).
+// With [torch_cache] fleet (and [fleet] push, which turns the store's outbox on) the entry
+// is queued for the registry in the same transaction as its row: the pusher signs it.
 Result<storage::ArtifactInfo> store_value(ServerState& s, const Digest& digest, const Key& key,
                                           torch_cache::Overwrite overwrite, const Value& value) {
-  auto put = s.store.put_bytes(key, value.bytes);
+  storage::PutMeta meta;
+  meta.origin = "torch_cache";
+  meta.publish = s.config()->torch_cache.fleet ? storage::Publish::yes : storage::Publish::no;
+  auto put = s.store.put_bytes(key, value.bytes, meta);
   if (!put) return put;
   s.forget_copies(digest);
   if (overwrite == torch_cache::Overwrite::never) s.torch_values.insert(digest, value, s.torch_values.generation());
   return put;
 }
 
+// Reads and verifies a stored entry on the store pool (a damaged one is quarantined by the
+// store and answered as a miss: torch compiles and writes it again) and keeps it in memory.
+// It owns what it uses: past reply_timeout the GET is answered without it, and a late read
+// still leaves the value in memory for the next GET.
+auto read_stored(ServerState& s, const Digest& d, std::uint64_t generation, const std::string& text) {
+  return [&s, d, generation, text]() -> Result<ValueCache::Bytes> {
+    std::vector<std::byte> out;
+    auto info = s.store.read_into(d, out);
+    if (!info) {
+      if (info.error().code != Errc::corrupt) return std::move(info).error();
+      spdlog::warn("torch cache: {} was damaged and quarantined; answered as a miss", text.substr(0, 200));
+      return ValueCache::Bytes();
+    }
+    if (!*info) return ValueCache::Bytes();
+    ValueCache::Bytes bytes = Value::take(std::move(out));
+    s.torch_values.insert(d, bytes, generation);
+    return bytes;
+  };
+}
+
+std::int64_t steady_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
 }  // namespace
+
+asio::awaitable<ValueCache::Bytes> TorchCacheBackend::from_fleet(const torch_cache::TorchKey& key,
+                                                                  std::chrono::steady_clock::time_point started) {
+  auto& s = state_;
+  if (steady_ms() < fleet_pause_until_ms_.load()) {
+    s.metrics.record_torch(TorchOp::fleet_skipped);
+    co_return ValueCache::Bytes();
+  }
+  const auto limit = s.config()->torch_cache.reply_timeout;
+  // What is left of this GET's reply_timeout (0 = no limit, as offload_within reads it).
+  auto left = [&]() -> std::optional<std::chrono::milliseconds> {
+    if (limit.count() == 0) return std::chrono::milliseconds(0);
+    auto ms = limit - std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - started);
+    if (ms.count() <= 0) return std::nullopt;
+    return ms;
+  };
+  auto budget = left();
+  if (!budget) co_return ValueCache::Bytes();
+  // The pull owns what it uses: past the budget it goes on in the background and stores
+  // the entry (signature checked) for the next GET.
+  auto* fleet = s.fleet;
+  const Digest d = key.digest;
+  auto lookup = [fleet, d](std::function<void(bool)> done) { fleet->fetch(d, std::move(done)); };
+  auto pulled = co_await await_callback_within<bool>(*budget, lookup);
+  if (!pulled) {
+    note_late_fleet(key.text);
+    co_return ValueCache::Bytes();
+  }
+  if (!*pulled) {
+    s.metrics.record_torch(TorchOp::fleet_miss);
+    co_return ValueCache::Bytes();
+  }
+  budget = left();
+  if (!budget) {
+    note_late_fleet(key.text);
+    co_return ValueCache::Bytes();
+  }
+  auto got = co_await offload_within(s.pool, *budget, read_stored(s, d, s.torch_values.generation(), key.text));
+  if (!got) {  // the store's lateness, not the registry's
+    note_late_get(key.text);
+    co_return ValueCache::Bytes();
+  }
+  if (!*got || !**got) {
+    s.metrics.record_torch(TorchOp::fleet_miss);
+    co_return ValueCache::Bytes();
+  }
+  s.metrics.record_torch(TorchOp::fleet_hit);
+  if (spdlog::should_log(spdlog::level::debug))
+    spdlog::debug("torch cache GET {}: pulled from the fleet's registry", key.text.substr(0, 200));
+  co_return std::move(**got);
+}
+
+void TorchCacheBackend::note_late_fleet(const std::string& key) {
+  state_.metrics.record_torch(TorchOp::fleet_late);
+  const std::int64_t now = steady_ms();
+  const std::int64_t until = fleet_pause_until_ms_.exchange(now + kFleetPause.count());
+  if (until > now) return;  // another GET started this pause
+  spdlog::warn("torch cache GET {}: the fleet's registry did not answer within torch_cache.reply_timeout_ms; answered "
+               "as a miss (the lookup goes on in the background). GETs answer from this node alone for the next {} s",
+               key.substr(0, 200), kFleetPause.count() / 1000);
+}
 
 asio::awaitable<Result<std::optional<Value>>> TorchCacheBackend::get(const torch_cache::TorchKey& key) {
   auto& s = state_;
@@ -55,27 +146,18 @@ asio::awaitable<Result<std::optional<Value>>> TorchCacheBackend::get(const torch
   bool queued = static_cast<bool>(value);
   if (!value) value = s.torch_values.find(d);
   const bool hot = static_cast<bool>(value);
+  const auto started = std::chrono::steady_clock::now();
+  bool late = false;
   if (!value) {
     const std::uint64_t generation = s.torch_values.generation();
     // Runs on the store pool: reads and verifies the entry (a damaged one is quarantined
     // by the store and answered as a miss: torch compiles and writes it again), and keeps
     // it in memory. It owns what it uses: past reply_timeout the GET is answered without
     // it, and a late read still leaves the value in memory for the next GET.
-    auto read = [&s, d, generation, text = key.text]() -> Result<ValueCache::Bytes> {
-      std::vector<std::byte> out;
-      auto info = s.store.read_into(d, out);
-      if (!info) {
-        if (info.error().code != Errc::corrupt) return std::move(info).error();
-        spdlog::warn("torch cache: {} was damaged and quarantined; answered as a miss", text.substr(0, 200));
-        return ValueCache::Bytes();
-      }
-      if (!*info) return ValueCache::Bytes();
-      ValueCache::Bytes bytes = Value::take(std::move(out));
-      s.torch_values.insert(d, bytes, generation);
-      return bytes;
-    };
-    auto got = co_await offload_within(s.pool, s.config()->torch_cache.reply_timeout, read);
+    auto got = co_await offload_within(s.pool, s.config()->torch_cache.reply_timeout,
+                                       read_stored(s, d, generation, key.text));
     if (!got) {
+      late = true;
       note_late_get(key.text);
     } else {
       if (!*got) co_return std::move(*got).error();
@@ -86,6 +168,9 @@ asio::awaitable<Result<std::optional<Value>>> TorchCacheBackend::get(const torch
       queued = true;
     }
   }
+  // Not on this node: the fleet's registry, within what is left of reply_timeout.
+  if (!value && !late && s.fleet && s.fleet->pulls() && s.config()->torch_cache.fleet)
+    value = co_await from_fleet(key, started);
   if (!value) {
     s.metrics.record_get(false, false);
     s.metrics.record_torch(TorchOp::get_miss);

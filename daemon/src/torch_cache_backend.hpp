@@ -3,6 +3,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <limits>
 #include <string>
@@ -23,6 +24,11 @@ class TorchCacheBackend final : public torch_cache::Backend {
   // memory. Hits and misses count in the store's stats. A read not done within
   // [torch_cache] reply_timeout is answered as a miss (torch compiles; redis-py 8 would
   // fail the compile after 5 s); it finishes on the pool and leaves the value in memory.
+  // An entry not on the node is looked up in the fleet's registry ([fleet] pull and
+  // [torch_cache] fleet; signature required) within what is left of reply_timeout; a
+  // lookup not done by then is answered as a miss, goes on, and stores what it finds, and
+  // GETs then leave the registry alone for kFleetPause (a registry that hangs must not
+  // cost every GET of a compile its reply_timeout).
   asio::awaitable<Result<std::optional<torch_cache::Value>>> get(const torch_cache::TorchKey& key) override;
   // durability "sync": stores durably before answering; copies of an older value are
   // forgotten. An entry that is never overwritten and is already stored is kept (outcome
@@ -40,7 +46,16 @@ class TorchCacheBackend final : public torch_cache::Backend {
                                                        torch_cache::SetCondition condition) override;
   void closed_on_error(const std::string& peer, const std::string& why) override;
 
+  static constexpr std::chrono::milliseconds kFleetPause{10'000};
+
  private:
+  // The entry from the fleet's registry, pulled into the store; empty when the registry
+  // lacks it, refused it, or did not answer within what is left of the GET's
+  // reply_timeout (counted from `started`), or while lookups pause.
+  asio::awaitable<ValueCache::Bytes> from_fleet(const torch_cache::TorchKey& key,
+                                                std::chrono::steady_clock::time_point started);
+  // Counts a late lookup, starts a pause of kFleetPause, and logs once per pause.
+  void note_late_fleet(const std::string& key);
   // Counts a GET not served within reply_timeout and logs it, at most every 10 s (a stuck
   // disk makes every GET late).
   void note_late_get(const std::string& key);
@@ -54,6 +69,8 @@ class TorchCacheBackend final : public torch_cache::Backend {
   // note_late_get's last message (steady clock, ms), and the late GETs not logged since.
   std::atomic<std::int64_t> late_logged_ms_{std::numeric_limits<std::int64_t>::min() / 2};
   std::atomic<std::uint64_t> late_unlogged_{0};
+  // Until when (steady clock, ms) a GET's miss is not looked up in the registry.
+  std::atomic<std::int64_t> fleet_pause_until_ms_{0};
 };
 
 // The writer of ServerState::torch_queue: stores one entry as a "sync" SET does

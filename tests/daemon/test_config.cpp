@@ -130,6 +130,16 @@ TEST_CASE("[torch_cache] reply_timeout_ms: 3000 by default, 0 for no limit, abov
   }
 }
 
+TEST_CASE("[torch_cache] fleet: on by default, false keeps entries on the node, a non-boolean refused by name") {
+  Config c = default_config();
+  CHECK(c.torch_cache.fleet);
+  REQUIRE(apply_toml_text(c, "[torch_cache]\nfleet = false\n", "t.toml"));
+  CHECK_FALSE(c.torch_cache.fleet);
+  auto st = apply_toml_text(c, "[torch_cache]\nfleet = \"yes\"\n", "t.toml");
+  REQUIRE_FALSE(st);
+  CHECK_MESSAGE(st.error().message.find("torch_cache.fleet") != std::string::npos, st.error().message);
+}
+
 TEST_CASE("[torch_cache] is off by default, read from TOML, and refuses a non-loopback address") {
   Config c = default_config();
   CHECK_FALSE(c.torch_cache.enabled());

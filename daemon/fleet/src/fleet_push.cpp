@@ -12,6 +12,7 @@
 #include "kiln/fleet/fleet.hpp"
 #include "kiln/fleet/publish.hpp"
 #include "kiln/oci/mapping.hpp"
+#include "kiln/torch_cache/torch_key.hpp"
 
 namespace kiln::fleet {
 
@@ -198,23 +199,46 @@ Status Fleet::push_parts(const std::string& subject, const PushParts& p) {
   return {};
 }
 
+Result<bool> Fleet::registry_keeps(const Digest& key_digest, const storage::ArtifactInfo& info) const {
+  if (info.key.kind != ArtifactKind::torch_cache ||
+      torch_cache::overwrite_of(info.key.region) == torch_cache::Overwrite::never)
+    return true;
+  const std::string tag = key_digest.hex();
+  auto fetched = registry_.get_manifest(tag);
+  if (!fetched) return std::move(fetched).error();
+  if (!*fetched) return false;  // deleted since the HEAD
+  auto m = oci::parse_manifest((*fetched)->bytes, "manifest " + tag);
+  if (!m) return false;  // unreadable: this node's value replaces it
+  return m->layers.size() == 1 && m->layers.front().digest == info.blob_digest;
+}
+
 Status Fleet::push_artifact(const Digest& key_digest) {
   auto info = store_.stat(key_digest);
   if (!info) return std::move(info).error();
   if (!*info) return {};  // deleted or evicted since: nothing to push
   // First pusher wins: a key the registry holds, signed by a trusted key, is not replaced.
   // One unsigned or signed by a stranger is (else whoever planted it first would block it).
+  // Except torch cache entries that torch rewrites (PGO profiles, autotune results): there
+  // the last writer wins across the fleet as on a node, so other bytes replace them.
   auto existing = registry_.head_manifest(key_digest.hex());
   if (!existing) return std::move(existing).error();
   if (*existing) {
     Refusal why = Refusal::unsigned_;
     std::string detail;
     if (verify("artifact:" + key_digest.hex(), **existing, why, detail)) {
-      spdlog::info("fleet: {} is already in the registry; not pushed again", key_digest.hex().substr(0, 16));
-      return {};
+      auto keep = registry_keeps(key_digest, **info);
+      if (!keep) return std::move(keep).error();
+      if (*keep) {
+        spdlog::info("fleet: {} is already in the registry; not pushed again", key_digest.hex().substr(0, 16));
+        return {};
+      }
+      spdlog::info("fleet: replacing {} in the registry with this node's newer value (a torch cache entry torch "
+                   "rewrites: the last writer wins)",
+                   key_digest.hex().substr(0, 16));
+    } else {
+      if (why == Refusal::unreachable) return make_error(Errc::unavailable, detail);
+      spdlog::warn("fleet: replacing {} in the registry ({}: {})", key_digest.hex().substr(0, 16), refusal_name(why), detail);
     }
-    if (why == Refusal::unreachable) return make_error(Errc::unavailable, detail);
-    spdlog::warn("fleet: replacing {} in the registry ({}: {})", key_digest.hex().substr(0, 16), refusal_name(why), detail);
   }
   // The source travels first: a node that lacks it can then build related keys.
   const std::string& model_hash = (*info)->key.model_hash;

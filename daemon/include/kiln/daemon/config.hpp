@@ -77,6 +77,12 @@ struct TorchCacheConfig {
   // an error reply). redis-py 8 gives up on a reply after 5 s with a TimeoutError, which
   // torch does not catch: the user's compile would fail. 0: no limit. Reloadable.
   std::chrono::milliseconds reply_timeout{3000};
+  // With [fleet]: entries written here are signed and pushed to the registry (when [fleet]
+  // push is on), and a GET that misses here looks in the registry within reply_timeout
+  // (when [fleet] pull is on). Entries from the registry must carry a trusted signature
+  // whatever fleet.require_signatures says: torch unpickles them. false: entries stay on
+  // this node. Reloadable.
+  bool fleet = true;
 
   bool enabled() const { return !socket.empty() || !listen.empty(); }
 };

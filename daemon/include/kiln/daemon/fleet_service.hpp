@@ -29,6 +29,8 @@ class FleetService {
   // registry lacks it, pulls are off, the registry cannot be reached, or what it holds was
   // refused (each logged and counted). Concurrent fetches of one key share one pull.
   virtual void fetch(const Digest& key_digest, std::function<void(bool stored)> done) = 0;
+  // Whether fetch() looks in the registry at all ([fleet] pull); false: it answers false at once.
+  virtual bool pulls() const = 0;
 
   // The fleet's state for STATUS, as a JSON object (schema/protocol.md, "fleet"). Cheap:
   // no network call (reachability is the last request's outcome).

@@ -12,7 +12,12 @@
 //
 // Push of "artifact:<key digest>": the artifact's source first (if the registry lacks it),
 // then config and layer blobs, then the signature, then the manifest's tag, so a tag never
-// points at an unsigned manifest. A key the registry already holds is not pushed again.
+// points at an unsigned manifest. A key the registry already holds (signed by a trusted
+// key) is not pushed again, but for torch cache entries torch rewrites (Dynamo PGO,
+// autotune): their last writer wins fleet-wide (schema/torch-cache.md, "The fleet").
+//
+// torch cache entries (kind torch_cache) from the registry are taken only with a trusted
+// signature, whatever require_signatures says: torch unpickles them.
 //
 // The operator's transfers (push / pull / prune by filter, fleet_admin.cpp) run one at a
 // time on their own thread; pulls among them fan out over the pull workers.
@@ -71,6 +76,7 @@ class Fleet final : public daemon::FleetService {
 
   // FleetService
   void fetch(const Digest& key_digest, std::function<void(bool)> done) override;
+  bool pulls() const override { return config_.pull; }
   std::string status_json() const override;
   std::string metrics_text() const override;
   void push(std::vector<Digest> keys, bool wait, std::function<void(Result<protocol::FleetPushReply>)> done) override;
@@ -124,6 +130,10 @@ class Fleet final : public daemon::FleetService {
 
   Status push_subject(const std::string& subject);
   Status push_artifact(const Digest& key_digest);
+  // Whether the registry's signed entry under the key's tag stays: always (first pusher
+  // wins) but for a torch cache entry torch rewrites, whose last writer wins: then only
+  // when the registry already holds this node's bytes.
+  Result<bool> registry_keeps(const Digest& key_digest, const storage::ArtifactInfo& info) const;
   Status push_source(const std::string& model_hash);
   // Pushes a manifest's blobs, its signature, then its tag.
   Status push_parts(const std::string& subject, const PushParts& parts);
