@@ -61,13 +61,13 @@ asio::awaitable<Outcome> handle_verify(Connection& c, const Request& r) {
   if (!req) co_return fail(req.error());
   auto& s = c.state();
   auto rep = co_await offload(s.pool, [&s] {
-    auto r = s.store.verify([&s](std::uint64_t checked, std::uint64_t total) {
+    auto found = s.store.verify([&s](std::uint64_t checked, std::uint64_t total) {
       s.verify_total.store(total);
       s.verify_checked.store(checked);
     });
     s.verify_total.store(0);
     s.verify_checked.store(0);
-    return r;
+    return found;
   });
   if (!rep) co_return fail(rep.error());
   for (const auto& d : rep->corrupt) s.forget_copies(d);
