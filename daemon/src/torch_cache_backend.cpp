@@ -41,6 +41,7 @@ Result<storage::ArtifactInfo> store_value(ServerState& s, const Digest& digest, 
   meta.publish = s.config()->torch_cache.fleet ? storage::Publish::yes : storage::Publish::no;
   auto put = s.store.put_bytes(key, value.bytes, meta);
   if (!put) return put;
+  if (meta.publish == storage::Publish::yes && s.fleet) s.fleet->outbox_grew();
   s.forget_copies(digest);
   if (overwrite == torch_cache::Overwrite::never) s.torch_values.insert(digest, value, s.torch_values.generation());
   return put;

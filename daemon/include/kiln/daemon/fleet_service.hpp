@@ -31,6 +31,9 @@ class FleetService {
   virtual void fetch(const Digest& key_digest, std::function<void(bool stored)> done) = 0;
   // Whether fetch() looks in the registry at all ([fleet] pull); false: it answers false at once.
   virtual bool pulls() const = 0;
+  // The store's outbox has a new row (a torch cache entry stored with Publish::yes): the
+  // pusher looks now rather than at its next poll (every 5 s). Cheap; never blocks.
+  virtual void outbox_grew() = 0;
 
   // The fleet's state for STATUS, as a JSON object (schema/protocol.md, "fleet"). Cheap:
   // no network call (reachability is the last request's outcome).

@@ -77,6 +77,7 @@ class Fleet final : public daemon::FleetService {
   // FleetService
   void fetch(const Digest& key_digest, std::function<void(bool)> done) override;
   bool pulls() const override { return config_.pull; }
+  void outbox_grew() override { wake_pusher(); }
   std::string status_json() const override;
   std::string metrics_text() const override;
   void push(std::vector<Digest> keys, bool wait, std::function<void(Result<protocol::FleetPushReply>)> done) override;
