@@ -71,6 +71,7 @@ DaemonStatus from_status(protocol::StatusReply&& r) {
   s.torch_cache_durability = std::move(r.torch_cache_durability);
   s.torch_cache_queued_entries = r.torch_cache_queued_entries;
   s.torch_cache_queued_bytes = r.torch_cache_queued_bytes;
+  s.torch_cache_fleet = r.torch_cache_fleet;
   s.verify_checked = r.verify_checked;
   s.verify_total = r.verify_total;
   s.fleet = std::move(r.fleet);

@@ -76,6 +76,7 @@ std::string to_json(const DaemonStatus& s) {
     if (!s.torch_cache_durability.empty()) t["durability"] = s.torch_cache_durability;
     if (s.torch_cache_durability == "deferred")
       t["queued"] = {{"entries", s.torch_cache_queued_entries}, {"bytes", s.torch_cache_queued_bytes}};
+    t["fleet"] = s.torch_cache_fleet;
   }
   j["build_slots"] = nlohmann::json::array();
   for (const auto& b : s.build_slots)

@@ -354,6 +354,7 @@ asio::awaitable<Outcome> handle_status(Connection& c, const Request& r) {
   reply.torch_cache_listen = cfg->torch_cache.listen;
   if (cfg->torch_cache.enabled()) {
     reply.torch_cache_durability = s.torch_deferred ? "deferred" : "sync";
+    reply.torch_cache_fleet = s.fleet && cfg->torch_cache.fleet;
     if (s.torch_deferred) {
       const auto q = s.torch_queue.stats();
       reply.torch_cache_queued_entries = q.entries;

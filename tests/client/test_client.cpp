@@ -110,7 +110,7 @@ TEST_CASE("PutFileStreamsAFileAndMissingFilesAreRefusedLocally") {
     std::ofstream f(dir / "artifact.pt2", std::ios::binary);
     f.write(reinterpret_cast<const char*>(data.data()), static_cast<std::streamsize>(data.size()));
   }
-  auto info = c.put_file(test_key(2), dir / "artifact.pt2", {.pin = true, .build_seconds = 36.6});
+  auto info = c.put_file(test_key(2), dir / "artifact.pt2", {.pin = true, .build_seconds = 36.6, .on_progress = {}});
   REQUIRE_MESSAGE(info, (info ? "" : info.error().to_string()));
   CHECK(info->pinned);
   CHECK(info->build_seconds == doctest::Approx(36.6));

@@ -30,7 +30,8 @@ def test_the_url_comes_from_kilnd_status_and_redis_py_uses_it(torch_cache_kilnd)
     assert url == "unix://" + sock
     with kiln.Client(d.socket) as c:
         assert c.status()["torch_cache"] == {"socket": sock, "durability": "deferred",  # kilnd's default
-                                             "queued": {"entries": 0, "bytes": 0}}
+                                             "queued": {"entries": 0, "bytes": 0},
+                                             "fleet": False}  # no [fleet]: nothing leaves the node
     r = redis.Redis.from_url(url)
     key = "pt2:fx-graph-v1::kilnpythontest:c1"
     value = b'{"data": "' + b"A" * 4096 + b'"}'

@@ -55,6 +55,8 @@ void add_status(CommandSet& set) {
                                   " entries, " + format_bytes(s->torch_cache_queued_bytes) + " queued for the store");
     else if (!s->torch_cache_durability.empty())
       line("torch writes", "sync (+OK once durable)");
+    if (!s->torch_cache_durability.empty())
+      line("torch fleet", s->torch_cache_fleet ? "shared through the fleet's registry (signed)" : "this node only");
     for (const auto& [name, value] : s->node) line(name, value.empty() ? "(unknown)" : value);
     line("store size", format_bytes(store->stored_bytes) + " in " + std::to_string(store->entries) + " artifact(s)" +
                            (store->quota_bytes ? ", quota " + format_bytes(store->quota_bytes) : ", no quota") +

@@ -349,6 +349,7 @@ std::string encode(const StatusReply& m) {
     if (!m.torch_cache_durability.empty()) t["durability"] = m.torch_cache_durability;
     if (m.torch_cache_durability == "deferred")
       t["queued"] = json{{"entries", m.torch_cache_queued_entries}, {"bytes", m.torch_cache_queued_bytes}};
+    t["fleet"] = m.torch_cache_fleet;
     j["torch_cache"] = std::move(t);
   }
   if (m.verify_total) j["verify"] = json{{"checked", m.verify_checked}, {"total", m.verify_total}};
@@ -375,6 +376,7 @@ Result<StatusReply> decode<StatusReply>(std::string_view text) {
     if (auto s = t->find("socket"); s != t->end() && s->is_string()) m.torch_cache_socket = s->get<std::string>();
     if (auto l = t->find("listen"); l != t->end() && l->is_string()) m.torch_cache_listen = l->get<std::string>();
     if (auto u = t->find("durability"); u != t->end() && u->is_string()) m.torch_cache_durability = u->get<std::string>();
+    if (auto f = t->find("fleet"); f != t->end() && f->is_boolean()) m.torch_cache_fleet = f->get<bool>();
     if (auto q = t->find("queued"); q != t->end() && q->is_object()) {
       if (auto e = q->find("entries"); e != q->end() && e->is_number_unsigned())
         m.torch_cache_queued_entries = e->get<std::uint64_t>();

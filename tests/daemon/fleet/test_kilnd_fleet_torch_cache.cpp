@@ -153,6 +153,8 @@ TEST_CASE("WithTorchCacheFleetOffEntriesStayOnTheNodeWhileTheFleetIsConfigured")
   Node a(dir / "a", "fleet = false\n" + reg.fleet_toml({true, true, dir / "builder-a.pem", {trust_a}}));
   Node b(dir / "b", reg.fleet_toml({false, true, {}, {trust_a}}));
 
+  CHECK(a.status()["torch_cache"]["fleet"] == false);
+  CHECK(b.status()["torch_cache"]["fleet"] == true);
   REQUIRE(set(a, kFx, "{\"data\": \"stays\"}"));
   // The outbox row would be written in the transaction that stores the entry.
   REQUIRE(wait_until([&] { return a.stat(kFx)["found"].get<bool>(); }));

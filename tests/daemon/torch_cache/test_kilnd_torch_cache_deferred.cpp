@@ -94,6 +94,7 @@ TEST_CASE("deferred: a SET is seen at once by a GET on another connection, and S
   KilndProcess d(dir.path(), t.toml());
   auto s = status(d);
   CHECK(s.torch_cache_durability == "deferred");
+  CHECK_FALSE(s.torch_cache_fleet);  // no [fleet]: nothing leaves the node
   RespClient writer(t.torch_sock);
   RespClient reader(t.torch_sock);
   for (int i = 0; i < 20; ++i) {

@@ -104,6 +104,11 @@ TEST_CASE("StatusSaysWhereTorchCompilesCachesAreServed") {
   auto writes = lines_starting(human.out, "torch writes");
   REQUIRE(writes.size() == 1);
   CHECK(writes[0].find("deferred (+OK once in memory): 0 entries, ") != std::string::npos);
+  // No [fleet]: the entries stay on the node.
+  CHECK(json::parse(js.out)["torch_cache"]["fleet"] == false);
+  auto shared = lines_starting(human.out, "torch fleet");
+  REQUIRE(shared.size() == 1);
+  CHECK(shared[0].find("this node only") != std::string::npos);
 
   test::TempDir sync_dir;
   const auto sync_sock = (sync_dir.path() / "tc.sock").string();

@@ -170,6 +170,7 @@ struct DaemonStatus {
   std::string torch_cache_durability;  // "sync" (SET durable before +OK) or "deferred"; "" = not served
   std::uint64_t torch_cache_queued_entries = 0;  // deferred: acknowledged, not yet stored
   std::uint64_t torch_cache_queued_bytes = 0;    // their values' bytes
+  bool torch_cache_fleet = false;     // its entries travel through the fleet's registry
   std::uint64_t verify_checked = 0;   // a VERIFY running now: blobs checked of verify_total
   std::uint64_t verify_total = 0;     // 0 = none running
   std::string fleet;                  // the fleet tier's state, STATUS's "fleet" object as JSON text

@@ -203,6 +203,9 @@ struct StatusReply {
   std::string torch_cache_durability;
   std::uint64_t torch_cache_queued_entries = 0;
   std::uint64_t torch_cache_queued_bytes = 0;
+  // Whether its entries travel through the fleet's registry ([fleet] configured and
+  // [torch_cache] fleet on; which way is the fleet's push and pull).
+  bool torch_cache_fleet = false;
   // A VERIFY running now: blobs checked of verify_total; verify_total 0 = none running.
   std::uint64_t verify_checked = 0;
   std::uint64_t verify_total = 0;
