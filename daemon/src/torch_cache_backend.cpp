@@ -1,6 +1,8 @@
 // GET and SET of torch.compile's cache entries over the store (see torch_cache_backend.hpp).
 #include "torch_cache_backend.hpp"
 
+#include <chrono>
+#include <optional>
 #include <set>
 
 #include <spdlog/spdlog.h>
@@ -72,6 +74,25 @@ std::int64_t steady_ms() {
       .count();
 }
 
+// One request's share of [torch_cache] reply_timeout (`limit`), counted from `since`.
+class ReplyBudget {
+ public:
+  ReplyBudget(std::chrono::milliseconds limit, std::chrono::steady_clock::time_point since)
+      : limit_(limit), deadline_(since + limit) {}
+  // What is left, as offload_within and await_callback_within take it (0 = no limit);
+  // nullopt once it is spent.
+  std::optional<std::chrono::milliseconds> left() const {
+    if (limit_.count() == 0) return std::chrono::milliseconds(0);
+    auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(deadline_ - std::chrono::steady_clock::now());
+    if (ms.count() <= 0) return std::nullopt;
+    return ms;
+  }
+
+ private:
+  std::chrono::milliseconds limit_;
+  std::chrono::steady_clock::time_point deadline_;
+};
+
 }  // namespace
 
 asio::awaitable<ValueCache::Bytes> TorchCacheBackend::from_fleet(const torch_cache::TorchKey& key,
@@ -81,15 +102,8 @@ asio::awaitable<ValueCache::Bytes> TorchCacheBackend::from_fleet(const torch_cac
     s.metrics.record_torch(TorchOp::fleet_skipped);
     co_return ValueCache::Bytes();
   }
-  const auto limit = s.config()->torch_cache.reply_timeout;
-  // What is left of this GET's reply_timeout (0 = no limit, as offload_within reads it).
-  auto left = [&]() -> std::optional<std::chrono::milliseconds> {
-    if (limit.count() == 0) return std::chrono::milliseconds(0);
-    auto ms = limit - std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - started);
-    if (ms.count() <= 0) return std::nullopt;
-    return ms;
-  };
-  auto budget = left();
+  const ReplyBudget reply(s.config()->torch_cache.reply_timeout, started);
+  auto budget = reply.left();
   if (!budget) co_return ValueCache::Bytes();
   // The pull owns what it uses: past the budget it goes on in the background and stores
   // the entry (signature checked) for the next GET.
@@ -105,7 +119,7 @@ asio::awaitable<ValueCache::Bytes> TorchCacheBackend::from_fleet(const torch_cac
     s.metrics.record_torch(TorchOp::fleet_miss);
     co_return ValueCache::Bytes();
   }
-  budget = left();
+  budget = reply.left();
   if (!budget) {
     note_late_fleet(key.text);
     co_return ValueCache::Bytes();
@@ -147,14 +161,11 @@ asio::awaitable<Result<std::optional<Value>>> TorchCacheBackend::get(const torch
   bool queued = static_cast<bool>(value);
   if (!value) value = s.torch_values.find(d);
   const bool hot = static_cast<bool>(value);
-  const auto started = std::chrono::steady_clock::now();
+  std::chrono::steady_clock::time_point started;  // of the miss path: the fleet gets what is left
   bool late = false;
   if (!value) {
+    started = std::chrono::steady_clock::now();
     const std::uint64_t generation = s.torch_values.generation();
-    // Runs on the store pool: reads and verifies the entry (a damaged one is quarantined
-    // by the store and answered as a miss: torch compiles and writes it again), and keeps
-    // it in memory. It owns what it uses: past reply_timeout the GET is answered without
-    // it, and a late read still leaves the value in memory for the next GET.
     auto got = co_await offload_within(s.pool, s.config()->torch_cache.reply_timeout,
                                        read_stored(s, d, generation, key.text));
     if (!got) {
@@ -229,18 +240,11 @@ asio::awaitable<Result<SetOutcome>> TorchCacheBackend::set_deferred(const torch_
   TorchWriteQueue::Entry entry{key.digest, key.kiln_key(), key.text, key.overwrite, std::move(value)};
   std::optional<bool> stored;  // asked of the store only when the queue cannot answer
   // One reply_timeout for the whole SET, however many waits it takes.
-  const auto limit = s.config()->torch_cache.reply_timeout;
-  const auto deadline = std::chrono::steady_clock::now() + limit;
-  auto left = [&]() -> std::optional<std::chrono::milliseconds> {
-    if (limit.count() == 0) return std::chrono::milliseconds(0);  // no limit
-    auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-    if (ms.count() <= 0) return std::nullopt;
-    return ms;
-  };
+  const ReplyBudget reply(s.config()->torch_cache.reply_timeout, std::chrono::steady_clock::now());
   for (;;) {
     auto pushed = s.torch_queue.push(entry, condition, stored);
     if (pushed == Push::ask_store || pushed == Push::full) {
-      auto wait_for = left();
+      auto wait_for = reply.left();
       if (!wait_for) co_return late_set();
       if (pushed == Push::ask_store) {
         const Digest d = key.digest;
@@ -313,8 +317,7 @@ TorchWriteQueue::Write deferred_writer(ServerState& state) {
 
 void TorchCacheBackend::note_late_get(const std::string& key) {
   state_.metrics.record_torch(TorchOp::late_get);
-  const auto now = std::chrono::duration_cast<std::chrono::milliseconds>(
-                       std::chrono::steady_clock::now().time_since_epoch()).count();
+  const std::int64_t now = steady_ms();
   auto last = late_logged_ms_.load();
   if (now - last < 10'000 || !late_logged_ms_.compare_exchange_strong(last, now)) {
     late_unlogged_.fetch_add(1);
