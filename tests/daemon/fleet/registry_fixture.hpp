@@ -9,9 +9,11 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "kiln/fleet/signature.hpp"
 #include "run_shell.hpp"
 #include "server_process.hpp"
 #include "text_file.hpp"
@@ -93,5 +95,14 @@ class Registry {
   int port_;
   ServerProcess process_;
 };
+
+// A new ed25519 signing key written as <dir>/<name>.pem, where a kilnd's [fleet]
+// signing_key_file reads it; returns its trust-list entry ("name:base64").
+inline std::string write_signing_key(const std::filesystem::path& dir, const std::string& name) {
+  auto k = fleet::SigningKey::generate(name);
+  if (!k) throw std::runtime_error("cannot generate signing key " + name + ": " + k.error().to_string());
+  std::ofstream(dir / (name + ".pem")) << k->private_pem();
+  return k->public_key().to_string();
+}
 
 }  // namespace kiln::test

@@ -43,14 +43,6 @@ std::string node_toml(const test::Registry& reg, const NodeOpts& o) {
   return test::builds_toml({.failure_ttl_s = 0}) + reg.fleet_toml({o.push, o.pull, o.key_file, o.trusted});
 }
 
-// A signing key written where kilnd reads it; returns its trust-list entry.
-std::string make_key(const fs::path& dir, const std::string& name) {
-  auto k = fleet::SigningKey::generate(name);
-  REQUIRE(k.has_value());
-  std::ofstream(dir / (name + ".pem")) << k->private_pem();
-  return k->public_key().to_string();
-}
-
 using Conn = test::RawConn;
 
 Conn connect(const test::KilndProcess& k) { return test::connect_raw(k.socket()); }
@@ -111,7 +103,7 @@ Key full_key(Conn& c, Key k) {
 TEST_CASE("ABuildsBAndCServeItByteIdenticalWithoutBuildingAndAFreshNodePullsTheSource") {
   test::TempDir dir;
   test::Registry reg(dir / "registry");
-  const std::string trust_a = make_key(dir.path(), "builder-a");
+  const std::string trust_a = test::write_signing_key(dir.path(), "builder-a");
   test::KilndProcess a(dir / "a", node_toml(reg, {true, true, dir / "builder-a.pem", {trust_a}}));
   test::KilndProcess b(dir / "b", node_toml(reg, {false, true, {}, {trust_a}}));
   test::KilndProcess c(dir / "c", node_toml(reg, {false, true, {}, {trust_a}}));
@@ -178,7 +170,7 @@ TEST_CASE("ABuildsBAndCServeItByteIdenticalWithoutBuildingAndAFreshNodePullsTheS
 TEST_CASE("RegistryDownHitsGoOnMissesBuildAndPushesQueueDurablyAndDrainWhenItReturns") {
   test::TempDir dir;
   test::Registry reg(dir / "registry");
-  const std::string trust_a = make_key(dir.path(), "builder-a");
+  const std::string trust_a = test::write_signing_key(dir.path(), "builder-a");
   const std::string toml_a = node_toml(reg, {true, true, dir / "builder-a.pem", {trust_a}});
   auto a = std::make_unique<test::KilndProcess>(dir / "a", toml_a);
   auto ca = connect(*a);
@@ -249,7 +241,7 @@ oci::ManifestParts publish(const fleet::RegistryClient& reg, const Key& key, con
 TEST_CASE("TamperedUnsignedForeignAndMisboundArtifactsAreRefusedCountedAndRebuilt") {
   test::TempDir dir;
   test::Registry reg(dir / "registry");
-  const std::string trust_a = make_key(dir.path(), "builder-a");
+  const std::string trust_a = test::write_signing_key(dir.path(), "builder-a");
   auto key_a = fleet::SigningKey::load(dir / "builder-a.pem", "builder-a");
   REQUIRE(key_a.has_value());
   auto mallory = fleet::SigningKey::generate("mallory");
@@ -356,7 +348,7 @@ void put(Conn& c, const Key& key, const std::string& bytes) {
 TEST_CASE("KilnctlPushAndPullByFilterSeedARegistryFromANodeAndANodeFromTheRegistry") {
   test::TempDir dir;
   test::Registry reg(dir / "registry");
-  const std::string trust_a = make_key(dir.path(), "builder-a");
+  const std::string trust_a = test::write_signing_key(dir.path(), "builder-a");
   test::KilndProcess a(dir / "a", node_toml(reg, {true, true, dir / "builder-a.pem", {trust_a}}));
   test::KilndProcess b(dir / "b", node_toml(reg, {false, true, {}, {trust_a}}));
   auto ca = connect(a);
@@ -413,7 +405,7 @@ TEST_CASE("KilnctlPushAndPullByFilterSeedARegistryFromANodeAndANodeFromTheRegist
 TEST_CASE("AnOperatorsPushWithTheRegistryDownStaysQueuedAndDrainsWhenItReturns") {
   test::TempDir dir;
   test::Registry reg(dir / "registry");
-  const std::string trust_a = make_key(dir.path(), "builder-a");
+  const std::string trust_a = test::write_signing_key(dir.path(), "builder-a");
   test::KilndProcess a(dir / "a", node_toml(reg, {true, true, dir / "builder-a.pem", {trust_a}}));
   auto ca = connect(a);
   const Key k = full_key(ca, client_key(std::string(64, 'b'), "Queued"));
@@ -435,7 +427,7 @@ TEST_CASE("AnOperatorsPushWithTheRegistryDownStaysQueuedAndDrainsWhenItReturns")
 TEST_CASE("FleetPruneDeletesOldManifestsWithTheirSignaturesAndLeavesNewerOnes") {
   test::TempDir dir;
   test::Registry reg(dir / "registry");
-  const std::string trust_a = make_key(dir.path(), "builder-a");
+  const std::string trust_a = test::write_signing_key(dir.path(), "builder-a");
   test::KilndProcess a(dir / "a", node_toml(reg, {true, true, dir / "builder-a.pem", {trust_a}}));
   auto ca = connect(a);
   // The old artifact is published as builder-a would have an hour ago, so that no length of

@@ -69,12 +69,7 @@ struct NodeSpec {
 class Fleet {
  public:
   Fleet() : reg_(dir_ / "registry"), etcd_(std::make_unique<test::Etcd>(dir_ / "etcd")) {
-    for (const char* n : {"a", "b", "c"}) {
-      auto k = fleet::SigningKey::generate(n);
-      REQUIRE(k.has_value());
-      std::ofstream(dir_.path() / (std::string(n) + ".pem")) << k->private_pem();
-      trusted_.push_back(k->public_key().to_string());
-    }
+    for (const char* n : {"a", "b", "c"}) trusted_.push_back(test::write_signing_key(dir_.path(), n));
   }
 
   const fs::path& dir() const { return dir_.path(); }

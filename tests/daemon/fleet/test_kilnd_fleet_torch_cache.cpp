@@ -8,14 +8,10 @@
 #include <unistd.h>
 
 #include <chrono>
-#include <fstream>
-#include <functional>
-#include <thread>
 
 #include <doctest/doctest.h>
 #include <nlohmann/json.hpp>
 
-#include "kiln/fleet/signature.hpp"
 #include "kiln/protocol/messages.hpp"
 #include "kiln/torch_cache/torch_key.hpp"
 #include "registry_fixture.hpp"
@@ -25,6 +21,7 @@
 #include "support/raw_calls.hpp"
 #include "temp_dir.hpp"
 #include "torch_cache_config.hpp"
+#include "wait_until.hpp"
 
 using namespace kiln;
 using namespace std::chrono_literals;
@@ -35,14 +32,6 @@ namespace {
 
 const std::string kFx = "pt2:fx-graph-v1::fgraph0123456789:c1";
 const std::string kPgo = "pt2:dynamo-pgo::code-state-job1:c1";
-
-// A signing key written where kilnd reads it; returns its trust-list entry.
-std::string make_key(const fs::path& dir, const std::string& name) {
-  auto k = fleet::SigningKey::generate(name);
-  REQUIRE(k.has_value());
-  std::ofstream(dir / (name + ".pem")) << k->private_pem();
-  return k->public_key().to_string();
-}
 
 // A kilnd node: builds off, the metrics endpoint on, a torch cache socket, and `fleet` (a
 // [fleet] table, or more [torch_cache] keys and then one) after it.
@@ -77,15 +66,6 @@ struct Node {
   std::uint64_t pushes() { return status()["fleet"]["pushes"].get<std::uint64_t>(); }
 };
 
-bool wait_until(const std::function<bool()>& pred, std::chrono::milliseconds limit = 30s) {
-  const auto deadline = std::chrono::steady_clock::now() + limit;
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (pred()) return true;
-    std::this_thread::sleep_for(100ms);
-  }
-  return pred();
-}
-
 // SET over a fresh connection, as redis-py 8 would (HELLO 3 first); true on +OK.
 bool set(Node& n, const std::string& key, const std::string& value) {
   test::RespClient c(n.torch.torch_sock);
@@ -111,7 +91,7 @@ std::optional<std::string> get(Node& n, const std::string& key) {
 
 // Waits until the node has pushed everything it queued, at least `count` pushes in all.
 void wait_pushed(Node& n, std::uint64_t count) {
-  REQUIRE_MESSAGE(wait_until([&] { return n.pending() == 0 && n.pushes() >= count; }),
+  REQUIRE_MESSAGE(test::wait_until([&] { return n.pending() == 0 && n.pushes() >= count; }),
                   "pushes: " << n.status()["fleet"].dump());
 }
 
@@ -120,7 +100,7 @@ void wait_pushed(Node& n, std::uint64_t count) {
 TEST_CASE("ATorchCacheEntryWrittenOnOneNodeIsSignedPushedAndServedToAGetOnAnother") {
   test::TempDir dir;
   test::Registry reg(dir / "registry");
-  const std::string trust_a = make_key(dir.path(), "builder-a");
+  const std::string trust_a = test::write_signing_key(dir.path(), "builder-a");
   Node a(dir / "a", reg.fleet_toml({true, true, dir / "builder-a.pem", {trust_a}}));
   Node b(dir / "b", reg.fleet_toml({false, true, {}, {trust_a}}));
 
@@ -149,7 +129,7 @@ TEST_CASE("ATorchCacheEntryWrittenOnOneNodeIsSignedPushedAndServedToAGetOnAnothe
 TEST_CASE("WithTorchCacheFleetOffEntriesStayOnTheNodeWhileTheFleetIsConfigured") {
   test::TempDir dir;
   test::Registry reg(dir / "registry");
-  const std::string trust_a = make_key(dir.path(), "builder-a");
+  const std::string trust_a = test::write_signing_key(dir.path(), "builder-a");
   Node a(dir / "a", "fleet = false\n" + reg.fleet_toml({true, true, dir / "builder-a.pem", {trust_a}}));
   Node b(dir / "b", reg.fleet_toml({false, true, {}, {trust_a}}));
 
@@ -157,7 +137,7 @@ TEST_CASE("WithTorchCacheFleetOffEntriesStayOnTheNodeWhileTheFleetIsConfigured")
   CHECK(b.status()["torch_cache"]["fleet"] == true);
   REQUIRE(set(a, kFx, "{\"data\": \"stays\"}"));
   // The outbox row would be written in the transaction that stores the entry.
-  REQUIRE(wait_until([&] { return a.stat(kFx)["found"].get<bool>(); }));
+  REQUIRE(test::wait_until([&] { return a.stat(kFx)["found"].get<bool>(); }));
   CHECK(a.pending() == 0);
   CHECK(a.pushes() == 0);
   CHECK_FALSE(get(b, kFx).has_value());
@@ -170,8 +150,8 @@ TEST_CASE("WithTorchCacheFleetOffEntriesStayOnTheNodeWhileTheFleetIsConfigured")
 TEST_CASE("ATorchCacheEntryFromTheRegistryNeedsATrustedSignatureEvenWithRequireSignaturesOff") {
   test::TempDir dir;
   test::Registry reg(dir / "registry");
-  const std::string trust_s = make_key(dir.path(), "stranger");
-  const std::string trust_b = make_key(dir.path(), "builder-b");
+  const std::string trust_s = test::write_signing_key(dir.path(), "stranger");
+  const std::string trust_b = test::write_signing_key(dir.path(), "builder-b");
   Node s(dir / "s", reg.fleet_toml({true, true, dir / "stranger.pem", {trust_s}}));
   // b trusts only its own key, and accepts unsigned artifacts: not torch cache entries.
   Node b(dir / "b", reg.fleet_toml({false, true, {}, {trust_b}}) + "require_signatures = false\n");
@@ -188,8 +168,8 @@ TEST_CASE("ATorchCacheEntryFromTheRegistryNeedsATrustedSignatureEvenWithRequireS
 TEST_CASE("AcrossTheFleetARewrittenEntryTakesTheLastWriterAndAnImmutableOneTheFirst") {
   test::TempDir dir;
   test::Registry reg(dir / "registry");
-  const std::string trust_a = make_key(dir.path(), "builder-a");
-  const std::string trust_b = make_key(dir.path(), "builder-b");
+  const std::string trust_a = test::write_signing_key(dir.path(), "builder-a");
+  const std::string trust_b = test::write_signing_key(dir.path(), "builder-b");
   Node a(dir / "a", reg.fleet_toml({true, true, dir / "builder-a.pem", {trust_a, trust_b}}));
   Node b(dir / "b", reg.fleet_toml({true, false, dir / "builder-b.pem", {trust_a, trust_b}}));
 
@@ -231,7 +211,7 @@ TEST_CASE("ARegistryThatNeverAnswersCostsOneGetItsReplyTimeoutThenGetsAnswerFrom
   REQUIRE(::getsockname(hole, reinterpret_cast<sockaddr*>(&addr), &len) == 0);
   const int port = ntohs(addr.sin_port);
   // io_timeout 3 s: kilnd's stop waits for the hung pull to give up.
-  const std::string trust_a = make_key(dir.path(), "builder-a");
+  const std::string trust_a = test::write_signing_key(dir.path(), "builder-a");
   const std::string fleet = "[fleet]\nregistry = \"https://127.0.0.1:" + std::to_string(port) +
                             "\"\nrepository = \"kiln/test\"\npush = false\npull = true\nconnect_timeout_s = 3\n"
                             "io_timeout_s = 3\ntrusted_keys = [\"" + trust_a + "\"]\n";
