@@ -5,8 +5,11 @@
 # progress display; htpasswd from apache2-utils and openssl for the fleet tests' registry;
 # etcd for the fleet's build coordination: the tests start /usr/bin/etcd on free loopback
 # ports with their own data folder, never the packaged service; venv, pip, setuptools and
-# wheel for the test that pip-installs the Python package offline).
-# Debian's packages only.
+# wheel for the test that pip-installs the Python package offline), from Debian's packages;
+# then the pinned Python environment of tests/python-requirements.txt (torch, diffusers,
+# redis-py, pytest) from the Python package index, in one virtual environment at a fixed
+# path outside the clone ($KILN_TEST_VENV, default /opt/kiln/test-venv), made once and
+# reused while its pins hold: the index's torch is several GB, downloaded once per machine.
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 "$here/../ops/install-deps.sh"
@@ -16,5 +19,32 @@ export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get install -y -q --no-install-recommends \
   doctest-dev clang libclang-rt-14-dev \
   tmux redis-server docker-registry curl skopeo apache2-utils openssl \
-  python3-pytest python3-redis python3-torch etcd-server \
+  python3-pytest etcd-server \
   python3-venv python3-pip python3-setuptools python3-wheel
+
+venv=${KILN_TEST_VENV:-/opt/kiln/test-venv}
+reqs="$here/python-requirements.txt"
+# The pins, as "name==version" lines; the venv is reused only when every one is installed.
+pins=$(sed -e 's/#.*//' -e '/^[[:space:]]*$/d' "$reqs")
+pinned() {
+  [ -x "$venv/bin/python" ] && "$venv/bin/python" - $pins <<'PY'
+import sys
+from importlib.metadata import PackageNotFoundError, version
+for pin in sys.argv[1:]:
+    name, want = pin.split("==")
+    try:
+        have = version(name)
+    except PackageNotFoundError:
+        sys.exit(1)
+    if have.split("+")[0] != want:
+        sys.exit(1)
+PY
+}
+if pinned; then
+  echo "tests/install-deps.sh: $venv has the pinned torch, diffusers, redis-py and pytest"
+else
+  $SUDO mkdir -p "$(dirname "$venv")"
+  [ -x "$venv/bin/python" ] || $SUDO /usr/bin/python3 -m venv "$venv"
+  $SUDO "$venv/bin/python" -m pip install -q --disable-pip-version-check -r "$reqs"
+  pinned || { echo "tests/install-deps.sh: $venv still lacks a pin of $reqs" >&2; exit 1; }
+fi

@@ -437,10 +437,10 @@ void kiln_source_free(kiln_source* source) { delete source; }
 kiln_status kiln_put_source_file(kiln_client* client, const char* model_hash, const char* name, const char* path,
                                  char** info_json) {
   return guarded([&] {
-    if (!client || !model_hash || !path) return fail(KILN_INVALID_ARGUMENT, "kiln_put_source_file: NULL argument");
+    if (!client || !path) return fail(KILN_INVALID_ARGUMENT, "kiln_put_source_file: NULL argument");
     if (info_json) *info_json = nullptr;
     std::string n = name != nullptr ? name : std::filesystem::path(path).filename().string();
-    auto info = client->client.put_source(model_hash, n, path);
+    auto info = client->client.put_source(model_hash != nullptr ? model_hash : "", n, path);
     if (!info) return fail(info.error());
     if (info_json) *info_json = dup(kiln::client::to_json(*info));
     return ok();

@@ -364,6 +364,13 @@ asio::awaitable<bool> Connection::begin_upload(const Request& r) {
         up->check = std::move(*check);
       }
     }
+    if (stream && up->type == proto::MsgType::put_source && up->model_hash.empty() && !up->check) {
+      auto drop = std::make_shared<std::unique_ptr<storage::PutStream>>(std::move(*stream));
+      asio::post(state_.pool, [drop] { drop->reset(); });
+      stream = make_error(Errc::unsupported,
+                          "put_source without model_hash: this node cannot compute model hashes (it has no build "
+                          "worker with torch); send model_hash (`python3 kiln_worker hash FILE` prints it)");
+    }
     if (stream && closed_) {  // closed while the store opened it: the stream goes on the pool
       auto drop = std::make_shared<std::unique_ptr<storage::PutStream>>(std::move(*stream));
       asio::post(state_.pool, [drop] { drop->reset(); });

@@ -417,7 +417,8 @@ Result<Upload> prepare_upload(Connection& c, const Request& r) {
   } else {
     auto req = proto::decode<proto::PutSourceRequest>(r.body);
     if (!req) return std::move(req).error();
-    if (req->model_hash.size() != 64 || !Digest::from_hex(req->model_hash))
+    // No model hash: the node computes it (its build worker's hash op) and the reply says it.
+    if (!req->model_hash.empty() && (req->model_hash.size() != 64 || !Digest::from_hex(req->model_hash)))
       return make_error(Errc::invalid_argument, "put_source.model_hash: expected 64 hex chars");
     up.model_hash = req->model_hash;
     up.name = req->name;
@@ -460,10 +461,10 @@ asio::awaitable<Outcome> commit_upload(Connection& c, std::uint32_t id, const st
     if (shared->check) {
       // The worker's hash op, on the builds' own threads (bounded by source_check_timeout_s):
       // a source that does not hash to its model hash is never stored (schema/sources.md).
-      auto verify = [shared](std::function<void(Status)> done) {
+      auto verify = [shared](std::function<void(Result<std::string>)> done) {
         shared->check->verify(shared->model_hash, std::move(done));
       };
-      Status verified = co_await await_callback<Status>(verify);
+      Result<std::string> verified = co_await await_callback<Result<std::string>>(verify);
       auto drop = [shared] {
         shared->check.reset();  // removes the check's file
         if (shared->stream) shared->stream.reset();
@@ -473,9 +474,23 @@ asio::awaitable<Outcome> commit_upload(Connection& c, std::uint32_t id, const st
         (void)co_await offload(s.pool, drop);
         co_return fail(verified.error());
       }
+      if (shared->model_hash.empty()) {
+        shared->model_hash = *verified;
+        shared->computed_hash = true;
+      }
     }
-    auto job = [&s, shared] {
+    auto job = [&s, shared]() -> Result<storage::SourceInfo> {
       shared->check.reset();
+      // Registering a program by its bytes alone is idempotent: another process's export
+      // of the same program (same hash; archives are not byte-stable) is that source.
+      if (shared->computed_hash) {
+        auto have = s.store.stat_source(shared->model_hash);
+        if (!have) return std::move(have).error();
+        if (*have) {
+          shared->stream.reset();
+          return std::move(**have);
+        }
+      }
       return s.store.put_source(shared->model_hash, std::move(shared->stream), shared->name);
     };
     auto src = co_await offload(s.pool, job);

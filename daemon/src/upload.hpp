@@ -25,7 +25,8 @@ struct Upload {
   Digest key_digest;
   storage::PutMeta meta;
   // PUT_SOURCE
-  std::string model_hash;
+  std::string model_hash;      // empty until the check computed it, when the uploader sent none
+  bool computed_hash = false;  // the node computed it: an existing source of that hash is this one
   std::string name;
   // The bytes again, for the build worker's hash op before the source is stored (null: this
   // node cannot build, and stores sources unverified). Touched on the store pool only.

@@ -4,7 +4,8 @@
 //   race --key K --clients N              N clients, one connection each, ask at once for a
 //                                         missing artifact (get; on a miss BUILD and get)
 //   load --key K --weights W --ref R      key -> runnable block via kiln::torch::load_block
-//        [--iters N]                      (a hit), check against eager's outputs, time steps
+//        [--iters N] [--device cpu]       (a hit), check against eager's outputs, time steps;
+//                                         --device cpu: a CPU block's package (CI runs this)
 //   fetch --key K --out FILE              write an artifact's bytes (for the Python client)
 //   logs --key K                          the key's last build record (LOGS)
 // K is a key JSON file (node fields may be empty: kilnd fills them). W and R are tensor
@@ -63,8 +64,8 @@ at::ScalarType scalar_type(const std::string& name) {
   die("unsupported dtype " + name);
 }
 
-// Tensors of a prepare.py tensor file, in file order, on the GPU.
-std::vector<std::pair<std::string, at::Tensor>> load_tensors(const std::string& prefix) {
+// Tensors of a prepare.py tensor file, in file order, on `device`.
+std::vector<std::pair<std::string, at::Tensor>> load_tensors(const std::string& prefix, at::Device device) {
   json manifest = json::parse(slurp(prefix + ".json"));
   std::string data = slurp(prefix + ".bin");
   std::vector<std::pair<std::string, at::Tensor>> out;
@@ -72,7 +73,7 @@ std::vector<std::pair<std::string, at::Tensor>> load_tensors(const std::string& 
     std::vector<int64_t> shape = t["shape"].get<std::vector<int64_t>>();
     auto offset = t["offset"].get<std::size_t>();
     auto cpu = at::from_blob(data.data() + offset, shape, at::TensorOptions().dtype(scalar_type(t["dtype"])));
-    out.emplace_back(t["name"].get<std::string>(), cpu.to(at::kCUDA).contiguous());
+    out.emplace_back(t["name"].get<std::string>(), cpu.to(device).contiguous().clone());
   }
   return out;
 }
@@ -133,14 +134,19 @@ int cmd_race(const std::map<std::string, std::string>& a) {
 int cmd_load(const std::map<std::string, std::string>& a) {
   const kiln::Key key = load_key(arg(a, "key"));
   const int iters = a.count("iters") ? std::stoi(a.at("iters")) : 100;
+  const bool cpu = a.count("device") && a.at("device") == "cpu";
+  const at::Device device = cpu ? at::Device(at::kCPU) : at::Device(at::kCUDA);
+  auto sync = [cpu] {
+    if (!cpu) cudaDeviceSynchronize();
+  };
   // The weights are the caller's: on the GPU before anything is asked of kiln (this also
   // initializes CUDA, as in any process that is about to run a model).
   std::unordered_map<std::string, at::Tensor> weights;
-  for (auto& [n, t] : load_tensors(arg(a, "weights"))) weights.emplace(n, t);
-  auto ref = load_tensors(arg(a, "ref"));
+  for (auto& [n, t] : load_tensors(arg(a, "weights"), device)) weights.emplace(n, t);
+  auto ref = load_tensors(arg(a, "ref"), device);
   std::vector<at::Tensor> inputs, expected;
   for (auto& [n, t] : ref) (n.rfind("input", 0) == 0 ? inputs : expected).push_back(t);
-  cudaDeviceSynchronize();
+  sync();
 
   auto c = connect();
   const auto t0 = Clock::now();
@@ -149,7 +155,7 @@ int cmd_load(const std::map<std::string, std::string>& a) {
   if (!block) die(block.error().to_string());
   auto t1 = Clock::now();
   auto out = block->run(inputs);
-  cudaDeviceSynchronize();
+  sync();
   const double first_run = since(t1);
   if (!out) die(out.error().to_string());
   if (out->size() != expected.size()) die("output count differs from eager's");
@@ -160,10 +166,10 @@ int cmd_load(const std::map<std::string, std::string>& a) {
     worst = std::max(worst, rel);
   }
   for (int i = 0; i < 10; ++i) (void)block->run(inputs);
-  cudaDeviceSynchronize();
+  sync();
   auto t2 = Clock::now();
   for (int i = 0; i < iters; ++i) (void)block->run(inputs);
-  cudaDeviceSynchronize();
+  sync();
   const double step_ms = since(t2) / iters * 1e3;
   const auto& tm = block->timings();
   std::cout << json{{"request_to_runnable_ms", to_runnable * 1e3}, {"built", tm.built}, {"get_ms", tm.get_s * 1e3},

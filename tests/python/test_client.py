@@ -143,6 +143,36 @@ def test_sources_round_trip_and_a_missing_one_is_not_found(client, tmp_path):
         client.sources.list(prefix="NOT HEX")
 
 
+def test_a_source_sent_without_its_model_hash_is_hashed_by_the_node(make_kilnd, client, tmp_path):
+    """What kiln.torch sends (DESIGN.md: the node computes model hashes): no hash; kilnd's
+    worker computes it and the reply names it. Another export of the same program (other
+    bytes, the same hash: the test worker's "#example-inputs" line, which its hash does not
+    cover) gets that source back, nothing stored. A node that cannot build refuses at once."""
+    import hashlib
+
+    first, second = tmp_path / "a.pt2", tmp_path / "b.pt2"
+    first.write_text('{"behavior": "ok"}\n#example-inputs 1')
+    second.write_text('{"behavior": "ok"}\n#example-inputs 2')
+    own = hashlib.sha256(b'{"behavior": "ok"}').hexdigest()
+    info = client.sources.put(None, first, name="kiln-fp-a.pt2")
+    assert info["model_hash"] == own and info["name"] == "kiln-fp-a.pt2"
+    again = client.sources.put(None, second, name="kiln-fp-b.pt2")
+    assert again == info  # the registered source, as it was
+    assert [s["name"] for s in client.sources.list()] == ["kiln-fp-a.pt2"]
+    with client.sources.get(own) as src:
+        assert src.read() == first.read_bytes()
+    with pytest.raises(kiln.InvalidArgument):  # with a hash, other bytes are still refused
+        client.sources.put(own, second)
+
+    serve_only = make_kilnd(name="serve-only", worker="none")
+    serve_only.start()
+    with kiln.Client(serve_only.socket) as c:
+        with pytest.raises(kiln.Unsupported) as e:
+            c.sources.put(None, first)
+        assert "cannot compute model hashes" in e.value.message
+        assert c.sources.list() == []
+
+
 def test_builds_on_miss_fail_clearly_and_report_status(kilnd, client, tmp_path):
     def register(behavior):
         text, h = kilnd.source_command(behavior)

@@ -20,11 +20,11 @@ import sys
 
 import pytest
 
-torch = pytest.importorskip("torch")
+import torch  # noqa: E402  (the pinned environment has it: tests/python-requirements.txt)
 
 import kiln  # noqa: E402
 import kiln.torch  # noqa: E402
-from kiln.torch import _layouts, _node, _runtime  # noqa: E402
+from kiln.torch import _hooks, _layouts, _node, _runtime  # noqa: E402
 from conftest import TEST_NODE, wait_for  # noqa: E402
 
 
@@ -222,12 +222,14 @@ def test_restore_puts_the_class_forward_back(kilnd, seams):
     model = Model()
     boundaries = _gate.GATE._model_boundaries
     blocks = kiln.torch.compile_repeated_blocks(model, socket=kilnd.socket)
-    assert len(blocks) == 3 and all("forward" in vars(b) for b in blocks)
+    assert len(blocks) == 3 and all(_hooks.is_installed(b) for b in blocks)
     assert len(model._forward_pre_hooks) == 1 and _gate.GATE._model_boundaries == boundaries + 1
     with pytest.raises(ValueError):
         kiln.torch.compile_repeated_blocks(model, socket=kilnd.socket)
     kiln.torch.restore(model)
-    assert all("forward" not in vars(b) for b in blocks)
+    assert not any(_hooks.is_installed(b) for b in blocks)
+    x = torch.randn(2, 4, 8)
+    assert all(torch.equal(b(hidden_states=x)[0], Block.forward(b, hidden_states=x)[0]) for b in blocks)
     assert len(model._forward_pre_hooks) == 0 and _gate.GATE._model_boundaries == boundaries
     assert kiln.torch.status(model) == []
     kiln.torch.restore(model)  # idempotent
@@ -279,12 +281,42 @@ def test_block_classes_for_a_plain_module_and_clear_refusals(kilnd, seams):
         kiln.torch.compile_repeated_blocks(Model(), on_miss="later")
 
 
-def test_wait_mode_builds_in_the_calling_thread(kilnd, seams):
-    model, x = Model(), torch.randn(2, 4, 8)
-    kiln.torch.compile_repeated_blocks(model, socket=kilnd.socket, on_miss="wait")
-    run(model, x)
-    assert states(model) == ["hit"]  # no waiting needed: the first call waited
-    assert seams.calls >= 2  # the first block's call ran eager, the other two compiled
+def test_wait_mode_asks_for_every_signature_then_waits_at_the_end_of_the_call(kilnd, seams, monkeypatch):
+    model, x, y = Model(), torch.randn(2, 4, 8), torch.randn(2, 6, 8)
+
+    def two_signatures(m, a, b):  # one model call that meets two signatures of the block
+        return m(a), m(b)
+
+    class Twice(torch.nn.Module):
+        def __init__(self, inner):
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, a, b):
+            return two_signatures(self.inner, a, b)
+
+    outer = Twice(model)
+    with torch.no_grad():
+        expected = outer(x, y)
+    asked_before_waiting = []
+    wait_for_builds = _runtime.Runtime.wait_for_builds
+
+    def recording(self):  # what kilnd had been asked for when the call's wait began
+        with kiln.Client(kilnd.socket) as c:
+            asked_before_waiting.append(len(c.build_status()))
+        wait_for_builds(self)
+
+    monkeypatch.setattr(_runtime.Runtime, "wait_for_builds", recording)
+    kiln.torch.compile_repeated_blocks(outer, block_classes=[Block], socket=kilnd.socket, on_miss="wait")
+    with torch.no_grad():
+        a, _ = outer(x, y)
+    assert seams.calls == 0  # the model call that met the misses ran eager ...
+    assert torch.equal(a, expected[0])  # eager's own result
+    assert sorted(states(outer)) == ["hit", "hit"]  # ... and waited for both builds when it ended
+    assert asked_before_waiting == [2]  # both asked for before any was waited for
+    with torch.no_grad():
+        outer(x, y)
+    assert seams.calls == 6  # every block of both signatures compiled
 
 
 def test_unsupported_calls_and_autograd_run_eager(kilnd, seams):

@@ -11,7 +11,7 @@ import pytest
 import kiln
 from kiln.torch import _torch_cache
 
-redis = pytest.importorskip("redis")
+import redis  # noqa: E402
 
 
 @pytest.fixture
@@ -49,7 +49,7 @@ def test_a_kilnd_without_a_torch_cache_says_how_to_serve_one(kilnd):
 
 
 def test_switching_on_names_what_is_missing_and_changes_nothing(torch_cache_kilnd, monkeypatch):
-    torch = pytest.importorskip("torch")
+    import torch
     d, sock = torch_cache_kilnd
     monkeypatch.delenv("TORCHINDUCTOR_REDIS_URL", raising=False)
     with pytest.raises(ValueError, match="unknown torch caches"):

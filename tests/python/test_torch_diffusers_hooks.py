@@ -11,7 +11,7 @@ import types
 
 import pytest
 
-torch = pytest.importorskip("torch")
+import torch  # noqa: E402  (the pinned environment has it: tests/python-requirements.txt)
 
 from kiln.torch import _hooks  # noqa: E402
 

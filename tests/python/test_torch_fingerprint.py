@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-torch = pytest.importorskip("torch")
+import torch  # noqa: E402  (the pinned environment has it: tests/python-requirements.txt)
 
 from kiln.torch import _fingerprint  # noqa: E402
 from kiln.torch._signature import capture  # noqa: E402

@@ -1,12 +1,13 @@
 """kiln.torch's key builder against the format-2 spec (notes KEY-CALL; schema/key.md): the
 `call` field, the canonical order of tensor leaves, numerics in compile_options, node
 fields from this process. Unit tests: no daemon."""
+import os
 import platform
 import sys
 
 import pytest
 
-torch = pytest.importorskip("torch")
+import torch  # noqa: E402  (the pinned environment has it: tests/python-requirements.txt)
 
 import kiln  # noqa: E402
 from kiln.torch import _keys, _node  # noqa: E402
@@ -125,10 +126,54 @@ def test_wire_form_for_a_format_1_libkiln_drops_only_call_and_format_version():
         assert "call" in e.message or "format_version" in e.message
 
 
-def test_block_dtype_is_the_first_floating_parameters():
+def test_block_dtype_is_the_dtype_of_most_parameter_elements():
     m = torch.nn.Linear(2, 2).to(torch.float64)
     assert _keys.block_dtype(m, capture((torch.zeros(2),), {})) == "float64"
     assert _keys.block_dtype(torch.nn.Identity(), capture((torch.zeros(2, dtype=torch.float16),), {})) == "float16"
+    assert _keys.block_dtype(torch.nn.Identity(), capture((torch.zeros(2, dtype=torch.long),), {})) == "float32"
+
+
+class _MixedBlock(torch.nn.Module):
+    """A block as diffusers' from_pretrained(torch_dtype=bf16) leaves Wan's: an fp32 norm
+    (a _keep_in_fp32_modules entry) FIRST, then the bf16 weights that do the work."""
+
+    def __init__(self):
+        super().__init__()
+        self.norm = torch.nn.LayerNorm(8)
+        self.register_buffer("table", torch.zeros(2, 8))
+        self.proj = torch.nn.Linear(8, 8).to(torch.bfloat16)
+
+    def forward(self, x):
+        return self.proj(self.norm(x.float() + self.table[0]).to(torch.bfloat16))
+
+
+def test_a_mixed_block_is_keyed_by_its_compute_dtype_and_the_worker_agrees():
+    """One rule (kiln/torch/_dtype_rule.py), applied by the package to the module and by the
+    worker (key_dtype.py is the same file) to the block's export: the same answer."""
+    import importlib.util
+
+    block = _MixedBlock()
+    x = torch.randn(3, 8, dtype=torch.bfloat16)
+    assert _keys.block_dtype(block, capture((x,), {})) == "bfloat16"  # not the first parameter's float32
+    worker = os.path.join(os.path.dirname(__file__), "..", "..", "ops", "workers", "kiln_worker")
+    assert os.path.samefile(os.path.join(worker, "key_dtype.py"),
+                            os.path.join(os.path.dirname(_keys.__file__), "_dtype_rule.py"))
+    sys.path.insert(0, worker)
+    try:
+        spec = importlib.util.spec_from_file_location("kiln_worker_signature", os.path.join(worker, "signature.py"))
+        signature = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(signature)
+        with torch.no_grad():
+            ep = torch.export.export(block, (x,))
+        assert signature.weight_dtype(ep) == "bfloat16"
+        # Most elements in float32: both say float32.
+        big = _MixedBlock()
+        big.table = torch.zeros(64, 8)
+        assert _keys.block_dtype(big, capture((x,), {})) == "float32"
+        with torch.no_grad():
+            assert signature.weight_dtype(torch.export.export(big, (x,))) == "float32"
+    finally:
+        sys.path.remove(worker)
 
 
 def test_a_package_recorded_for_another_host_is_refused_by_name():

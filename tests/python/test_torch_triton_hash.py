@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-pytest.importorskip("torch")
+import torch  # noqa: E402,F401
 
 from kiln.torch import _node  # noqa: E402
 

@@ -10,7 +10,7 @@ import types
 
 import pytest
 
-torch = pytest.importorskip("torch")
+import torch  # noqa: E402  (the pinned environment has it: tests/python-requirements.txt)
 import torch.fx  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "ops", "workers", "kiln_worker"))

@@ -208,7 +208,9 @@ class Sources:
 
     def put(self, model_hash, path, name=None):
         """Registers the file at `path` as the source of `model_hash` (write role); returns its
-        metadata. A node that builds hashes the file with its build worker first and raises
+        metadata. model_hash None: the node computes it with its build worker (the returned
+        metadata's "model_hash"; an existing source of that hash is returned as is), and a
+        node that cannot build raises Unsupported. A node that builds hashes the file with its build worker first and raises
         InvalidArgument (naming both hashes; nothing stored) when it hashes to another model
         hash, Timeout when the hash op runs past the node's limit. The same bytes again are
         accepted; other bytes under a hash that has a source raise InvalidArgument (a source

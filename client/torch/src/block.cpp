@@ -54,10 +54,16 @@ Status check_this_process(const Key& key, client::Artifact& artifact, int device
   if (key.torch_version.rfind(torch_version, 0) != 0 ||
       (key.torch_version.size() > torch_version.size() && key.torch_version[torch_version.size()] != '+'))
     return refuse("key.torch_version", key.torch_version, "libtorch " + torch_version);
-  const cudaDeviceProp* prop = at::cuda::getDeviceProperties(device_index);
-  const std::string arch = "sm_" + std::to_string(prop->major) + std::to_string(prop->minor);
+  // A CPU block's key says "cpu" for both (schema/key.md); no CUDA call is made for it.
+  const bool cpu = key.gpu_arch == "cpu";
+  std::string arch = "cpu", name = "cpu";
+  if (!cpu) {
+    const cudaDeviceProp* prop = at::cuda::getDeviceProperties(device_index);
+    arch = "sm_" + std::to_string(prop->major) + std::to_string(prop->minor);
+    name = prop->name;
+  }
   if (canonical_node_value("gpu_arch", key.gpu_arch) != arch) return refuse("key.gpu_arch", key.gpu_arch, arch);
-  if (key.gpu_name != prop->name) return refuse("key.gpu_name", key.gpu_name, prop->name);
+  if (key.gpu_name != name) return refuse("key.gpu_name", key.gpu_name, name);
   auto bytes = artifact.map();
   if (!bytes) return std::move(bytes).error();
   auto meta = read_aoti_metadata(*bytes);
@@ -65,7 +71,7 @@ Status check_this_process(const Key& key, client::Artifact& artifact, int device
   if (*meta) {
     KILN_TRY(check_aoti_metadata(key, **meta));  // the package agrees with its key ...
     auto cc = (**meta).find("AOTI_COMPUTE_CAPABILITY");  // ... and with this GPU
-    if (cc != (**meta).end() && !cc->second.empty() && canonical_node_value("gpu_arch", cc->second) != arch)
+    if (cc != (**meta).end() && !cc->second.empty() && (cpu || canonical_node_value("gpu_arch", cc->second) != arch))
       return refuse("the package's AOTI_COMPUTE_CAPABILITY", cc->second, arch);
     struct utsname u {};
     auto m = (**meta).find("AOTI_MACHINE");

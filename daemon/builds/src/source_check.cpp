@@ -37,16 +37,24 @@ class FileSourceCheck final : public daemon::SourceCheck {
     return {};
   }
 
-  void verify(const std::string& model_hash, std::function<void(Status)> done) override {
+  void verify(const std::string& model_hash, std::function<void(Result<std::string>)> done) override {
     if (fd_.valid() && ::close(fd_.release()) != 0) {
       done(error_from_errno(errno, "cannot write the source check file " + file_->path.string()));
       return;
     }
     // The work holds the file: it exists until the hash op is over, whoever lets go first.
-    CheckWork work = [file = file_, worker = worker_, timeout = timeout_, model_hash](const std::atomic<bool>* cancel) {
-      return verify_source_file(worker, file->path, model_hash, timeout, cancel);
+    auto computed = std::make_shared<std::string>();
+    CheckWork work = [file = file_, worker = worker_, timeout = timeout_, model_hash,
+                      computed](const std::atomic<bool>* cancel) -> Status {
+      auto hash = verify_source_file(worker, file->path, model_hash, timeout, cancel);
+      if (!hash) return std::move(hash).error();
+      *computed = std::move(*hash);
+      return {};
     };
-    queue_(std::move(work), std::move(done));
+    queue_(std::move(work), [computed, done = std::move(done)](Status st) {
+      if (!st) return done(std::move(st).error());
+      done(std::move(*computed));
+    });
   }
 
  private:
@@ -61,8 +69,8 @@ std::atomic<std::uint64_t> g_serial{0};
 
 }  // namespace
 
-Status verify_source_file(const WorkerCommand& worker, const fs::path& file, const std::string& model_hash,
-                          std::chrono::milliseconds timeout, const std::atomic<bool>* cancel) {
+Result<std::string> verify_source_file(const WorkerCommand& worker, const fs::path& file, const std::string& model_hash,
+                                       std::chrono::milliseconds timeout, const std::atomic<bool>* cancel) {
   const std::string nothing = "; nothing was stored";
   WorkerLimits limits;
   limits.timeout = timeout;
@@ -77,12 +85,12 @@ Status verify_source_file(const WorkerCommand& worker, const fs::path& file, con
   if (!report)
     return make_error(Errc::invalid_argument, "cannot verify the source's model hash on this node: " +
                                                   report.error().message + nothing);
-  if (report->model_hash != model_hash)
+  if (!model_hash.empty() && report->model_hash != model_hash)
     return make_error(Errc::invalid_argument,
                       "the source hashes to model hash " + report->model_hash + " on this node, not " + model_hash +
                           ", the model hash it was registered under" + nothing +
                           " (register it under its own hash: `kilnctl source add FILE` computes it)");
-  return {};
+  return report->model_hash;
 }
 
 Result<std::unique_ptr<daemon::SourceCheck>> make_source_check(const fs::path& dir, WorkerCommand worker,

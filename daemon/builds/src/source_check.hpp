@@ -21,11 +21,12 @@ using CheckWork = std::function<Status(const std::atomic<bool>* cancel)>;
 // Queues `work`; `done` gets its outcome (or Errc::cancelled if it never runs).
 using CheckQueue = std::function<void(CheckWork work, std::function<void(Status)> done)>;
 
-// Blocking: runs `worker`'s hash op on `file` (bounded by `timeout`) and compares the
-// model hash it prints with `model_hash`. Errors as SourceCheck::verify says.
-Status verify_source_file(const WorkerCommand& worker, const std::filesystem::path& file,
-                          const std::string& model_hash, std::chrono::milliseconds timeout,
-                          const std::atomic<bool>* cancel);
+// Blocking: runs `worker`'s hash op on `file` (bounded by `timeout`) and returns the model
+// hash it prints; compared with `model_hash` unless that is empty. Errors as
+// SourceCheck::verify says.
+Result<std::string> verify_source_file(const WorkerCommand& worker, const std::filesystem::path& file,
+                                       const std::string& model_hash, std::chrono::milliseconds timeout,
+                                       const std::atomic<bool>* cancel);
 
 // A new, empty check file in `dir` (created), whose checks run through `queue`.
 Result<std::unique_ptr<daemon::SourceCheck>> make_source_check(const std::filesystem::path& dir, WorkerCommand worker,

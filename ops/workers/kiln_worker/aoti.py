@@ -24,7 +24,8 @@ def build(request):
     t = time.monotonic()
     signature.check_node(key)
     opts = signature.compile_options(key)
-    ep = signature.load_source(request["source"], model_hash=key.get("model_hash"))
+    device = signature.build_device(key)
+    ep = signature.load_source(request["source"], device=device, model_hash=key.get("model_hash"))
     signature.check_key(ep, key)
     _, call, order = signature.call_signature(ep)
     timings["load_source_s"] = time.monotonic() - t
@@ -40,9 +41,10 @@ def build(request):
     log(f"aoti: compiled in {compile_s:.1f} s -> {package} ({os.path.getsize(package)} bytes)")
 
     t = time.monotonic()
+    # Device index -1: the package's own device (cuda:0 under the slot's CUDA_VISIBLE_DEVICES, or the CPU).
     loader = torch._C._aoti.AOTIModelPackageLoader(package, "model", False, 1, -1)
     timings["package_load_s"] = time.monotonic() - t
-    weights = signature.perturbed_weights(ep)
+    weights = signature.perturbed_weights(ep, device=device)
     fqns = list(loader.get_constant_fqns())
     weights = signature.package_constant_names(ep, weights, fqns)
     missing = [f for f in fqns if f not in weights]
@@ -52,13 +54,14 @@ def build(request):
     loader.load_constants({f: weights[f] for f in fqns}, False, False, True)
     timings["attach_weights_s"] = time.monotonic() - t
 
-    inputs = signature.random_inputs(key["inputs"])
+    inputs = signature.random_inputs(key["inputs"], device=device)
     # The package takes the tensor leaves in torch.export's flat order; the key lists them
     # in kiln's canonical order (schema/key.md, "call").
     with torch.no_grad():
         outs = signature.flatten(loader.run(call_structure.flat_order_of(inputs, order)))
         refs = signature.eager_outputs(ep, weights, inputs, call)
-    torch.cuda.synchronize()
+    if device == "cuda":
+        torch.cuda.synchronize()
     check = signature.compare(outs, refs, key.get("dtype"))
     del loader
 

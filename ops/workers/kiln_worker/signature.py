@@ -31,7 +31,8 @@ def load_source(path, device="cuda", model_hash=None):
     if device is not None:
         materialize_weights(ep)
         tensors = list(state_tensors(ep).values())
-        if any(t.device.type != "cuda" for t in tensors):
+        kind = torch.device(device).type
+        if any(t.device.type != kind for t in tensors):
             from torch.export.passes import move_to_device_pass
             # An indexed device: the pass rewrites device arguments to exactly this text, and
             # torch's own metadata asserts then compare "cuda" with the tensors' "cuda:0" and
@@ -56,7 +57,8 @@ def materialize_example_inputs(ep, device="cuda"):
         if kind == "const":
             values.append(v)
             continue
-        dev = device if v.device.type == "cuda" else v.device.type
+        # A GPU block's CPU inputs stay on the CPU; a CPU build puts every input there.
+        dev = device if v.device.type == "cuda" or device == "cpu" else v.device.type
         t = torch.empty_strided([int(d) for d in v.shape], [int(d) for d in v.stride()], dtype=v.dtype, device=dev)
         values.append(t.zero_())
     ep.example_inputs = pytree.tree_unflatten(values, ep.call_spec.in_spec)
@@ -179,12 +181,23 @@ def _input_json(ep, val):
 
 
 def weight_dtype(ep):
-    """The dtype holding most floating weight elements (the block's compute dtype)."""
+    """The key's `dtype` of this program by the one rule (key_dtype.py, which is kiln.torch's
+    own _dtype_rule.py): counted over the block's parameters and buffers (the state_dict
+    and the non-persistent buffers, as the block's module holds them), else its inputs."""
+    import torch
+    from key_dtype import key_dtype
+
+    tensors = dict(ep.state_dict)
+    for name in getattr(ep.graph_signature, "non_persistent_buffers", ()) or ():
+        t = ep.constants.get(name)
+        if isinstance(t, torch.Tensor):
+            tensors[name] = t
     counts = {}
-    for t in state_tensors(ep).values():
+    for t in tensors.values():
         if t.is_floating_point():
             counts[dtype_name(t.dtype)] = counts.get(dtype_name(t.dtype), 0) + t.numel()
-    return max(counts, key=counts.get) if counts else None
+    inputs = [i["dtype"] for i in key_inputs(ep) if i["dtype"].startswith(("float", "bfloat"))]
+    return key_dtype(counts, inputs)
 
 
 def _norm_dim(d):
@@ -214,8 +227,9 @@ def check_key(ep, key):
         if w.get("layout", "strided") != h["layout"]:
             raise WorkerError(f"key.inputs[{i}].layout is {w.get('layout')} but the source's is {h['layout']}")
     wd = weight_dtype(ep)
-    if wd is not None and key.get("dtype") != wd:
-        raise WorkerError(f"key.dtype is {key.get('dtype')} but the source's weights are {wd}")
+    if key.get("dtype") != wd:
+        raise WorkerError(f"key.dtype is {key.get('dtype')} but the source's is {wd} (schema/key.md, \"dtype\": "
+                          "the dtype holding most parameter and buffer elements)")
 
 
 def check_node(key):
@@ -226,14 +240,27 @@ def check_node(key):
     # learned it once at start and put it in the key.
     desc = toolchain.describe(with_cpu_isa=False)
     have = dict(desc["toolchain"])
-    if not desc["gpus"]:
+    if is_cpu_key(key):  # a CPU block: built and checked on this host's CPU (schema/key.md)
+        have["gpu_arch"] = have["gpu_name"] = "cpu"
+    elif not desc["gpus"]:
         raise WorkerError("this worker sees no CUDA GPU (CUDA_VISIBLE_DEVICES="
-                          f"{os.environ.get('CUDA_VISIBLE_DEVICES')!r})")
-    have["gpu_arch"] = desc["gpus"][0]["arch"]
-    have["gpu_name"] = desc["gpus"][0]["name"]
+                          f"{os.environ.get('CUDA_VISIBLE_DEVICES')!r}); it builds only keys of gpu_arch \"cpu\"")
+    else:
+        have["gpu_arch"] = desc["gpus"][0]["arch"]
+        have["gpu_name"] = desc["gpus"][0]["name"]
     for field, value in have.items():
         if value is not None and key.get(field) and key[field] != value:
             raise WorkerError(f"key.{field} is {key[field]!r} but this node has {value!r}")
+
+
+def is_cpu_key(key):
+    """A key for a CPU-resident block (gpu_arch "cpu", schema/key.md): built for the CPU."""
+    return key.get("gpu_arch") == "cpu"
+
+
+def build_device(key):
+    """Where the key's block runs, so where it is built and checked: "cpu" or "cuda"."""
+    return "cpu" if is_cpu_key(key) else "cuda"
 
 
 def compile_options(key):

@@ -150,7 +150,8 @@ Result<CancelReply> decode<CancelReply>(std::string_view text) {
 // ---- sources -------------------------------------------------------------------------
 
 std::string encode(const PutSourceRequest& m) {
-  json j{{"model_hash", m.model_hash}, {"name", m.name}};
+  json j{{"name", m.name}};
+  if (!m.model_hash.empty()) j["model_hash"] = m.model_hash;
   put_opt(j, "size", m.size);
   return dump(j);
 }
@@ -158,7 +159,7 @@ template <>
 Result<PutSourceRequest> decode<PutSourceRequest>(std::string_view text) {
   KILN_DECODE_BEGIN("put_source");
   PutSourceRequest m;
-  in.req("model_hash", m.model_hash).opt("name", m.name).opt("size", m.size);
+  in.opt("model_hash", m.model_hash).opt("name", m.name).opt("size", m.size);
   KILN_DECODE_END(m);
 }
 std::string encode(const PutSourceReply& m) { return dump(json{{"source", to_json(m.source)}}); }

@@ -233,6 +233,9 @@ class Client {
   // daemon's source_check_timeout_s (schema/sources.md). The same bytes again are
   // accepted; other bytes under a hash that has a source are invalid_argument (sources are
   // never replaced). io_error if the file is unreadable; invalid_argument for a bad hash.
+  // An empty `model_hash` asks the node to compute it (its build worker's hash op; the
+  // returned SourceInfo holds it): a source of that hash already registered is returned as
+  // is (the same program); unsupported from a node that cannot build (no worker to hash).
   Result<SourceInfo> put_source(const std::string& model_hash, const std::string& name,
                                 const std::filesystem::path& file);
 

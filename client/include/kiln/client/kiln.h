@@ -177,7 +177,9 @@ const char* kiln_source_path(const kiln_source* source);
 const char* kiln_source_info_json(const kiln_source* source);
 void kiln_source_free(kiln_source* source);
 /* Registers the torch.export archive at `path` as the source of `model_hash` (64 lowercase
- * hex), read as it goes (write role); replaces a source of the same hash. name may be NULL
+ * hex), read as it goes (write role); model_hash NULL or "": the node computes it (its
+ * build worker's hash op) and info_json's model_hash says it, an existing source of that
+ * hash being returned as is; KILN_UNSUPPORTED from a node that cannot build. name may be NULL
  * (the file's name is used). info_json (may be NULL) receives the source's metadata as in
  * kiln_source_info_json. KILN_NOT_FOUND if the file is missing, KILN_IO_ERROR if unreadable. */
 kiln_status kiln_put_source_file(kiln_client* client, const char* model_hash, const char* name, const char* path,

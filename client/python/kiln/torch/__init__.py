@@ -24,7 +24,9 @@ What happens per call of a block (each instance of each listed class):
   source if kilnd lacks it, and built by kilnd; calls run eager until the package lands,
   then the compiled block takes over between two calls. No call waits for a compiler and
   no call fails because of kiln: any failure leaves that signature eager (status() says why).
-  on_miss="wait" does the miss work in the calling thread and waits for the build.
+  on_miss="wait" exports and asks for every miss in the calling thread, so all of a model
+  call's signatures build side by side; the call runs eager, and at its end waits for
+  those builds (the next call runs compiled).
 - Calls that need autograd (grad enabled and a parameter or input requiring grad) run
   eager: a package computes no gradients.
 
@@ -49,6 +51,7 @@ class _ModelState:
         self.blocks = blocks
         self.unsupported = {}  # (region, reason) -> calls
         self.model_hook = None  # the model's forward pre-hook: the gate's model boundary
+        self.model_end_hook = None  # on_miss="wait": the forward hook that waits for its builds
         self.boundary = None    # weakref.finalize withdrawing that boundary from the gate
 
 
@@ -142,8 +145,10 @@ def compile_repeated_blocks(model, block_classes=None, on_miss="eager", socket=N
 
     model: a torch.nn.Module (a diffusers model: its _repeated_blocks by default).
     block_classes: classes or class names; required when the model has no _repeated_blocks.
-    on_miss: "eager" (default: never wait for a compiler) or "wait" (the calling thread
-      exports, registers and waits for kilnd's build; for batch jobs).
+    on_miss: "eager" (default: never wait for a compiler) or "wait" (for batch jobs: the
+      calling thread exports and registers each miss and asks kilnd to build it; the model
+      call that met the misses runs eager and, when it returns, has waited for every one of
+      those builds, which kilnd runs side by side; later calls run compiled).
     socket: kilnd's socket (default: $KILN_SOCKET, then the default search).
     compile_options: passed into the key's compile_options ({"mode": ..., "inductor": {...}}).
     client: a kiln.Client to use instead of connecting (its lifetime is the caller's).
@@ -179,6 +184,8 @@ def compile_repeated_blocks(model, block_classes=None, on_miss="eager", socket=N
         _gate.GATE.checkpoint(model_boundary=True)
 
     state.model_hook = model.register_forward_pre_hook(before_model_call)
+    if on_miss == "wait":
+        state.model_end_hook = model.register_forward_hook(lambda module, args, out: runtime.wait_for_builds())
     _gate.GATE.add_model_boundary()
     state.boundary = weakref.finalize(model, _gate.GATE.add_model_boundary, -1)  # at restore() or collection
     object.__setattr__(model, _STATE_ATTR, state)
@@ -212,8 +219,11 @@ def restore(model):
     for b in state.blocks:
         _hooks.remove(b)
     state.model_hook.remove()
+    if state.model_end_hook is not None:
+        state.model_end_hook.remove()
     state.boundary()  # once: a finalizer runs at most once
     state.runtime.stop(wait_s=_runtime.STOP_WAIT_S)
+    state.runtime.release()
     object.__delattr__(model, _STATE_ATTR)
 
 

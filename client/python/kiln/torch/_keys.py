@@ -11,6 +11,7 @@ python-fingerprint.md maps a fingerprint, which holds the call, to one model has
 goes away when format 2 is everywhere.
 """
 from . import _node
+from ._dtype_rule import key_dtype
 
 FORMAT_VERSION = 2
 KIND = "aoti"
@@ -45,11 +46,15 @@ def to_wire(key, call_supported):
 
 
 def block_dtype(module, signature):
-    """The key's `dtype`: the block's first floating parameter's, else its first tensor input's."""
-    for p in module.parameters():
-        if p.is_floating_point():
-            return str(p.dtype).replace("torch.", "")
-    for t in signature.tensors:
-        if t.is_floating_point():
-            return str(t.dtype).replace("torch.", "")
-    return "float32"
+    """The key's `dtype` by the one rule of _dtype_rule.py (schema/key.md): the floating
+    dtype holding most of the block's parameter and buffer elements, else its first
+    floating input's, else float32."""
+    counts, seen = {}, set()
+    for t in list(module.parameters()) + list(module.buffers()):
+        if id(t) in seen or not t.is_floating_point():
+            continue
+        seen.add(id(t))
+        name = str(t.dtype).replace("torch.", "")
+        counts[name] = counts.get(name, 0) + t.numel()
+    inputs = [str(t.dtype).replace("torch.", "") for t in signature.tensors if t.is_floating_point()]
+    return key_dtype(counts, inputs)

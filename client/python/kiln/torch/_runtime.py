@@ -15,7 +15,10 @@ a hit attempt (a sources listing, a GET and a package load: ~0.3 s per package; 
 HIT_WAIT_S, so a daemon that does not answer cannot hold it), and otherwise the entry goes
 to the background thread and the call runs eager. The compiled block
 takes over at the first call after the entry turns `hit` (between two calls, never during
-one). on_miss="wait" does the same work in the calling thread and waits for the build.
+one). on_miss="wait" exports and asks for the build in the calling thread, runs the call
+eager, and waits for every build the model's call asked for when that call ends
+(Runtime.wait_for_builds): a model's signatures are built side by side, and its next call
+runs compiled.
 
 The prefetch (started by compile_repeated_blocks, thread "kiln-prefetch") does the hit's
 slow parts before the first call: it lists the sources, asks kilnd which artifacts it holds
@@ -74,36 +77,18 @@ def strip_weights(ep):
 
 
 def default_exporter(block, args, kwargs, workdir):
-    """torch.export of the block as called, weights stripped; returns (archive path, model
-    hash). The model hash is the worker's `hash` op's (schema/sources.md; weights are not
-    hashed, so it is the full program's), run on the archive in a child process of this
-    Python ($KILN_WORKER, else the installed worker)."""
-    import json
-    import subprocess
-    import sys
-
+    """torch.export of the block as called, weights stripped; returns (archive path, None):
+    the model hash is the node's to compute (DESIGN.md, "The node computes model hashes":
+    register_source sends the archive without one and kilnd's worker hashes it), so nothing
+    of kiln's worker runs in this process."""
     import torch
 
-    # Only the trace needs the process to itself (_gate.py); saving and hashing do not.
+    # Only the trace needs the process to itself (_gate.py); saving does not.
     with _gate.GATE.exclusive(_stop_requested), torch.no_grad():
         ep = torch.export.export(block, tuple(args), dict(kwargs))
     path = os.path.join(workdir, "block.pt2")
     torch.export.save(strip_weights(ep), path)
-    worker = os.environ.get("KILN_WORKER") or _installed_worker()
-    out = subprocess.run([sys.executable, worker, "hash", path], capture_output=True, text=True, timeout=600)
-    if out.returncode != 0:
-        raise RuntimeError(f"the worker's hash op failed: {out.stderr.strip().splitlines()[-1:]}")
-    return path, json.loads(out.stdout.strip().splitlines()[-1])["model_hash"]
-
-
-def _installed_worker():
-    for prefix in (os.environ.get("KILN_PREFIX"), "/usr/local", "/usr"):
-        if prefix:
-            p = os.path.join(prefix, "share", "kiln", "workers", "kiln_worker")
-            if os.path.exists(p):
-                return p
-    raise RuntimeError("no kiln worker found to hash the exported block: set KILN_WORKER to "
-                       "ops/workers/kiln_worker (or install kiln)")
+    return path, None
 
 
 # Loaded packages by (key digest, device index), shared by every model of the process;
@@ -122,7 +107,7 @@ PREFETCH = True
 PREFETCH_PER_REGION = 2
 WARM_UP = True
 
-# The seams: EXPORTER(block, args, kwargs, workdir) -> (path, model_hash);
+# The seams: EXPORTER(block, args, kwargs, workdir) -> (path, model_hash or None: kilnd computes it);
 # LOADER(path, device_index) -> object with call(constants, args, kwargs).
 EXPORTER = default_exporter
 LOADER = _aoti.load_package
@@ -160,6 +145,9 @@ class Entry:
 _running = weakref.WeakSet()
 _stopping = threading.Event()  # set at interpreter exit: exports waiting for the gate give up
 EXIT_WAIT_S = 120.0
+
+# on_miss="wait": how long the end of a model call waits for the builds it asked for.
+WAIT_BUILDS_S = 7200.0
 
 # How long restore() waits for a runtime's threads to end (Runtime.stop(wait_s)): an export,
 # package load or request in flight; what still runs then ends by itself.
@@ -297,7 +285,13 @@ class Runtime:
             self.entries[fp] = e
         job = Job(e, block, signature, device)
         if self.on_miss == "wait":
-            self.resolve(job, wait=True)
+            # The export and the build request in the calling thread, the wait for the build
+            # at the end of the model's call (wait_for_builds): every signature the call
+            # meets is asked for before any is waited for, so kilnd builds them side by side.
+            with self._lock:
+                self._pending += 1
+            if not self.resolve(job, wait=False):
+                self._finish(job)
             return e
         # The hit attempt runs in a thread of its own and the caller waits for it at most
         # HIT_WAIT_S: a daemon that accepts but does not answer must not hold a call.
@@ -559,7 +553,7 @@ class Runtime:
             e.set("exporting")
             with tempfile.TemporaryDirectory(prefix="kiln-export-") as workdir:
                 path, model_hash = EXPORTER(_hooks.unhooked_view(job.block), job.args, job.kwargs, workdir)
-                self.register_source(model_hash, path, e.fingerprint)
+                model_hash = self.register_source(model_hash, path, e.fingerprint)
             with self._lock:
                 self._sources[e.fingerprint] = model_hash
         job.drop_inputs()
@@ -576,17 +570,23 @@ class Runtime:
         return True
 
     def register_source(self, model_hash, path, fingerprint):
-        """PUT_SOURCE of an export. Another process may have registered the same program
-        first, from its own export: the same model hash (the program), other bytes (an
-        archive is not byte-stable across processes), which kilnd refuses, since a source
-        is never replaced. Its source is as good as ours (schema/sources.md: a model hash
-        names one program), so the build goes on from it."""
+        """PUT_SOURCE of an export; returns its model hash. Without one (the default
+        exporter), kilnd's worker computes it and kilnd answers with the source of that
+        hash, ours or one another process registered first from its own export (the same
+        program; an archive is not byte-stable across processes). With one (a test seam),
+        kilnd refuses other bytes under a hash that has a source, since a source is never
+        replaced; that source is as good as ours (schema/sources.md: a model hash names one
+        program), so the build goes on from it."""
+        name = f"{SOURCE_NAME_PREFIX}{fingerprint}.pt2"
+        if model_hash is None:
+            return self.client().sources.put(None, path, name=name)["model_hash"]
         try:
-            self.client().sources.put(model_hash, path, name=f"{SOURCE_NAME_PREFIX}{fingerprint}.pt2")
+            self.client().sources.put(model_hash, path, name=name)
         except errors.InvalidArgument:
             if not any(s.get("model_hash") == model_hash for s in self.client().sources.list(model_hash)):
                 raise
             log.info("kiln: source %s was registered by another process first; building from it", model_hash[:16])
+        return model_hash
 
     def poll(self, job, key):
         """Waits (in the background thread) for the build of `key` to land, then loads it.
@@ -640,6 +640,25 @@ class Runtime:
         if alive:
             log.info("kiln: stopped; still running after %.0f s: %s", wait_s, ", ".join(t.name for t in alive))
         return not alive
+
+    def release(self):
+        """Drops every package and artifact this runtime holds (restore(), once its threads
+        stopped): released now, not when a reference cycle through the model's hooks (with
+        diffusers, its HookRegistry) is next collected. Entries read eager afterwards."""
+        with self._lock:
+            entries = list(self.entries.values())
+            self._held = []
+            self._loads = {}
+        for e in entries:
+            if e.state == "hit":
+                e.state = "eager"
+            e.package = e.artifact = None
+
+    def wait_for_builds(self):
+        """on_miss="wait": at the end of a model call, waits (at most WAIT_BUILDS_S) for the
+        builds its misses asked for, so the next call runs compiled."""
+        if self.on_miss == "wait" and not self._stopped:
+            self.wait_idle(WAIT_BUILDS_S)
 
     def wait_idle(self, timeout):
         """Waits until no entry is exporting or building (for batch jobs and tests)."""

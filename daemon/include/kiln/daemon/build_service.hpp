@@ -58,12 +58,14 @@ class SourceCheck {
   virtual Status write(std::span<const std::byte> data) = 0;
   // Runs the build worker's `hash` op on what was written, on the build service's own
   // threads (never the caller's), bounded by [builds] source_check_timeout_s. done() is
-  // called exactly once, from any thread: ok when the file hashes to `model_hash`;
-  // invalid_argument when it hashes to another model hash (the message names both) or the
+  // called exactly once, from any thread, with the model hash the file hashes to: when
+  // `model_hash` is given, only if it is that one (an uploader that sent none learns it
+  // here: the node computes model hashes); invalid_argument when it hashes to another
+  // model hash (the message names both) or the
   // worker cannot hash it (not a torch.export archive it can load: the worker's own error);
   // timeout when the worker ran past the limit (its process group is killed); cancelled
   // when kilnd shuts down. Call it once, after the last write().
-  virtual void verify(const std::string& model_hash, std::function<void(Status)> done) = 0;
+  virtual void verify(const std::string& model_hash, std::function<void(Result<std::string>)> done) = 0;
 };
 
 class BuildService {

@@ -261,7 +261,7 @@ struct CancelReply {
 // ---- sources and builds --------------------------------------------------------------
 
 struct PutSourceRequest {
-  std::string model_hash;
+  std::string model_hash;  // empty: the node computes it (schema/protocol.md, PUT_SOURCE)
   std::string name;
   std::optional<std::uint64_t> size;
 };

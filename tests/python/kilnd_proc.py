@@ -1,0 +1,130 @@
+"""A real kilnd as a child process, for the Python tests (conftest.py's fixtures) and for
+the diffusers family sweep (tests/families). Needs the package importable (`kiln`).
+
+Environment (set by tests/python/CMakeLists.txt when ctest runs the suites):
+  KILN_TEST_KILND  the kilnd binary
+  KILN_TEST_WORKER the test worker (tests/support/test_worker.cpp)
+  KILN_REAL_WORKER the real build worker (ops/workers/kiln_worker), run by
+                   KILN_TEST_PYTHON (the pinned environment's python): a kilnd made with
+                   worker="real" builds AOTInductor packages for the CPU with it
+"""
+import json
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+import tomllib
+
+import kiln
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+class MissingEnvironment(RuntimeError):
+    """A variable the tests' runner sets is not set."""
+
+
+# The test node (its one copy: tests/support/test_node.toml), the [node] table every test
+# kilnd is configured with. TEST_NODE: the fields a key carries; cpu_isa is left to kilnd.
+TEST_NODE_TOML = os.path.join(HERE, "..", "support", "test_node.toml")
+with open(TEST_NODE_TOML, "rb") as _f:
+    _NODE = tomllib.load(_f)["node"]
+TEST_NODE = {k: v for k, v in _NODE.items() if k != "cpu_isa"}
+TEST_CPU_ISA = _NODE["cpu_isa"]
+
+
+def _required_env(name):
+    value = os.environ.get(name)
+    if not value:
+        raise MissingEnvironment(f"{name} is not set (ctest sets it; see tests/python/CMakeLists.txt)")
+    return value
+
+
+class Kilnd:
+    """A kilnd on a socket in a short /tmp folder, store and log in a test folder."""
+
+    def __init__(self, folder, extra_toml="", worker="test"):
+        self.folder = folder
+        self.worker = worker
+        self.sock_dir = tempfile.mkdtemp(prefix="kiln-py-", dir="/tmp")
+        os.chmod(self.sock_dir, 0o755)
+        self.socket = os.path.join(self.sock_dir, "kiln.sock")
+        self.config = os.path.join(folder, "kilnd.toml")
+        self.log_path = os.path.join(folder, "kilnd.log")
+        self.count_file = os.path.join(folder, "builds.txt")
+        with open(self.config, "w") as f:
+            f.write('log_level = "info"\n' + extra_toml + "\n")
+            if worker == "none":  # a serve-only node: builds nothing, hashes nothing
+                f.write('[builds]\nenabled = false\n')
+                with open(TEST_NODE_TOML) as node:
+                    f.write(node.read())
+            elif worker == "real":
+                # The node as a CPU machine is: the real worker in the pinned environment, one
+                # CPU slot (schema/key.md: gpu_arch/gpu_name "cpu"), node fields from the worker.
+                argv = [_required_env("KILN_TEST_PYTHON"), _required_env("KILN_REAL_WORKER")]
+                f.write(f'[builds]\nworker = {json.dumps(argv)}\nprobe_gpus = false\nfailure_ttl_s = 600\n'
+                        'build_timeout_s = 1200\nbuilds_per_gpu = 2\n[[builds.slots]]\nname = "cpu"\ngpu_arch = "cpu"\ngpu_name = "cpu"\n')
+            else:
+                worker_path = _required_env("KILN_TEST_WORKER")
+                f.write(f'[builds]\nworker = ["{worker_path}"]\nprobe_gpus = false\nfailure_ttl_s = 600\n'
+                        f'[[builds.slots]]\nname = "gpu0"\ngpu_arch = "{TEST_NODE["gpu_arch"]}"\n'
+                        f'gpu_name = "{TEST_NODE["gpu_name"]}"\n')
+                with open(TEST_NODE_TOML) as node:
+                    f.write(node.read())
+        self.proc = None
+
+    def start(self, timeout=None):
+        # The real worker imports torch and asks it for the toolchain before kilnd settles.
+        timeout = timeout or (180 if self.worker == "real" else 30)
+        binary = _required_env("KILN_TEST_KILND")
+        log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen([binary, "--socket", self.socket, "--store", os.path.join(self.folder, "store"),
+                                      "--config", self.config], stdout=log, stderr=log)
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                # kilnd serves while its build service still probes; tests start from a
+                # settled node.
+                with kiln.Client(self.socket) as c:
+                    if not c.status().get("builds_probing"):
+                        return
+            except kiln.Unavailable:
+                pass
+            except kiln.PermissionDenied:  # a test's kilnd may not let it ask STATUS
+                return
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("kilnd did not start; its log:\n" + self.log())
+            time.sleep(0.02)
+
+    def stop(self, sig=signal.SIGTERM):
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            self.proc.wait(timeout=30)
+        self.proc = None
+
+    def log(self):
+        try:
+            return open(self.log_path, errors="replace").read()
+        except OSError:
+            return ""
+
+    def builds(self):
+        """Lines "<region> <pid>" the test worker appended, one per build started."""
+        try:
+            return open(self.count_file).read().splitlines()
+        except OSError:
+            return []
+
+    def close(self):
+        self.stop(signal.SIGKILL)
+        shutil.rmtree(self.sock_dir, ignore_errors=True)
+
+    def source_command(self, behavior="ok", **extra):
+        """A source whose content commands the test worker (its text, and the model hash the
+        test worker's hash op gives it: the SHA-256 of the text)."""
+        import hashlib
+
+        text = json.dumps({"behavior": behavior, "count_file": self.count_file, **extra})
+        return text, hashlib.sha256(text.encode()).hexdigest()
