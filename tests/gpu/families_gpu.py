@@ -1,0 +1,397 @@
+"""Six diffusers families at real widths (reduced depth) on the GPU: eager, diffusers'
+regional compile cold, a kiln miss on an empty kilnd store, a kiln hit in a fresh process.
+Each row is a fresh process; tests/gpu/families_run.sh builds kilnd, starts it and calls
+this with the environment set (KILN_SOCKET, KILN_LIBRARY, PYTHONPATH with client/python
+and diffusers). Results: tests/gpu/RESULTS-families.md (tests/gpu/families_report.py).
+
+    python3 tests/gpu/families_gpu.py run WORK PHASES [FAMILIES]
+        PHASES: comma list of prepare, eager, regional, miss, hit (in that order)
+        FAMILIES: comma list (default: all six of families_gpu_configs.FAMILIES)
+    python3 tests/gpu/families_gpu.py row MODE FAMILY WORK     (one row; what `run` starts)
+
+Rows (WORK/rows/<mode>-<family>.json; a row whose file exists is not run again, so a run
+split over several device calls goes on where the last stopped; KILN_FAMILIES_REDO=1 runs
+them again):
+  eager     TTR (process start, before `import torch`, to the end of the first forward),
+            first call s, step ms (median of 3 x 5 timed steps after 3 warm-ups, synced);
+            saves the output (WORK/refs/<family>.pt): the cross-process reference.
+  regional  diffusers `model.compile_repeated_blocks(fullgraph=True)` (SD3.5: the class
+            lists no _repeated_blocks, so JointTransformerBlock is set on the instance
+            first, which is what users do), a fresh TORCHINDUCTOR_CACHE_DIR and
+            TRITON_CACHE_DIR (cold): first call s, step ms; then the compiled forwards are
+            taken off again (`_compiled_call_impl = None`) and the same inputs run eager:
+            the error vs eager in the same process.
+  miss      all families' processes started at once on kilnd's empty store (kilnd builds
+            up to builds_per_gpu side by side, as a node does): kiln.torch.
+            compile_repeated_blocks(model) with the default on_miss="eager": first call s;
+            then kiln.torch.wait() in slices of 1 s, polling kiln.torch.status(): seconds
+            from process start until every block class and signature is "hit" (or failed:
+            its detail kept verbatim), and the build records (kilnd's BUILD_STATUS, LOGS of
+            a failed build). Then one step compiled and the error vs eager.
+  hit       a fresh process after the builds: compile_repeated_blocks, the first forward
+            right after it; TTR, first call s, step ms, status (every block compiled?);
+            then kiln.torch.restore(model) and the same inputs eager: the error vs eager.
+The error of a compiled path is measured against the SAME process's eager output on the
+same inputs and weights, computed after the timed part (the compiled forwards removed
+again), so that the path's TTR and first call are its own; the error against the eager
+row's output (another process, same seed) is recorded too.
+
+KILN_FAMILIES_DEADLINE_S: a row is not started past this many seconds since `run` began
+(recorded in WORK/rows/skipped-*.json); the miss processes' wait ends before it.
+"""
+import time
+
+T0 = time.monotonic()  # before import torch: a row's TTR clock
+
+import json  # noqa: E402
+import os  # noqa: E402
+import shutil  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+MODES = ("eager", "regional", "miss", "hit")
+STEP_WARMUP, STEP_REPEATS, STEP_N = 3, 3, 5
+
+
+def row_path(work, mode, family):
+    return os.path.join(work, "rows", f"{mode}-{family}.json")
+
+
+def rel_err(out, ref):
+    ref = ref.to(out.device).float()
+    return float((out.float() - ref).norm() / ref.norm())
+
+
+def _sync():
+    import torch
+
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+def time_steps(step):
+    """Median step time in ms (STEP_REPEATS x STEP_N synced steps after warm-ups), and the
+    host's time to queue one step."""
+    for _ in range(STEP_WARMUP):
+        step()
+    _sync()
+    times = []
+    for _ in range(STEP_REPEATS):
+        t = time.monotonic()
+        for _ in range(STEP_N):
+            step()
+        _sync()
+        times.append((time.monotonic() - t) * 1000 / STEP_N)
+    host = []
+    for _ in range(2):
+        t = time.monotonic()
+        step()
+        host.append((time.monotonic() - t) * 1000)
+        _sync()
+    times.sort()
+    return times[len(times) // 2], min(host), times
+
+
+def status_summary(entries):
+    """{state: count} of kiln.torch.status() entries."""
+    out = {}
+    for e in entries or []:
+        out[e["state"]] = out.get(e["state"], 0) + 1
+    return out
+
+
+def uncompile(model):
+    """Takes nn.Module.compile's compiled forwards off again (regional compile's blocks)."""
+    n = 0
+    for m in model.modules():
+        if getattr(m, "_compiled_call_impl", None) is not None:
+            m._compiled_call_impl = None
+            n += 1
+    return n
+
+
+def child(mode, family, work):
+    out_path = row_path(work, mode, family)
+    result = {"mode": mode, "family": family, "pid": os.getpid(), "started_unix": time.time()}
+    try:
+        _child(mode, family, work, result)
+    except BaseException as ex:  # the row records why it failed, verbatim
+        import traceback
+
+        result["error"] = f"{type(ex).__name__}: {ex}"
+        result["traceback"] = traceback.format_exc()[-4000:]
+    result["finished_unix"] = time.time()
+    result["wall_s"] = time.monotonic() - T0
+    tmp = out_path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(result, f, indent=1, default=str)
+    os.replace(tmp, out_path)
+    print(json.dumps({k: result.get(k) for k in ("mode", "family", "ttr_s", "first_call_s", "step_ms", "takeover_s",
+                                                  "rel_err", "error")}, default=str), flush=True)
+
+
+def _child(mode, family, work, result):
+    import torch
+
+    import diffusers
+    import families_gpu_configs as cfg
+
+    result["imports_s"] = time.monotonic() - T0
+    fam = cfg.FAMILIES[family]
+    result.update({"torch": torch.__version__, "diffusers": diffusers.__version__, "python": sys.version.split()[0],
+                   "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu",
+                   "depth": fam.depth, "real_depth": fam.real_depth, "size": fam.size, "checkpoint": fam.checkpoint,
+                   "block_classes": cfg.block_classes(family)})
+    seed = 0
+    model = cfg.build_model(family, seed, work)
+    _sync()
+    result["model_built_s"] = time.monotonic() - T0
+    result.update(cfg.describe(model))
+    x = cfg.FAMILIES[family].inputs(model, seed)
+    step = lambda: model(**x, return_dict=False)[0]  # noqa: E731
+    ref_path = os.path.join(work, "refs", f"{family}.pt")
+    kiln_torch = None
+    if mode == "regional":
+        if fam.block_classes:  # SD3: no _repeated_blocks on the class; users name the block class
+            model._repeated_blocks = list(fam.block_classes)
+        model.compile_repeated_blocks(fullgraph=True)
+        result["compiled_modules"] = sum(1 for m in model.modules() if getattr(m, "_compiled_call_impl", None))
+    elif mode in ("miss", "hit"):
+        import kiln.torch as kiln_torch
+
+        t = time.monotonic()
+        kiln_torch.compile_repeated_blocks(model, block_classes=fam.block_classes)
+        result["compile_call_s"] = time.monotonic() - t
+
+    with torch.no_grad():
+        t = time.monotonic()
+        try:
+            out = step()
+            _sync()
+        except Exception as ex:
+            if mode != "regional":
+                raise
+            # fullgraph=True failed: recorded verbatim, then the default (graph breaks allowed),
+            # timed apart (its caches are no longer cold for what compiled before the failure)
+            import torch._dynamo
+
+            result["fullgraph_error"] = f"{type(ex).__name__}: {ex}"[-3000:]
+            torch._dynamo.reset()
+            uncompile(model)
+            model.compile_repeated_blocks()
+            result["fullgraph"] = False
+            t = time.monotonic()
+            out = step()
+            _sync()
+        result["first_call_s"] = time.monotonic() - t
+        result["ttr_s"] = time.monotonic() - T0
+        if kiln_torch is not None:
+            result["status_after_first"] = kiln_torch.status(model)
+        if mode == "miss":
+            wait_for_takeover(kiln_torch, model, result)
+        result["step_ms"], result["host_step_ms"], result["step_ms_all"] = time_steps(step)
+        out = step()
+        _sync()
+        out_cpu = out.float().cpu()
+        if kiln_torch is not None:
+            result["status"] = kiln_torch.status(model)
+            result["states"] = status_summary(result["status"])
+            result["compiled_calls"] = sum(e["calls"]["compiled"] for e in result["status"])
+            result["eager_calls"] = sum(e["calls"]["eager"] for e in result["status"])
+        if mode == "eager":
+            os.makedirs(os.path.dirname(ref_path), exist_ok=True)
+            torch.save(out_cpu, ref_path + ".tmp")
+            os.replace(ref_path + ".tmp", ref_path)
+        else:
+            # the same process's eager output on the same inputs and weights
+            if mode == "regional":
+                result["uncompiled_modules"] = uncompile(model)
+            else:
+                kiln_torch.restore(model)
+            ref = step().float().cpu()
+            result["rel_err"] = rel_err(out_cpu, ref)
+            result["eager_in_process_finite"] = bool(torch.isfinite(ref).all())
+            if os.path.exists(ref_path):
+                result["rel_err_vs_eager_row"] = rel_err(out_cpu, torch.load(ref_path))
+        result["output_finite"] = bool(torch.isfinite(out_cpu).all())
+        result["output_norm"] = float(out_cpu.norm())
+    if torch.cuda.is_available():
+        result["peak_mem_gib"] = torch.cuda.max_memory_allocated() / 2**30
+
+
+def wait_for_takeover(kiln_torch, model, result):
+    """After a miss's first call: waits (kiln.torch.wait, 1 s slices; exports run meanwhile)
+    until no block is exporting or building, polling status; records when each entry
+    turned hit or failed and when all had (seconds since process start)."""
+    deadline = float(os.environ.get("KILN_FAMILIES_MISS_UNTIL_UNIX", "0")) or (time.time() + 1500)
+    first_done = time.monotonic() - T0
+    seen, transitions = {}, []
+    while True:
+        done = kiln_torch.wait(model, timeout=1.0)
+        now = time.monotonic() - T0
+        for e in kiln_torch.status(model):
+            k = (e["region"], e["signature"])
+            if seen.get(k) != e["state"]:
+                seen[k] = e["state"]
+                transitions.append({"t_s": round(now, 2), "region": e["region"], "signature": e["signature"],
+                                    "state": e["state"], "detail": e["detail"]})
+        if done:
+            break
+        if time.time() > deadline:
+            result["takeover_timed_out"] = True
+            break
+    status = kiln_torch.status(model)
+    result["status_after_wait"] = status
+    result["transitions"] = transitions
+    result["all_hit"] = bool(status) and all(e["state"] == "hit" for e in status)
+    if not result.get("takeover_timed_out"):
+        result["takeover_s"] = now  # the next call runs every block that landed compiled
+        result["takeover_after_first_call_s"] = now - first_done
+    # kilnd's records of this model's builds; a failed build's log tail, verbatim
+    try:
+        import kiln
+
+        builds, logs = [], {}
+        with kiln.Client() as c:
+            for e in status:
+                d = e.get("key_digest")
+                if not d:
+                    continue
+                for b in c.build_status(key_digest=d):
+                    builds.append(dict(b, region=e["region"], signature=e["signature"]))
+                if e["state"] == "failed":
+                    rec = c.logs(d)
+                    if rec:
+                        logs[d] = {k: (v[-6000:] if isinstance(v, str) else v) for k, v in rec.items()}
+        result["builds"] = builds
+        result["failed_build_logs"] = logs
+    except Exception as ex:
+        result["builds_error"] = f"{type(ex).__name__}: {ex}"
+
+
+# ------------------------------------------------------------------------------------
+# the driver
+
+
+def run(work, phases, families):
+    import families_gpu_configs as cfg
+
+    deadline = float(os.environ.get("KILN_FAMILIES_DEADLINE_S", "1e9"))
+    redo = os.environ.get("KILN_FAMILIES_REDO") == "1"
+    families = families or list(cfg.FAMILIES)
+    os.makedirs(os.path.join(work, "rows"), exist_ok=True)
+    os.makedirs(os.path.join(work, "logs"), exist_ok=True)
+    log = lambda *a: print(f"[families_gpu {time.monotonic() - T0:6.1f}s]", *a, flush=True)  # noqa: E731
+    skipped = []
+
+    def todo(mode, fam):
+        return redo or not os.path.exists(row_path(work, mode, fam))
+
+    def start(mode, fam, env=None):
+        e = dict(os.environ, **(env or {}))
+        logf = open(os.path.join(work, "logs", f"{mode}-{fam}.log"), "w")
+        p = subprocess.Popen([sys.executable, os.path.abspath(__file__), "row", mode, fam, work], env=e,
+                             stdout=logf, stderr=subprocess.STDOUT)
+        p.logf = logf
+        return p
+
+    def finish(p, mode, fam):
+        p.wait()
+        p.logf.close()
+        if p.returncode != 0 or not os.path.exists(row_path(work, mode, fam)):
+            tail = open(os.path.join(work, "logs", f"{mode}-{fam}.log"), errors="replace").read()[-4000:]
+            with open(row_path(work, mode, fam), "w") as f:
+                json.dump({"mode": mode, "family": fam, "returncode": p.returncode, "error": f"exit {p.returncode}",
+                           "log_tail": tail}, f, indent=1)
+        row = json.load(open(row_path(work, mode, fam)))
+        log(mode, fam, {k: row.get(k) for k in ("ttr_s", "first_call_s", "step_ms", "takeover_s", "rel_err",
+                                                 "states", "error")})
+        return row
+
+    def fits(mode, fam, estimate_s):
+        left = deadline - (time.monotonic() - T0)
+        if left >= estimate_s:
+            return True
+        skipped.append({"mode": mode, "family": fam, "why": f"{left:.0f} s left of the deadline, ~{estimate_s} s needed"})
+        log("left out (time):", mode, fam)
+        return False
+
+    if "prepare" in phases or "eager" in phases:
+        for fam in families:
+            if cfg.FAMILIES[fam].from_pretrained:
+                t = time.monotonic()
+                cfg.prepare_folder(fam, work)
+                log("prepared the from_pretrained folder of", fam, f"in {time.monotonic() - t:.1f} s")
+    for mode, estimate in (("eager", 25), ("regional", 70)):
+        if mode not in phases:
+            continue
+        for fam in families:
+            if not todo(mode, fam) or not fits(mode, fam, estimate):
+                continue
+            env = {}
+            if mode == "regional":  # cold: caches of their own, emptied first
+                cache = os.path.join(work, "inductor-cache", fam)
+                shutil.rmtree(cache, ignore_errors=True)
+                env = {"TORCHINDUCTOR_CACHE_DIR": cache, "TRITON_CACHE_DIR": os.path.join(cache, "triton")}
+            finish(start(mode, fam, env), mode, fam)
+    if "miss" in phases:
+        fams = [f for f in families if todo("miss", f)]
+        if fams and fits("miss", ",".join(fams), 150):
+            wait_kilnd()
+            until = time.time() + deadline - (time.monotonic() - T0) - 40
+            env = {"KILN_FAMILIES_MISS_UNTIL_UNIX": str(until)}
+            log("starting the miss processes at once:", fams)
+            procs = [(start("miss", f, env), f) for f in fams]
+            for p, f in procs:
+                finish(p, "miss", f)
+            save_builds(work)
+    if "hit" in phases:
+        wait_kilnd()
+        for fam in families:
+            if todo("hit", fam) and fits("hit", fam, 30):
+                finish(start("hit", fam), "hit", fam)
+    if skipped:
+        with open(os.path.join(work, "rows", f"skipped-{int(time.time())}.json"), "w") as f:
+            json.dump(skipped, f, indent=1)
+
+
+def wait_kilnd():
+    """kilnd answers STATUS (KILN_FAMILIES_KILND_WAIT_S, default 300 s); None if it never
+    did: the rows then run and record what kiln.torch says (no daemon: eager)."""
+    import kiln
+
+    deadline = time.monotonic() + float(os.environ.get("KILN_FAMILIES_KILND_WAIT_S", "300"))
+    while True:
+        try:
+            with kiln.Client() as c:
+                return c.status()
+        except Exception as ex:
+            if time.monotonic() > deadline:
+                print("kilnd does not answer:", type(ex).__name__, ex, flush=True)
+                return None
+            time.sleep(0.5)
+
+
+def save_builds(work):
+    """kilnd's build records and node status, for the report."""
+    try:
+        import kiln
+
+        with kiln.Client() as c:
+            data = {"builds": c.build_status(), "status": c.status()}
+        with open(os.path.join(work, "rows", "kilnd-builds.json"), "w") as f:
+            json.dump(data, f, indent=1, default=str)
+    except Exception as ex:
+        print("kilnd's build records not saved:", type(ex).__name__, ex, flush=True)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) >= 5 and sys.argv[1] == "row":
+        child(sys.argv[2], sys.argv[3], sys.argv[4])
+    elif len(sys.argv) >= 4 and sys.argv[1] == "run":
+        run(sys.argv[2], set(sys.argv[3].split(",")), [f for f in (sys.argv[4] if len(sys.argv) > 4 else "").split(",")
+                                                       if f])
+    else:
+        sys.exit(__doc__)
