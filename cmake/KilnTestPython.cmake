@@ -9,7 +9,7 @@ endif()
 set(KILN_TEST_PYTHON "${KILN_TEST_VENV}/bin/python" CACHE FILEPATH
     "Python of the tests' pinned environment (tests/install-deps.sh)")
 execute_process(
-  COMMAND "${KILN_TEST_PYTHON}" -c "import torch, diffusers, accelerate, redis, pytest; print(torch.utils.cmake_prefix_path)"
+  COMMAND "${KILN_TEST_PYTHON}" -c "import torch, diffusers, accelerate, peft, redis, pytest; print(torch.utils.cmake_prefix_path)"
   OUTPUT_VARIABLE kiln_torch_prefix OUTPUT_STRIP_TRAILING_WHITESPACE
   ERROR_VARIABLE kiln_test_python_error RESULT_VARIABLE kiln_test_python_rc)
 if(NOT kiln_test_python_rc EQUAL 0)

@@ -142,14 +142,31 @@ Status canonical_numerics(json& numerics) {
       if (s != "highest") out[name] = s;
       continue;
     }
+    if (name == "fp32_precision") {
+      // torch >= 2.9's per-backend TF32 settings, where the legacy flags are unreadable.
+      if (!v.is_object()) return value_error(f, std::string("must be an object, got ") + v.type_name());
+      json prec = json::object();
+      for (auto& [backend, p] : v.items()) {
+        const std::string pf = f + "." + backend;
+        if (backend != "matmul" && backend != "cudnn_conv" && backend != "cudnn_rnn" && backend != "mkldnn_matmul")
+          return value_error(pf, "is not a backend (matmul, cudnn_conv, cudnn_rnn, mkldnn_matmul)");
+        if (!p.is_string() || (p != "ieee" && p != "tf32" && p != "bf16" && p != "none"))
+          return value_error(pf, "must be \"ieee\", \"tf32\", \"bf16\" or \"none\"");
+        prec[backend] = p;
+      }
+      if (!prec.empty()) out[name] = std::move(prec);
+      continue;
+    }
     bool default_value;
-    if (name == "deterministic") default_value = false;
+    if (name == "deterministic" || name == "fp16_accumulation" || name == "cudnn_deterministic") default_value = false;
     else if (name == "cudnn_allow_tf32" || name == "bf16_reduced_precision_reduction" ||
-             name == "fp16_reduced_precision_reduction")
+             name == "fp16_reduced_precision_reduction" || name == "sdp_flash" || name == "sdp_mem_efficient" ||
+             name == "sdp_math" || name == "sdp_cudnn")
       default_value = true;
     else
       return value_error(f, "is not a numerics flag (deterministic, float32_matmul_precision, cudnn_allow_tf32, "
-                            "bf16_reduced_precision_reduction, fp16_reduced_precision_reduction)");
+                            "bf16_reduced_precision_reduction, fp16_reduced_precision_reduction, fp16_accumulation, "
+                            "cudnn_deterministic, sdp_flash, sdp_mem_efficient, sdp_math, sdp_cudnn, fp32_precision)");
     if (!v.is_boolean()) return value_error(f, std::string("must be true or false, got ") + v.type_name());
     if (v.get<bool>() != default_value) out[name] = v;
   }

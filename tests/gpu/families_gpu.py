@@ -5,7 +5,8 @@ this with the environment set (KILN_SOCKET, KILN_LIBRARY, PYTHONPATH with client
 and diffusers). Results: tests/gpu/RESULTS-families.md (tests/gpu/families_report.py).
 
     python3 tests/gpu/families_gpu.py run WORK PHASES [FAMILIES]
-        PHASES: comma list of prepare, eager, regional, miss, hit (in that order)
+        PHASES: comma list of eager, regional, miss, hit (run in that order; Wan's
+        from_pretrained folder is written first where missing)
         FAMILIES: comma list (default: all six of families_gpu_configs.FAMILIES)
     python3 tests/gpu/families_gpu.py row MODE FAMILY WORK     (one row; what `run` starts)
 
@@ -142,6 +143,7 @@ def _child(mode, family, work, result):
     fam = cfg.FAMILIES[family]
     result.update({"torch": torch.__version__, "diffusers": diffusers.__version__, "python": sys.version.split()[0],
                    "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu",
+                   "kiln_commit": os.environ.get("KILN_FAMILIES_COMMIT"),
                    "depth": fam.depth, "real_depth": fam.real_depth, "size": fam.size, "checkpoint": fam.checkpoint,
                    "block_classes": cfg.block_classes(family)})
     seed = 0
@@ -232,11 +234,11 @@ def wait_for_takeover(kiln_torch, model, result):
         done = kiln_torch.wait(model, timeout=1.0)
         now = time.monotonic() - T0
         for e in kiln_torch.status(model):
-            k = (e["region"], e["signature"])
+            k = e["fingerprint"] or (e["region"], e["signature"])  # SD3.5: one class, three structures
             if seen.get(k) != e["state"]:
                 seen[k] = e["state"]
                 transitions.append({"t_s": round(now, 2), "region": e["region"], "signature": e["signature"],
-                                    "state": e["state"], "detail": e["detail"]})
+                                    "fingerprint": e["fingerprint"], "state": e["state"], "detail": e["detail"]})
         if done:
             break
         if time.time() > deadline:
@@ -318,12 +320,18 @@ def run(work, phases, families):
         log("left out (time):", mode, fam)
         return False
 
-    if "prepare" in phases or "eager" in phases:
-        for fam in families:
-            if cfg.FAMILIES[fam].from_pretrained:
+    # the page cache warm before the first timed row (a fresh machine reads torch from disk)
+    t = time.monotonic()
+    subprocess.run([sys.executable, "-c", "import torch, diffusers; torch.zeros(1, device='" + cfg.DEVICE + "')"])
+    log(f"warm-up import of torch and diffusers: {time.monotonic() - t:.1f} s")
+    if phases & {"prepare", "eager", "regional", "miss", "hit"}:
+        for fam in families:  # in a process of its own: the driver holds no GPU memory
+            if cfg.FAMILIES[fam].from_pretrained and not os.path.exists(
+                    os.path.join(cfg.folder_of(fam, work), "config.json")):
                 t = time.monotonic()
-                cfg.prepare_folder(fam, work)
-                log("prepared the from_pretrained folder of", fam, f"in {time.monotonic() - t:.1f} s")
+                rc = subprocess.run([sys.executable, os.path.abspath(__file__), "prepare", fam, work]).returncode
+                log("prepared the from_pretrained folder of", fam, f"in {time.monotonic() - t:.1f} s" if rc == 0 else
+                    f"FAILED (exit {rc}): its rows fail")
     for mode, estimate in (("eager", 25), ("regional", 70)):
         if mode not in phases:
             continue
@@ -339,7 +347,10 @@ def run(work, phases, families):
     if "miss" in phases:
         fams = [f for f in families if todo("miss", f)]
         if fams and fits("miss", ",".join(fams), 150):
-            wait_kilnd()
+            t = time.monotonic()
+            st = wait_kilnd(probed=True)
+            log(f"kilnd ready for builds after {time.monotonic() - t:.1f} s:",
+                {k: (st or {}).get(k) for k in ("build_slots", "builds_unavailable", "builds_probing")})
             until = time.time() + deadline - (time.monotonic() - T0) - 40
             env = {"KILN_FAMILIES_MISS_UNTIL_UNIX": str(until)}
             log("starting the miss processes at once:", fams)
@@ -357,16 +368,22 @@ def run(work, phases, families):
             json.dump(skipped, f, indent=1)
 
 
-def wait_kilnd():
-    """kilnd answers STATUS (KILN_FAMILIES_KILND_WAIT_S, default 300 s); None if it never
-    did: the rows then run and record what kiln.torch says (no daemon: eager)."""
+def wait_kilnd(probed=False):
+    """kilnd answers STATUS (and, probed=True, has ended its start-up probes: a node that has
+    been up a while is not probing, and builds wait for the probes) within
+    KILN_FAMILIES_KILND_WAIT_S (default 300 s); None if not: the rows then run and record
+    what kiln.torch says (no daemon: eager)."""
     import kiln
 
     deadline = time.monotonic() + float(os.environ.get("KILN_FAMILIES_KILND_WAIT_S", "300"))
     while True:
         try:
             with kiln.Client() as c:
-                return c.status()
+                st = c.status()
+            if probed and st.get("builds_probing") and time.monotonic() < deadline:
+                time.sleep(0.5)
+                continue
+            return st
         except Exception as ex:
             if time.monotonic() > deadline:
                 print("kilnd does not answer:", type(ex).__name__, ex, flush=True)
@@ -388,7 +405,11 @@ def save_builds(work):
 
 
 if __name__ == "__main__":
-    if len(sys.argv) >= 5 and sys.argv[1] == "row":
+    if len(sys.argv) >= 4 and sys.argv[1] == "prepare":
+        import families_gpu_configs
+
+        families_gpu_configs.prepare_folder(sys.argv[2], sys.argv[3])
+    elif len(sys.argv) >= 5 and sys.argv[1] == "row":
         child(sys.argv[2], sys.argv[3], sys.argv[4])
     elif len(sys.argv) >= 4 and sys.argv[1] == "run":
         run(sys.argv[2], set(sys.argv[3].split(",")), [f for f in (sys.argv[4] if len(sys.argv) > 4 else "").split(",")

@@ -186,3 +186,41 @@ def test_a_package_recorded_for_another_host_is_refused_by_name():
     with pytest.raises(_aoti.PackageMismatch) as e:
         _aoti.check_metadata({"AOTI_MACHINE": "aarch64" if pf.machine() != "aarch64" else "x86_64"}, -1)
     assert "AOTI_MACHINE" in str(e.value)
+
+
+def test_numerics_never_raise_under_the_new_tf32_api_and_key_it():
+    """torch >= 2.9 refuses to read the legacy float32_matmul_precision once the new
+    fp32_precision API set another value; kiln.torch must neither raise (every block would
+    stay eager) nor lose the setting (a TF32 package would serve an IEEE process)."""
+    matmul = torch.backends.cuda.matmul
+    before = _node.numerics()
+    old_legacy = torch.get_float32_matmul_precision()
+    try:
+        torch.set_float32_matmul_precision("highest")
+        matmul.fp32_precision = "tf32"
+        try:
+            legacy_readable = torch.get_float32_matmul_precision() is not None
+        except RuntimeError:
+            legacy_readable = False
+        got = _node.numerics()
+        assert got != before
+        if not legacy_readable:
+            assert got["fp32_precision"]["matmul"] == "tf32" and "float32_matmul_precision" not in got
+        digest = kiln.Client.key_digest(dict(_keys.to_wire(_keys.build_key(
+            "a" * 64, "Block", "float32", capture((torch.zeros(2),), {}), torch.device("cpu")), True), cpu_isa="x"))
+        assert len(digest) == 64
+    finally:
+        matmul.fp32_precision = "ieee"
+        torch.set_float32_matmul_precision(old_legacy)
+    assert _node.numerics() == before
+
+
+def test_flags_moved_from_torch_defaults_enter_the_numerics():
+    cudnn = torch.backends.cudnn
+    before = _node.numerics()
+    assert "cudnn_deterministic" not in before  # at torch's default: not keyed
+    cudnn.deterministic = True
+    try:
+        assert _node.numerics() == dict(before, cudnn_deterministic=True)
+    finally:
+        cudnn.deterministic = False

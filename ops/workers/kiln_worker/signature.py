@@ -280,11 +280,29 @@ def apply_numerics(numerics):
     import torch
 
     torch.use_deterministic_algorithms(bool(numerics.get("deterministic", False)))
-    torch.set_float32_matmul_precision(numerics.get("float32_matmul_precision", "highest"))
     torch.backends.cudnn.allow_tf32 = bool(numerics.get("cudnn_allow_tf32", True))
     m = torch.backends.cuda.matmul
     m.allow_bf16_reduced_precision_reduction = bool(numerics.get("bf16_reduced_precision_reduction", True))
     m.allow_fp16_reduced_precision_reduction = bool(numerics.get("fp16_reduced_precision_reduction", True))
+    # The flags kiln.torch keys only when a process moved them from torch's defaults.
+    if "fp16_accumulation" in numerics:
+        m.allow_fp16_accumulation = bool(numerics["fp16_accumulation"])
+    torch.backends.cudnn.deterministic = bool(numerics.get("cudnn_deterministic", False))
+    cuda = torch.backends.cuda
+    for name, enable in (("sdp_flash", cuda.enable_flash_sdp), ("sdp_mem_efficient", cuda.enable_mem_efficient_sdp),
+                         ("sdp_math", cuda.enable_math_sdp), ("sdp_cudnn", getattr(cuda, "enable_cudnn_sdp", None))):
+        if enable is not None:
+            enable(bool(numerics.get(name, True)))
+    precision = numerics.get("fp32_precision")
+    if precision:  # torch >= 2.9's API; never mixed with the legacy setter below (torch refuses to read a mix)
+        targets = {"matmul": cuda.matmul, "cudnn_conv": torch.backends.cudnn.conv,
+                   "cudnn_rnn": torch.backends.cudnn.rnn, "mkldnn_matmul": torch.backends.mkldnn.matmul}
+        for name, value in precision.items():
+            if name not in targets:
+                raise WorkerError(f"key.compile_options.numerics.fp32_precision.{name} is not a flag this worker knows")
+            targets[name].fp32_precision = value
+    else:
+        torch.set_float32_matmul_precision(numerics.get("float32_matmul_precision", "highest"))
 
 
 def inductor_configs(opts):

@@ -37,7 +37,7 @@ compile_repeated_blocks/restore must not race with calls on the same model.
 import logging
 import weakref
 
-from . import _gate, _hooks, _layouts, _runtime
+from . import _fingerprint, _gate, _hooks, _layouts, _runtime, _state
 from ._signature import Unsupported, capture
 from ._torch_cache import torch_cache_url, use_torch_cache
 
@@ -51,17 +51,19 @@ class _ModelState:
         self.blocks = blocks
         self.unsupported = {}  # (region, reason) -> calls
         self.model_hook = None  # the model's forward pre-hook: the gate's model boundary
-        self.model_end_hook = None  # on_miss="wait": the forward hook that waits for its builds
+        self.model_end_hook = None  # the forward hook: the call's end (on_miss="wait" waits there)
+        self.numerics_now = None  # the numerics token read at the start of the model's call in progress
         self.boundary = None    # weakref.finalize withdrawing that boundary from the gate
 
 
 class _BlockState:
-    __slots__ = ("guards", "constants", "device")
+    __slots__ = ("guards", "constants", "device", "structure")
 
     def __init__(self):
-        self.guards = {}
-        self.constants = None
+        self.guards = {}          # (call guard, state token) -> Entry
+        self.constants = None     # the block's tensors by name, for the structure below
         self.device = None
+        self.structure = None     # _state.structure() when `constants` were taken
 
 
 def _block_device(block, signature):
@@ -97,19 +99,30 @@ def _make_call(state):
                 log.warning("kiln: %s runs eager: %s", key[0], key[1])
             state.unsupported[key] = state.unsupported.get(key, 0) + 1
             return original(*args, **kwargs)
-        entry = bs.guards.get(sig.guard)
+        # The state token (_state.py): LoRA scale, fused or not, loaded or not, the block's
+        # tensors, the numerics flags. A change is another entry (a hit or the miss path).
+        structure = _state.structure(block)
+        numerics = state.numerics_now or _state.numerics_token()
+        guard = (sig.guard, structure, numerics)
+        entry = bs.guards.get(guard)
+        if entry is not None and entry.state == "stale":
+            del bs.guards[guard]
+            entry = None
         if entry is None:
             device = _block_device(block, sig)
             if device is None or any(t.device != device for t in sig.tensors):
                 key = (type(block).__name__, "inputs on another device than the block's weights")
                 state.unsupported[key] = state.unsupported.get(key, 0) + 1
                 return original(*args, **kwargs)
-            entry = runtime.entry(block, sig, device)
-            bs.guards[sig.guard] = entry
+            if bs.structure is not None and bs.structure != structure:
+                _fingerprint.forget(block)  # its description was of the old state
+            entry = runtime.entry(block, sig, device, numerics, structure)
+            bs.guards[guard] = entry
             bs.device = device
         if entry.state == "hit" and not _needs_grad(block, sig):
-            if bs.constants is None:
+            if bs.constants is None or bs.structure != structure:
                 bs.constants = _runtime.block_constants(block)
+                bs.structure = structure
             first = next(iter(bs.constants.values()), None)
             if first is None or first.device == bs.device:
                 try:
@@ -182,10 +195,15 @@ def compile_repeated_blocks(model, block_classes=None, on_miss="eager", socket=N
     def before_model_call(module, args):
         runtime.note_model_called()
         _gate.GATE.checkpoint(model_boundary=True)
+        # The numerics flags once per model call (~25 us to read), not per block call.
+        state.numerics_now = _state.numerics_token()
+
+    def after_model_call(module, args, out):
+        state.numerics_now = None
+        runtime.wait_for_builds()  # on_miss="wait" only
 
     state.model_hook = model.register_forward_pre_hook(before_model_call)
-    if on_miss == "wait":
-        state.model_end_hook = model.register_forward_hook(lambda module, args, out: runtime.wait_for_builds())
+    state.model_end_hook = model.register_forward_hook(after_model_call)
     _gate.GATE.add_model_boundary()
     state.boundary = weakref.finalize(model, _gate.GATE.add_model_boundary, -1)  # at restore() or collection
     object.__setattr__(model, _STATE_ATTR, state)
@@ -219,8 +237,7 @@ def restore(model):
     for b in state.blocks:
         _hooks.remove(b)
     state.model_hook.remove()
-    if state.model_end_hook is not None:
-        state.model_end_hook.remove()
+    state.model_end_hook.remove()
     state.boundary()  # once: a finalizer runs at most once
     state.runtime.stop(wait_s=_runtime.STOP_WAIT_S)
     state.runtime.release()

@@ -165,6 +165,12 @@ def describe(module):
     return digest
 
 
+def forget(module):
+    """Drops the cached description of `module`: its state changed (kiln.torch's state
+    token, _state.py), so the next fingerprint describes it anew."""
+    _descriptions.pop(module, None)
+
+
 def fingerprint(module, signature, device):
     """The fingerprint (64 hex) of `module` called with `signature` on `device`."""
     import torch

@@ -17,11 +17,12 @@ FORMAT_VERSION = 2
 KIND = "aoti"
 
 
-def build_key(model_hash, region, dtype, signature, device, compile_options=None):
+def build_key(model_hash, region, dtype, signature, device, compile_options=None, numerics=None):
     """The artifact key of `region` (the block class name) built from the source `model_hash`
-    for the call `signature` (a _signature.Signature) on `device`."""
+    for the call `signature` (a _signature.Signature) on `device`, with the numerics flags
+    of that call (default: the process's now)."""
     options = dict(compile_options or {})
-    options["numerics"] = _node.numerics()
+    options["numerics"] = numerics if numerics is not None else _node.numerics()
     key = {
         "kind": KIND,
         "model_hash": model_hash,

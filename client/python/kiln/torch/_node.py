@@ -181,23 +181,69 @@ def node_fields(device):
     return fields
 
 
+# torch's own defaults of the fp32_precision properties (cuDNN's convolutions and RNNs
+# allow TF32 by default); a value at its default is not keyed.
+_FP32_PRECISION_DEFAULT = {"matmul": "ieee", "cudnn_conv": "tf32", "cudnn_rnn": "tf32", "mkldnn_matmul": "ieee"}
+
+
 def numerics():
     """compile_options["numerics"]: the flags a compiled graph's numbers depend on, read now
-    (a process may change them between calls; each call's key uses the current ones)."""
+    (a process may change them between calls; each call's key uses the current ones).
+    Never raises: a flag this torch lacks, or refuses to read, is left out (torch >= 2.9
+    raises on the legacy float32_matmul_precision getter once the new fp32_precision API
+    was used; then the new API's values say it)."""
     import torch
 
-    cuda_matmul = torch.backends.cuda.matmul
+    out = {}
 
-    def flag(name):  # an older torch raises (not AttributeError) for a flag it lacks: its default
+    def put(name, read, cast=bool):
         try:
-            return bool(getattr(cuda_matmul, name))
+            out[name] = cast(read())
         except Exception:
-            return True
+            pass
 
-    return {
-        "deterministic": bool(torch.are_deterministic_algorithms_enabled()),
-        "float32_matmul_precision": torch.get_float32_matmul_precision(),
-        "cudnn_allow_tf32": bool(torch.backends.cudnn.allow_tf32),
-        "bf16_reduced_precision_reduction": flag("allow_bf16_reduced_precision_reduction"),
-        "fp16_reduced_precision_reduction": flag("allow_fp16_reduced_precision_reduction"),
-    }
+    cuda = torch.backends.cuda
+    put("deterministic", torch.are_deterministic_algorithms_enabled)
+    put("float32_matmul_precision", torch.get_float32_matmul_precision, str)
+    put("cudnn_allow_tf32", lambda: torch.backends.cudnn.allow_tf32)
+    put("bf16_reduced_precision_reduction", lambda: cuda.matmul.allow_bf16_reduced_precision_reduction)
+    put("fp16_reduced_precision_reduction", lambda: cuda.matmul.allow_fp16_reduced_precision_reduction)
+    # Flags torch's defaults leave alone, keyed only when a process changed them (so every
+    # key made before they were read stays the same).
+    extra = {}
+    for name, read, default in (
+            ("fp16_accumulation", lambda: cuda.matmul.allow_fp16_accumulation, False),
+            ("cudnn_deterministic", lambda: torch.backends.cudnn.deterministic, False),
+            ("sdp_flash", cuda.flash_sdp_enabled, True),
+            ("sdp_mem_efficient", cuda.mem_efficient_sdp_enabled, True),
+            ("sdp_math", cuda.math_sdp_enabled, True),
+            ("sdp_cudnn", getattr(cuda, "cudnn_sdp_enabled", lambda: True), True)):
+        try:
+            value = bool(read())
+        except Exception:
+            continue
+        if value != default:
+            extra[name] = value
+    precision = {}
+    for name, read in (("matmul", lambda: cuda.matmul.fp32_precision),
+                       ("cudnn_conv", lambda: torch.backends.cudnn.conv.fp32_precision),
+                       ("cudnn_rnn", lambda: torch.backends.cudnn.rnn.fp32_precision),
+                       ("mkldnn_matmul", lambda: torch.backends.mkldnn.matmul.fp32_precision)):
+        try:
+            value = str(read())
+        except Exception:
+            continue
+        if value not in ("none", _FP32_PRECISION_DEFAULT.get(name, "ieee")):
+            precision[name] = value
+    # The legacy flags, where readable, already say what the new API's matmul and cuDNN
+    # values are (torch keeps the two in step): those are keyed once, under the old names.
+    if "float32_matmul_precision" in out:
+        precision.pop("matmul", None)
+        precision.pop("mkldnn_matmul", None)
+    if "cudnn_allow_tf32" in out:
+        precision.pop("cudnn_conv", None)
+        precision.pop("cudnn_rnn", None)
+    if precision:
+        extra["fp32_precision"] = precision
+    out.update(extra)
+    return out

@@ -9,6 +9,8 @@ States of an Entry (kiln.torch.status() reports them):
   failed    export, registration, build or load failed; `detail` says why (the build
             log's last line for a failed build); calls run eager for good in this process
   unsupported the call holds something a key cannot describe; eager for good
+  stale     the block's state changed before its export; the next call in that state
+            asks again (a new entry)
 
 A miss never blocks a call (on_miss="eager"): the first call of a new fingerprint waits for
 a hit attempt (a sources listing, a GET and a package load: ~0.3 s per package; at most
@@ -45,7 +47,7 @@ import time
 import weakref
 
 from .. import errors
-from . import _aoti, _fingerprint, _gate, _hooks, _keys, _layouts, _node, _signature
+from . import _aoti, _fingerprint, _gate, _hooks, _keys, _layouts, _node, _signature, _state
 
 log = logging.getLogger("kiln.torch")
 
@@ -76,7 +78,12 @@ def strip_weights(ep):
     return out
 
 
-def default_exporter(block, args, kwargs, workdir):
+class StateChanged(RuntimeError):
+    """The block's state (its LoRA scale, its tensors) changed between the call that missed
+    and its export: exporting now would file one state's graph under another's fingerprint."""
+
+
+def default_exporter(block, args, kwargs, workdir, still_as_called=lambda: True):
     """torch.export of the block as called, weights stripped; returns (archive path, None):
     the model hash is the node's to compute (DESIGN.md, "The node computes model hashes":
     register_source sends the archive without one and kilnd's worker hashes it), so nothing
@@ -85,6 +92,9 @@ def default_exporter(block, args, kwargs, workdir):
 
     # Only the trace needs the process to itself (_gate.py); saving does not.
     with _gate.GATE.exclusive(_stop_requested), torch.no_grad():
+        # The model runs no call meanwhile (the gate): the state checked is the one exported.
+        if not still_as_called():
+            raise StateChanged("the block's state changed before its export")
         ep = torch.export.export(block, tuple(args), dict(kwargs))
     path = os.path.join(workdir, "block.pt2")
     torch.export.save(strip_weights(ep), path)
@@ -107,7 +117,8 @@ PREFETCH = True
 PREFETCH_PER_REGION = 2
 WARM_UP = True
 
-# The seams: EXPORTER(block, args, kwargs, workdir) -> (path, model_hash or None: kilnd computes it);
+# The seams: EXPORTER(block, args, kwargs, workdir, still_as_called) -> (path, model_hash or None:
+# kilnd computes it), raising StateChanged when still_as_called() is false at the trace;
 # LOADER(path, device_index) -> object with call(constants, args, kwargs).
 EXPORTER = default_exporter
 LOADER = _aoti.load_package
@@ -128,6 +139,7 @@ class Entry:
         self.artifact = None
         self.calls = {"compiled": 0, "eager": 0}
         self.layout_recorded = False  # _layouts.record ran for this entry in this process
+        self.numerics = None  # the numerics flags of the calls this entry serves (the key's)
 
     def set(self, state, detail=""):
         if state != self.state:
@@ -274,16 +286,24 @@ class Runtime:
                 return self._sources.get(fingerprint)
 
     # ---- entries ---------------------------------------------------------------------
-    def entry(self, block, signature, device):
-        """The Entry of this call's fingerprint, created (and started) on first sight."""
+    def entry(self, block, signature, device, numerics=None, structure=None):
+        """The Entry of this call's fingerprint, numerics flags (a _state.numerics_token;
+        default: now) and device (its index too: a model split over GPUs gets each GPU's
+        package), created (and started) on first sight. `structure` (_state.structure at
+        the call) is checked again when the block is exported."""
+        import json
+
         fp = _fingerprint.fingerprint(block, signature, device)
+        numerics = numerics or _state.numerics_token()
+        slot = (fp, numerics, device_index(device))
         with self._lock:
-            e = self.entries.get(fp)
-            if e is not None:
+            e = self.entries.get(slot)
+            if e is not None and e.state != "stale":
                 return e
             e = Entry(type(block).__name__, fp, describe_signature(signature))
-            self.entries[fp] = e
-        job = Job(e, block, signature, device)
+            e.numerics = json.loads(numerics)
+            self.entries[slot] = e
+        job = Job(e, block, signature, device, structure)
         if self.on_miss == "wait":
             # The export and the build request in the calling thread, the wait for the build
             # at the end of the model's call (wait_for_builds): every signature the call
@@ -340,7 +360,7 @@ class Runtime:
     def make_key(self, job, model_hash):
         e = job.entry
         e.key = _keys.build_key(model_hash, e.region, _keys.block_dtype(job.block, job.signature), job.signature,
-                                job.device, self.compile_options)
+                                job.device, self.compile_options, numerics=e.numerics)
 
     def load(self, job, artifact):
         self.use(job, *self.load_artifact(artifact, device_index(job.device)))
@@ -531,9 +551,13 @@ class Runtime:
             self._finish(job)
 
     def _guarded(self, e, step):
-        """step()'s result; on an error, the entry fails with its message and None comes back."""
+        """step()'s result; on an error, the entry fails with its message and None comes back.
+        A state change before the export makes the entry `stale`: the next call in that
+        state asks again."""
         try:
             return step()
+        except StateChanged as ex:
+            e.set("stale", str(ex))
         except errors.KilnError as ex:
             e.set("failed", last_line(f"{ex.name}: {ex.message}"))
         except Exception as ex:  # export or load: the block stays eager, the caller never fails
@@ -552,7 +576,8 @@ class Runtime:
         if model_hash is None:
             e.set("exporting")
             with tempfile.TemporaryDirectory(prefix="kiln-export-") as workdir:
-                path, model_hash = EXPORTER(_hooks.unhooked_view(job.block), job.args, job.kwargs, workdir)
+                path, model_hash = EXPORTER(_hooks.unhooked_view(job.block), job.args, job.kwargs, workdir,
+                                            job.still_as_called)
                 model_hash = self.register_source(model_hash, path, e.fingerprint)
             with self._lock:
                 self._sources[e.fingerprint] = model_hash
@@ -712,11 +737,16 @@ def device_index(device):
 
 class Job:
     """What the miss path needs: the entry, the block, the call's inputs (kept only until
-    the export), the device."""
+    the export), the device, and the block's structure at the call (_state.structure)."""
 
-    def __init__(self, entry, block, signature, device):
+    def __init__(self, entry, block, signature, device, structure=None):
         self.entry, self.block, self.signature, self.device = entry, block, signature, device
         self.args, self.kwargs = signature.args, signature.kwargs
+        self.structure = structure
+
+    def still_as_called(self):
+        """Whether the block's LoRA state and tensors are still those of the call."""
+        return self.structure is None or _state.structure(self.block) == self.structure
 
     def drop_inputs(self):
         self.args, self.kwargs = (), {}
