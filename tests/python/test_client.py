@@ -195,6 +195,11 @@ def test_builds_on_miss_fail_clearly_and_report_status(kilnd, client, tmp_path):
         client.get(key("Nothing", "e" * 64), build=True)
     with pytest.raises(kiln.InvalidArgument):
         client.get("a" * 64, build=True)  # a digest cannot be built
+    with client.get(digest) as art:  # a full digest is a lookup
+        assert art.read().startswith(b"artifact of ")
+    with pytest.raises(kiln.InvalidArgument) as e:
+        client.get(digest[:4])  # a prefix is not: said so, not "a key must be a dict"
+    assert "neither a key digest" in e.value.message and "prefix" in e.value.message
     queued = client.build(key("Later", ok), wait=False)
     assert queued["state"] in ("queued", "running", "present")
 

@@ -3,14 +3,17 @@ restore, call guards, the miss state machine (eager -> exporting -> building -> 
 failed), a hit in a fresh runtime with no export, on_miss="wait", autograd, a daemon that
 is gone.
 
-Debian's torch 1.13 has neither torch.export nor AOTInductor, and the test worker produces
-bytes, not packages. So two narrow seams of kiln.torch._runtime are replaced here:
+The state machine's corners (failing builds, held builds, daemons going away, exits during
+an export) need a worker that misbehaves on command, and the test worker produces bytes,
+not packages. So two narrow seams of kiln.torch._runtime are replaced here:
 EXPORTER (writes a test-worker command as the "archive"; its model hash is the SHA-256 of
 that text, as the test worker's hash op says) and LOADER (checks it was handed the bytes
 kilnd built for that key, and returns a package that runs the block's class through
 torch.nn.utils.stateless.functional_call with the constants it is given, so a wrong
 instance's weights would show in the outputs). Everything else is the real code path:
-fingerprints, guards, keys, sources, builds, polling, swapping.
+fingerprints, guards, keys, sources, builds, polling, swapping. The same path with the
+real worker, real exports and real packages: test_torch_real_path.py, test_torch_lora.py
+and tests/families.
 """
 import hashlib
 import json
@@ -90,7 +93,7 @@ class Seams:
                 seams.calls += 1
                 seams.call_inputs.append((kwargs["hidden_states"].stride(), bool(kwargs["hidden_states"].any()),
                                           constants["proj.weight"].data_ptr()))
-                return torch.nn.utils.stateless.functional_call(self.template, constants, args, kwargs)
+                return torch.func.functional_call(self.template, constants, args, kwargs)
 
         return Package()
 
@@ -672,3 +675,57 @@ def test_no_warm_up_starts_once_the_model_has_been_called(kilnd, seams, fresh_pa
     assert torch.allclose(run(second, x), run_eager(second, x))  # called while the load is in flight
     assert kiln.torch.wait(second, timeout=30) and states(second) == ["hit"]
     assert seams.calls == calls + 1  # the call itself, no warm-up
+
+
+def test_a_torch_too_old_is_refused_at_once_naming_the_version(monkeypatch):
+    monkeypatch.setattr(torch, "__version__", "1.13.1")
+    with pytest.raises(RuntimeError, match="needs torch >= 2.6.*1.13.1"):
+        kiln.torch.compile_repeated_blocks(Model())
+
+
+def test_a_diffusers_hook_inside_kilns_runs_eager_and_one_outside_stays_on_hits(kilnd, seams):
+    """A package replaces the block's whole forward chain. A diffusers hook registered on
+    the block BEFORE compile_repeated_blocks (FirstBlockCache and friends) sits inside
+    kiln's: the block runs eager, status() says why, and the hook acts on every call. One
+    registered AFTER wraps kiln's: hits, and the hook acts on them too. A torch hook on a
+    submodule would be skipped by a package: eager."""
+    from diffusers.hooks import HookRegistry, ModelHook
+
+    class Twice(ModelHook):
+        def post_forward(self, module, output):
+            return tuple(o * 2 for o in output)
+
+    def plain_with_twice(model, x):
+        y = x
+        with torch.no_grad():
+            for b in model.blocks:
+                y = Block.forward(b, hidden_states=y)[0] * 2
+        return y
+
+    inner, x = Model(), torch.randn(2, 4, 8)
+    for b in inner.blocks:
+        HookRegistry.check_if_exists_or_initialize(b).register_hook(Twice(), "twice")
+    kiln.torch.compile_repeated_blocks(inner, socket=kilnd.socket)
+    assert torch.allclose(run(inner, x), plain_with_twice(inner, x))
+    assert torch.allclose(run(inner, x), plain_with_twice(inner, x))
+    (entry,) = kiln.torch.status(inner)
+    assert entry["state"] == "unsupported" and "['twice']" in entry["detail"] and seams.calls == 0
+    assert seams.exports == []  # nothing of it was exported or built
+
+    outer = Model()
+    kiln.torch.compile_repeated_blocks(outer, socket=kilnd.socket)
+    for b in outer.blocks:
+        HookRegistry.check_if_exists_or_initialize(b).register_hook(Twice(), "twice")
+    run(outer, x)
+    assert kiln.torch.wait(outer, timeout=30) and states(outer) == ["hit"]
+    calls = seams.calls
+    assert torch.allclose(run(outer, x), plain_with_twice(outer, x))  # the hook acted on the hits
+    assert seams.calls == calls + 3
+
+    before = plain_with_twice(outer, x)
+    outer.blocks[0].proj.register_forward_hook(lambda m, a, out: out + 1)
+    want = plain_with_twice(outer, x)  # the submodule hook changes block 0's output ...
+    assert not torch.allclose(want, before)
+    calls = seams.calls
+    assert torch.allclose(run(outer, x), want) and seams.calls == calls + 2  # ... so block 0 runs eager
+    assert any(e["state"] == "unsupported" and "submodule" in e["detail"] for e in kiln.torch.status(outer))

@@ -1,7 +1,8 @@
 """kiln.torch.use_torch_cache(): torch.compile's own caches pointed at the node's kilnd
 from Python (schema/torch-cache.md), against a real kilnd with [torch_cache] and redis-py,
-torch's own client. Debian's torch 1.13 has no remote caches: there the switch must refuse
-clearly and change nothing (the GPU proof, tests/gpu/RESULTS-torch-cache.md, is torch 2.11)."""
+torch's own client, with the pinned torch (tests/python-requirements.txt); a torch without
+remote caches must make the switch refuse clearly and change nothing (the GPU proof,
+tests/gpu/RESULTS-torch-cache.md, is torch 2.11)."""
 import importlib
 import os
 import tempfile

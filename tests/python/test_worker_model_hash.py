@@ -1,5 +1,6 @@
 """The worker's model hash (ops/workers/kiln_worker/model_hash.py, schema/sources.md) on
-what Debian's torch 1.13 can build: FX graphs made by hand or by symbolic tracing, Triton
+FX graphs made by hand or by symbolic tracing (the rules, one at a time; exported blocks go
+through it on every real-path test), Triton
 kernels and torch's kernel side table stood in for by small objects. The hash must name
 devices by type (never index), and user code (Triton kernels, custom ops' Python) by
 content, never by process-local indexes. tests/gpu/model_hash_triton_check.py checks the

@@ -49,7 +49,8 @@ class _KeyHandle:
         elif isinstance(key, str) and key.lstrip().startswith("{"):
             text = key
         else:
-            raise InvalidArgument(f"a key must be a dict in the JSON form of schema/key.md, not {type(key).__name__}")
+            raise InvalidArgument(f"a key must be a dict in the JSON form of schema/key.md (or, where a call takes "
+                                  f"one, a 64-hex key digest), not {type(key).__name__}")
         self.ptr = ctypes.c_void_p()
         _check(_capi.lib().kiln_key_from_json(_b(text), ctypes.byref(self.ptr)))
 
@@ -66,7 +67,11 @@ class _Lookup:
     def __init__(self, what):
         self.handle = None
         self.digest = None
-        if isinstance(what, str) and len(what) == 64 and not what.startswith("{"):
+        if isinstance(what, str) and not what.lstrip().startswith("{"):
+            if len(what) != 64 or any(c not in "0123456789abcdef" for c in what):
+                raise InvalidArgument(f"{what[:80]!r} is neither a key digest (64 lowercase hex characters: a "
+                                      "prefix is not enough here; kilnctl ls shows full digests) nor a key "
+                                      "(a dict in the JSON form of schema/key.md)")
             self.digest = what.encode("ascii")
         else:
             self.handle = _KeyHandle(what)

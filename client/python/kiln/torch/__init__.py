@@ -109,6 +109,13 @@ def _make_call(state):
             del bs.guards[guard]
             entry = None
         if entry is None:
+            problem = _state.hook_problem(structure, _hooks.HOOK_NAME)
+            if problem is not None:  # never guessed: eager, and status() says why
+                key = (type(block).__name__, problem)
+                if key not in state.unsupported:
+                    log.warning("kiln: %s runs eager: %s", key[0], key[1])
+                state.unsupported[key] = state.unsupported.get(key, 0) + 1
+                return original(*args, **kwargs)
             device = _block_device(block, sig)
             if device is None or any(t.device != device for t in sig.tensors):
                 key = (type(block).__name__, "inputs on another device than the block's weights")
@@ -138,6 +145,31 @@ def _make_call(state):
         return original(*args, **kwargs)
 
     return call
+
+
+# The oldest torch kiln.torch runs on (client/python/pyproject.toml's `torch` extra says
+# the same): torch.export with its pytree call specs, and AOTInductor's package loader.
+MIN_TORCH = (2, 6)
+
+
+def check_torch():
+    """Raises RuntimeError naming the version when this process's torch is older than
+    MIN_TORCH or lacks what kiln.torch uses: better at compile_repeated_blocks() than a
+    failure per block later."""
+    import torch
+
+    try:
+        version = tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2])
+    except ValueError:
+        version = MIN_TORCH  # a build with an unusual version string: judged by what it has
+    missing = [name for name, ok in (("torch.export", hasattr(torch, "export")),
+                                     ("torch._C._aoti.AOTIModelPackageLoader",
+                                      hasattr(getattr(torch._C, "_aoti", None), "AOTIModelPackageLoader")))
+               if not ok]
+    if version < MIN_TORCH or missing:
+        raise RuntimeError(f"kiln.torch needs torch >= {MIN_TORCH[0]}.{MIN_TORCH[1]} (torch.export and AOTInductor's "
+                           f"package loader); this process has torch {torch.__version__}"
+                           + (f", without {', '.join(missing)}" if missing else ""))
 
 
 def _resolve_classes(model, block_classes):
@@ -177,6 +209,7 @@ def compile_repeated_blocks(model, block_classes=None, on_miss="eager", socket=N
     """
     import torch
 
+    check_torch()
     if not isinstance(model, torch.nn.Module):
         raise TypeError("compile_repeated_blocks takes a torch.nn.Module")
     if getattr(model, _STATE_ATTR, None) is not None:

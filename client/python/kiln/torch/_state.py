@@ -31,18 +31,42 @@ def _tuner_state(d):
 
 
 def structure(block):
-    """(parameter and buffer identities, tuner layer states): the block's part of the token.
-    Walks the modules' own dicts (not named_modules(): this runs at every call)."""
-    ids, tuners = [], []
+    """(parameter and buffer identities, tuner layer states, hooks): the block's part of
+    the token. Walks the modules' own dicts (not named_modules(): this runs at every call).
+    hooks: (is the block itself, forward pre-hooks, forward hooks, diffusers hook names) of
+    every module that has any (hook_problem() reads them)."""
+    ids, tuners, hooks = [], [], []
     stack = [block]
     while stack:
-        d = stack.pop().__dict__
+        m = stack.pop()
+        d = m.__dict__
         ids.extend(map(id, d["_parameters"].values()))
         ids.extend(map(id, d["_buffers"].values()))
         if "scaling" in d and "merged_adapters" in d and isinstance(d["scaling"], dict):
             tuners.append((len(ids), _tuner_state(d)))
+        registry = d.get("_diffusers_hook")
+        if d["_forward_pre_hooks"] or d["_forward_hooks"] or registry is not None:
+            order = tuple(getattr(registry, "_hook_order", ())) if registry is not None else ()
+            hooks.append((m is block, len(d["_forward_pre_hooks"]), len(d["_forward_hooks"]), order))
         stack.extend(d["_modules"].values())
-    return tuple(ids), tuple(tuners)
+    return tuple(ids), tuple(tuners), tuple(hooks)
+
+
+def hook_problem(structure_token, kiln_hook_name="kiln"):
+    """Why a package must not replace this block's call, or None. A package runs in place
+    of the block's whole forward chain: a diffusers hook registered on the block before
+    kiln's (FirstBlockCache, PAB, FasterCache, TaylorSeer, group offloading enabled before
+    compile_repeated_blocks) sits inside kiln's and would be skipped on a hit, and so would
+    any hook on a submodule (torch's or diffusers'). torch's own hooks on the block itself
+    run around kiln's forward and stay."""
+    for is_block, pre, post, order in structure_token[2]:
+        if not is_block:
+            return "a submodule of the block has hooks (torch's or diffusers'), which a package would skip"
+        inner = list(order[:order.index(kiln_hook_name)]) if kiln_hook_name in order else []
+        if inner:
+            return (f"diffusers hooks {inner} were registered on the block before kiln's and run inside it: a "
+                    "package would skip them (enable them after kiln.torch.compile_repeated_blocks)")
+    return None
 
 
 def numerics_token():

@@ -67,7 +67,7 @@ def use_torch_cache(socket=None, caches=CACHES, url=None):
             import torch
 
             raise RuntimeError(f"torch {torch.__version__} has no remote {name} cache ({module_name}.{attr}); "
-                               "torch 2.4 or later has them")
+                               "torch 2.5 or later has them (README.md)")
     url = url or torch_cache_url(socket)
     # torch's Redis backend reads the URL when it first connects, from the environment.
     os.environ["TORCHINDUCTOR_REDIS_URL"] = url
