@@ -37,21 +37,11 @@ def _run(socket, env, *args):
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def builds_by_key(socket):
-    import kiln
-
-    with kiln.Client(socket) as c:
-        counts = {}
-        for b in c.build_status():
-            if b.get("state") in ("done", "failed"):
-                counts[b["key_digest"]] = counts.get(b["key_digest"], 0) + 1
-        return counts
-
-
 def run_one(name, socket, env):
     """One family's row: {"family", "model_class", "block_classes", "signatures", "builds",
     "served", "rel_err", "hit_rel_err", "first_call_s", "reason", "miss", "hit"}."""
     import families
+    from kilnd_proc import builds_by_key
 
     fam = families.FAMILIES[name]
     row = {"family": name, "model_class": fam.model_class, "served": False, "reason": ""}
@@ -121,7 +111,7 @@ def main():
     os.environ.setdefault("KILN_REAL_WORKER", os.path.join(ROOT, "ops", "workers", "kiln_worker"))
     sys.path[:0] = [os.path.join(ROOT, "client", "python"), os.path.join(ROOT, "tests", "python"), HERE]
     import families
-    from kilnd_proc import Kilnd
+    from kilnd_proc import running
 
     names = ([n for n in a.families.split(",") if n] or
              [n for n, f in families.FAMILIES.items() if f.ci or not a.ci])
@@ -131,17 +121,12 @@ def main():
         for c in families.repeated_block_models() if c.__name__ not in covered}
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.join(ROOT, "client", "python"), HERE]))
     rows = []
-    with tempfile.TemporaryDirectory(prefix="kiln-sweep-") as folder:
-        node = Kilnd(folder, worker="real")
-        node.start()
+    with tempfile.TemporaryDirectory(prefix="kiln-sweep-") as folder, running(folder, worker="real") as node:
         env["KILN_CACHE_DIR"] = os.path.join(folder, "kiln-cache")
-        try:
-            for n in names:
-                row = run_one(n, node.socket, env)
-                print(f"{n}: {'served' if row['served'] else 'NOT served: ' + row['reason']}", flush=True)
-                rows.append(row)
-        finally:
-            node.close()
+        for n in names:
+            row = run_one(n, node.socket, env)
+            print(f"{n}: {'served' if row['served'] else 'NOT served: ' + row['reason']}", flush=True)
+            rows.append(row)
     import diffusers
     import torch
 

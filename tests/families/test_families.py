@@ -14,15 +14,13 @@ sys.path[:0] = [os.path.join(ROOT, "client", "python"), os.path.join(ROOT, "test
 
 import families  # noqa: E402
 import sweep  # noqa: E402
-from kilnd_proc import Kilnd  # noqa: E402
+from kilnd_proc import running  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def node(tmp_path_factory):
-    d = Kilnd(str(tmp_path_factory.mktemp("families")), worker="real")
-    d.start()
-    yield d
-    d.close()
+    with running(str(tmp_path_factory.mktemp("families")), worker="real") as d:
+        yield d
 
 
 @pytest.mark.parametrize("name", [n for n, f in families.FAMILIES.items() if f.ci])

@@ -8,6 +8,7 @@ Environment (set by tests/python/CMakeLists.txt when ctest runs the suites):
                    KILN_TEST_PYTHON (the pinned environment's python): a kilnd made with
                    worker="real" builds AOTInductor packages for the CPU with it
 """
+import contextlib
 import json
 import os
 import shutil
@@ -128,3 +129,25 @@ class Kilnd:
 
         text = json.dumps({"behavior": behavior, "count_file": self.count_file, **extra})
         return text, hashlib.sha256(text.encode()).hexdigest()
+
+
+
+@contextlib.contextmanager
+def running(folder, extra_toml="", worker="test"):
+    """A started Kilnd in `folder` (see Kilnd), killed on exit."""
+    d = Kilnd(folder, extra_toml, worker)
+    try:
+        d.start()
+        yield d
+    finally:
+        d.close()
+
+
+def builds_by_key(socket):
+    """{key digest: builds kilnd ran to the end for it (done or failed)} from BUILD_STATUS."""
+    with kiln.Client(socket) as c:
+        counts = {}
+        for b in c.build_status():
+            if b.get("state") in ("done", "failed"):
+                counts[b["key_digest"]] = counts.get(b["key_digest"], 0) + 1
+        return counts

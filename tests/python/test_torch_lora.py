@@ -17,6 +17,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "families"))
 
 import kiln  # noqa: E402
 import kiln.torch  # noqa: E402
+from kilnd_proc import running  # noqa: E402
 
 BF16_TOLERANCE = 2e-2  # the worker's check for bfloat16
 BUILD_WAIT_S = 1500
@@ -30,12 +31,8 @@ def rel_err(a, b):
 
 @pytest.fixture(scope="module")
 def node(tmp_path_factory):
-    from kilnd_proc import Kilnd
-
-    d = Kilnd(str(tmp_path_factory.mktemp("lora-node")), worker="real")
-    d.start()
-    yield d
-    d.close()
+    with running(str(tmp_path_factory.mktemp("lora-node")), worker="real") as d:
+        yield d
 
 
 def with_lora(tmp_path):

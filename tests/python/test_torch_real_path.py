@@ -20,6 +20,7 @@ import pytest
 import torch  # noqa: F401  (the pinned environment has it)
 
 import kiln  # noqa: E402
+from kilnd_proc import builds_by_key, running  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 FAMILIES = os.path.join(HERE, "..", "families")
@@ -39,24 +40,10 @@ def run_family(socket, *args, timeout=BUILD_WAIT_S + 300):
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def builds_by_key(socket):
-    """{key digest: builds kilnd ran for it} from BUILD_STATUS (state done or failed)."""
-    with kiln.Client(socket) as c:
-        counts = {}
-        for b in c.build_status():
-            if b.get("state") in ("done", "failed"):
-                counts[b["key_digest"]] = counts.get(b["key_digest"], 0) + 1
-        return counts
-
-
 @pytest.fixture(scope="module")
 def node(tmp_path_factory):
-    from kilnd_proc import Kilnd
-
-    d = Kilnd(str(tmp_path_factory.mktemp("real-node")), worker="real")
-    d.start()
-    yield d
-    d.close()
+    with running(str(tmp_path_factory.mktemp("real-node")), worker="real") as d:
+        yield d
 
 
 def test_miss_builds_on_the_cpu_then_compiled_takes_over_and_a_fresh_process_hits(node):
