@@ -134,7 +134,8 @@ class Kilnd:
 
 @contextlib.contextmanager
 def running(folder, extra_toml="", worker="test"):
-    """A started Kilnd in `folder` (see Kilnd), killed on exit."""
+    """A started Kilnd in `folder` (made if missing; see Kilnd), killed on exit."""
+    os.makedirs(folder, exist_ok=True)
     d = Kilnd(folder, extra_toml, worker)
     try:
         d.start()

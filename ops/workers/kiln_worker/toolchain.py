@@ -30,7 +30,18 @@ def triton_version():
 
 
 def describe(with_cpu_isa=True):
+    """The node fields this worker builds for; WorkerError for a torch outside kiln's
+    supported range (torch_range.py, kiln.torch's own), so that kilnd says "can build no"
+    with the reason instead of failing every build."""
     import torch
+    from torch_range import problem
+
+    why = problem(torch.__version__, hasattr(torch, "export"),
+                  hasattr(getattr(torch._C, "_aoti", None), "AOTIModelPackageLoader"))
+    if why:
+        from report import WorkerError
+
+        raise WorkerError(f"the worker's {why}")
     gpus = []
     if torch.cuda.is_available():
         for i in range(torch.cuda.device_count()):

@@ -1,6 +1,7 @@
-"""The worker's check of a built package against eager (ops/workers/kiln_worker/signature.py,
+"""The worker's checks: a built package against eager (ops/workers/kiln_worker/signature.py,
 `compare`): constant outputs such as SD3's last block's `(None, hidden_states)` pass when
-eager returns the same constant, and fail, naming the output, when they differ."""
+eager returns the same constant, and fail, naming the output, when they differ; and the
+toolchain probe's refusal of a torch outside kiln's range (toolchain.py)."""
 import os
 import sys
 
@@ -31,3 +32,17 @@ def test_a_compiled_output_beyond_the_tolerance_fails():
     t = torch.ones(4)
     with pytest.raises(WorkerError, match="differs from eager"):
         signature.compare([t * 1.1], [t], "float32")
+
+
+def test_a_worker_with_a_torch_outside_the_range_refuses_its_toolchain_probe(monkeypatch):
+    """The worker's probe refuses what kiln.torch refuses (one range: torch_range.py is
+    kiln.torch's _torch_range.py), so kilnd says "can build no" with the reason."""
+    import toolchain
+
+    assert toolchain.describe(with_cpu_isa=False)["toolchain"]["torch_version"] == torch.__version__
+    monkeypatch.setattr(torch, "__version__", "1.13.1")
+    with pytest.raises(WorkerError, match="the worker's torch 1.13.1 is older than kiln's supported range"):
+        toolchain.describe(with_cpu_isa=False)
+    worker = os.path.join(os.path.dirname(__file__), "..", "..", "..", "ops", "workers", "kiln_worker")
+    package = os.path.join(os.path.dirname(__file__), "..", "..", "..", "client", "python", "kiln", "torch")
+    assert os.path.samefile(os.path.join(worker, "torch_range.py"), os.path.join(package, "_torch_range.py"))

@@ -37,7 +37,7 @@ compile_repeated_blocks/restore must not race with calls on the same model.
 import logging
 import weakref
 
-from . import _fingerprint, _gate, _hooks, _layouts, _runtime, _state
+from . import _fingerprint, _gate, _hooks, _layouts, _runtime, _state, _torch_range
 from ._signature import Unsupported, capture
 from ._torch_cache import torch_cache_url, use_torch_cache
 
@@ -147,29 +147,19 @@ def _make_call(state):
     return call
 
 
-# The oldest torch kiln.torch runs on (client/python/pyproject.toml's `torch` extra says
-# the same): torch.export with its pytree call specs, and AOTInductor's package loader.
-MIN_TORCH = (2, 6)
-
-
 def check_torch():
-    """Raises RuntimeError naming the version when this process's torch is older than
-    MIN_TORCH or lacks what kiln.torch uses: better at compile_repeated_blocks() than a
-    failure per block later."""
+    """Raises RuntimeError naming the version and the range when this process's torch is
+    outside kiln's supported range (_torch_range.py, one range for the package and the
+    worker): better at compile_repeated_blocks() than a failure per block later."""
     import torch
 
-    try:
-        version = tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2])
-    except ValueError:
-        version = MIN_TORCH  # a build with an unusual version string: judged by what it has
-    missing = [name for name, ok in (("torch.export", hasattr(torch, "export")),
-                                     ("torch._C._aoti.AOTIModelPackageLoader",
-                                      hasattr(getattr(torch._C, "_aoti", None), "AOTIModelPackageLoader")))
-               if not ok]
-    if version < MIN_TORCH or missing:
-        raise RuntimeError(f"kiln.torch needs torch >= {MIN_TORCH[0]}.{MIN_TORCH[1]} (torch.export and AOTInductor's "
-                           f"package loader); this process has torch {torch.__version__}"
-                           + (f", without {', '.join(missing)}" if missing else ""))
+    why = _torch_range.problem(torch.__version__, hasattr(torch, "export"),
+                               hasattr(getattr(torch._C, "_aoti", None), "AOTIModelPackageLoader"))
+    if why:
+        raise RuntimeError(f"kiln.torch: this process's {why}")
+
+
+MIN_TORCH = _torch_range.MIN_TORCH
 
 
 def _resolve_classes(model, block_classes):
