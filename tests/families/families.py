@@ -191,42 +191,115 @@ def _flux_ids(h, w, frame=0):
     return ids.reshape(h * w, 3)
 
 
+def _flux_txt_img_ids(h, w, txt, dt):
+    """FLUX's `txt_ids` (zeros) and `img_ids` for `txt` prompt tokens and an h x w token grid."""
+    return dict(txt_ids=torch.zeros(txt, 3, dtype=dt), img_ids=_flux_ids(h, w).to(dt))
+
+
+def _flux2_ids(*sizes):
+    """FLUX.2's position ids: every (t, h, w, l) of a grid of `sizes`, as (n, 4) int64 rows."""
+    return torch.cartesian_prod(*(torch.arange(n) for n in sizes))
+
+
+def _ctx(model, seed):
+    """What an inputs builder starts from: a seeded random source, the activation dtype, the config."""
+    return _R(seed), _dt(model), model.config
+
+
+def _flow_t(r, dt):
+    """A flow-matching pipeline's `timestep / 1000` in the latents' dtype."""
+    return (r.t() / 1000).to(dt)
+
+
+def _dt_t(r, dt):
+    """A timestep (0..1000) in the latents' dtype, as pipelines that pass `t.to(latents.dtype)` do."""
+    return r.t().to(dt)
+
+
+def _sched_t(r, dt):
+    """A timestep as the scheduler hands it: float32, 0..1000."""
+    return r.t()
+
+
+def _mask(n, dtype=torch.long, pad=0):
+    """A (1, n) attention mask of ones, its last `pad` tokens masked out (padding after the prompt)."""
+    mask = torch.ones(1, n, dtype=dtype)
+    if pad:
+        mask[:, -pad:] = 0
+    return mask
+
+
+def _text(r, dt, n, dim, pad=0, dtype=torch.long, suffix=""):
+    """`n` prompt tokens `dim` wide and their mask: `encoder_hidden_states{suffix}`,
+    `encoder_attention_mask{suffix}`."""
+    return {
+        f"encoder_hidden_states{suffix}": r.randn(1, n, dim, dtype=dt),
+        f"encoder_attention_mask{suffix}": _mask(n, dtype, pad),
+    }
+
+
+def _guidance(kw, c, value, dtype=torch.float32):
+    """`kw` with the guidance scale added where the config embeds one."""
+    if c.guidance_embeds:
+        kw["guidance"] = torch.full((1,), value, dtype=dtype)
+    return kw
+
+
+_XCT = ("hidden_states", "encoder_hidden_states", "timestep")  # latents, prompt, timestep
+_XTC = ("hidden_states", "timestep", "encoder_hidden_states")  # latents, timestep, prompt
+
+
+def _packed(model, seed, scale, order, txt=8, text_dim="joint_attention_dim", t=_flow_t):
+    """The start of a FLUX-like call: packed latents, one token per latent pixel of a (4 * scale, 4)
+    grid (`hidden_states`), `txt` prompt tokens as wide as the config's `text_dim`
+    (`encoder_hidden_states`), the pooled prompt (`pooled_projections`) and `timestep`, drawn in
+    `order` (where these families differ). Returns (kwargs, r, dt, c, h, w)."""
+    r, dt, c = _ctx(model, seed)
+    h, w = 4 * scale, 4
+    draw = {
+        "hidden_states": lambda: r.randn(1, h * w, c.in_channels, dtype=dt),
+        "encoder_hidden_states": lambda: r.randn(1, txt, getattr(c, text_dim), dtype=dt),
+        "pooled_projections": lambda: r.randn(1, c.pooled_projection_dim, dtype=dt),
+        "timestep": lambda: t(r, dt),
+    }
+    return {k: draw[k]() for k in order}, r, dt, c, h, w
+
+
+def _video(model, seed, scale, frames=2, t=_sched_t):
+    """The start of a Wan-like call: latents (1, in_channels, frames, 8 * scale, 8), `timestep`
+    (the scheduler's float32 by default, expanded to the batch), 8 prompt tokens `text_dim` wide.
+    Returns (kwargs, r, dt, c)."""
+    r, dt, c = _ctx(model, seed)
+    kw = dict(
+        hidden_states=r.randn(1, c.in_channels, frames, 8 * scale, 8, dtype=dt),
+        timestep=t(r, dt),
+        encoder_hidden_states=r.randn(1, 8, c.text_dim, dtype=dt),
+    )
+    return kw, r, dt, c
+
+
+# --------------------------------------------------------------------------------------
+# config pieces most rows share
+
+_HEADS = dict(attention_head_dim=16, num_attention_heads=2)  # 2 heads of head dim 16
+_MMDIT = dict(_HEADS, joint_attention_dim=32)  # plus a 32-wide prompt
+# FLUX-like: 2 double + 2 single stream blocks over 64 packed channels, 3-axis rope
+_FLUX_LIKE = dict(_MMDIT, patch_size=1, in_channels=64, num_layers=2, num_single_layers=2, axes_dims_rope=(4, 6, 6))
+
 # ======================================================================================
 # FLUX.1-dev: 19 double + 38 single stream blocks, guidance embedding, packed 2x2 latents.
 
 
 def _flux_inputs(model, seed, scale=1):
-    r, dt, c = _R(seed), _dt(model), model.config
-    h, w, txt = 4 * scale, 4, 8
-    kw = dict(
-        hidden_states=r.randn(1, h * w, c.in_channels, dtype=dt),
-        encoder_hidden_states=r.randn(1, txt, c.joint_attention_dim, dtype=dt),
-        pooled_projections=r.randn(1, c.pooled_projection_dim, dtype=dt),
-        timestep=(r.t(dtype=torch.float32) / 1000).to(dt),  # pipeline: t.to(latents.dtype) / 1000
-        img_ids=_flux_ids(h, w).to(dt),
-        txt_ids=torch.zeros(txt, 3, dtype=dt),
-        joint_attention_kwargs=None,
-    )
-    if c.guidance_embeds:
-        kw["guidance"] = torch.full((1,), 3.5, dtype=torch.float32)
-    return kw
+    order = ("hidden_states", "encoder_hidden_states", "pooled_projections", "timestep")
+    kw, r, dt, c, h, w = _packed(model, seed, scale, order)
+    kw.update(img_ids=_flux_ids(h, w).to(dt), txt_ids=torch.zeros(8, 3, dtype=dt), joint_attention_kwargs=None)
+    return _guidance(kw, c, 3.5)
 
 
 FLUX = Family(
     model_class="FluxTransformer2DModel",
-    config=dict(
-        patch_size=1,
-        in_channels=64,
-        out_channels=None,
-        num_layers=2,
-        num_single_layers=2,
-        attention_head_dim=16,
-        num_attention_heads=2,
-        joint_attention_dim=32,
-        pooled_projection_dim=32,
-        guidance_embeds=True,
-        axes_dims_rope=(4, 6, 6),
-    ),
+    config=dict(_FLUX_LIKE, out_channels=None, pooled_projection_dim=32, guidance_embeds=True),
     inputs=_flux_inputs,
     ci=True,
 )
@@ -237,41 +310,26 @@ FLUX = Family(
 
 
 def _wan_inputs(model, seed, scale=1, frames=2):
-    r, dt, c = _R(seed), _dt(model), model.config
-    kw = dict(
-        hidden_states=r.randn(1, c.in_channels, frames, 8 * scale, 8, dtype=dt),
-        timestep=r.t(),  # scheduler timesteps: float32, expanded to the batch
-        encoder_hidden_states=r.randn(1, 8, c.text_dim, dtype=dt),
-    )
+    kw, r, dt, c = _video(model, seed, scale, frames)
     if c.image_dim is not None:
         kw["encoder_hidden_states_image"] = r.randn(1, 4, c.image_dim, dtype=dt)
     return kw
 
 
-_WAN_CONFIG = dict(
-    patch_size=(1, 2, 2),
-    num_attention_heads=2,
-    attention_head_dim=16,
-    in_channels=16,
-    out_channels=16,
-    text_dim=32,
-    freq_dim=32,
-    ffn_dim=64,
-    num_layers=2,
-    cross_attn_norm=True,
-    qk_norm="rms_norm_across_heads",
-    eps=1e-6,
-    image_dim=None,
-    added_kv_proj_dim=None,
-    rope_max_seq_len=1024,
+_WAN_LIKE = dict(
+    _HEADS, patch_size=(1, 2, 2), in_channels=16, out_channels=16, text_dim=32, freq_dim=32, ffn_dim=64,
+    num_layers=2, cross_attn_norm=True, eps=1e-6,
 )
+_WAN_QK = dict(qk_norm="rms_norm_across_heads")
+_WAN_CONFIG = dict(_WAN_LIKE, **_WAN_QK, image_dim=None, added_kv_proj_dim=None, rope_max_seq_len=1024)
+_WAN_I2V = dict(in_channels=36, image_dim=32, added_kv_proj_dim=32)  # CLIP image tokens
 
 WAN = Family(model_class="WanTransformer3DModel", config=_WAN_CONFIG, inputs=_wan_inputs, ci=True)
 
 # Wan 2.1 I2V 14B: CLIP image tokens through added k/v projections (image_dim, added_kv_proj_dim).
 WAN_I2V = Family(
     model_class="WanTransformer3DModel",
-    config=dict(_WAN_CONFIG, in_channels=36, image_dim=32, added_kv_proj_dim=32),
+    config=dict(_WAN_CONFIG, **_WAN_I2V),
     inputs=_wan_inputs,
     note="Wan 2.1 I2V: image_dim / added_kv_proj_dim",
 )
@@ -281,34 +339,17 @@ WAN_I2V = Family(
 
 
 def _qwen_inputs(model, seed, scale=1):
-    r, dt, c = _R(seed), _dt(model), model.config
-    h, w, txt = 4 * scale, 4, 8
-    kw = dict(
-        hidden_states=r.randn(1, h * w, c.in_channels, dtype=dt),
-        encoder_hidden_states=r.randn(1, txt, c.joint_attention_dim, dtype=dt),
-        encoder_hidden_states_mask=None,  # the pipeline drops an all-ones mask
-        timestep=(r.t() / 1000).to(dt),
-        img_shapes=[[(1, h, w)]],
-        attention_kwargs=None,
-    )
-    if c.guidance_embeds:
-        kw["guidance"] = torch.full((1,), 4.0, dtype=torch.float32)
-    return kw
+    kw, r, dt, c, h, w = _packed(model, seed, scale, _XCT)
+    # the pipeline drops an all-ones mask
+    kw.update(encoder_hidden_states_mask=None, img_shapes=[[(1, h, w)]], attention_kwargs=None)
+    return _guidance(kw, c, 4.0)
 
+
+_QWEN_LIKE = dict(_MMDIT, patch_size=2, in_channels=64, out_channels=16, axes_dims_rope=(4, 6, 6))
 
 QWEN_IMAGE = Family(
     model_class="QwenImageTransformer2DModel",
-    config=dict(
-        patch_size=2,
-        in_channels=64,
-        out_channels=16,
-        num_layers=2,
-        attention_head_dim=16,
-        num_attention_heads=2,
-        joint_attention_dim=32,
-        guidance_embeds=False,
-        axes_dims_rope=(4, 6, 6),
-    ),
+    config=dict(_QWEN_LIKE, num_layers=2, guidance_embeds=False),
     inputs=_qwen_inputs,
     ci=True,
 )
@@ -319,7 +360,7 @@ QWEN_IMAGE = Family(
 
 
 def _sd3_inputs(model, seed, scale=1):
-    r, dt, c = _R(seed), _dt(model), model.config
+    r, dt, c = _ctx(model, seed)
     return dict(
         hidden_states=r.randn(1, c.in_channels, 8 * scale, 8, dtype=dt),
         encoder_hidden_states=r.randn(1, 8, c.joint_attention_dim, dtype=dt),
@@ -332,19 +373,10 @@ def _sd3_inputs(model, seed, scale=1):
 SD35_MEDIUM = Family(
     model_class="SD3Transformer2DModel",
     config=dict(
-        sample_size=16,
-        patch_size=2,
-        in_channels=16,
+        _MMDIT, sample_size=16, patch_size=2, in_channels=16,
         num_layers=3,  # 0: dual attention, 1: plain, 2: context_pre_only
-        attention_head_dim=16,
-        num_attention_heads=2,
-        joint_attention_dim=32,
-        caption_projection_dim=32,
-        pooled_projection_dim=32,
-        out_channels=16,
-        pos_embed_max_size=32,
-        dual_attention_layers=(0,),
-        qk_norm="rms_norm",
+        caption_projection_dim=32, pooled_projection_dim=32, out_channels=16, pos_embed_max_size=32,
+        dual_attention_layers=(0,), qk_norm="rms_norm",
     ),
     block_classes=["JointTransformerBlock"],
     inputs=_sd3_inputs,
@@ -365,39 +397,26 @@ SD3_MEDIUM = Family(
 
 
 def _ltx_inputs(model, seed, scale=1):
-    r, dt, c = _R(seed), _dt(model), model.config
+    r, dt, c = _ctx(model, seed)
     f, h, w, txt = 2, 4 * scale, 4, 8
     return dict(
         hidden_states=r.randn(1, f * h * w, c.in_channels, dtype=dt),
-        encoder_hidden_states=r.randn(1, txt, c.caption_channels, dtype=dt),
+        **_text(r, dt, txt, c.caption_channels),
         timestep=r.t(),
-        encoder_attention_mask=torch.ones(1, txt, dtype=torch.long),
-        num_frames=f,
-        height=h,
-        width=w,
-        rope_interpolation_scale=(8 / 25, 32, 32),
-        attention_kwargs=None,
+        num_frames=f, height=h, width=w, rope_interpolation_scale=(8 / 25, 32, 32), attention_kwargs=None,
     )
 
+
+_LTX_LIKE = dict(
+    _HEADS, in_channels=128, out_channels=128, patch_size=1, patch_size_t=1, cross_attention_dim=32,
+    num_layers=2, qk_norm="rms_norm_across_heads", caption_channels=32,
+)
 
 LTX_VIDEO = Family(
     model_class="LTXVideoTransformer3DModel",
     config=dict(
-        in_channels=128,
-        out_channels=128,
-        patch_size=1,
-        patch_size_t=1,
-        num_attention_heads=2,
-        attention_head_dim=16,
-        cross_attention_dim=32,
-        num_layers=2,
-        activation_fn="gelu-approximate",
-        qk_norm="rms_norm_across_heads",
-        norm_elementwise_affine=False,
-        norm_eps=1e-6,
-        caption_channels=32,
-        attention_bias=True,
-        attention_out_bias=True,
+        _LTX_LIKE, activation_fn="gelu-approximate", norm_elementwise_affine=False, norm_eps=1e-6,
+        attention_bias=True, attention_out_bias=True,
     ),
     inputs=_ltx_inputs,
     ci=True,
@@ -409,40 +428,26 @@ LTX_VIDEO = Family(
 
 
 def _hunyuan_video_inputs(model, seed, scale=1):
-    r, dt, c = _R(seed), _dt(model), model.config
+    r, dt, c = _ctx(model, seed)
     txt = 8 * scale  # the token refiner sees only text
     kw = dict(
         hidden_states=r.randn(1, c.in_channels, 2, 8 * scale, 8, dtype=dt),
         timestep=r.t().to(dt),  # pipeline: t.to(latents.dtype)
-        encoder_hidden_states=r.randn(1, txt, c.text_embed_dim, dtype=dt),
-        encoder_attention_mask=torch.ones(1, txt, dtype=torch.long),
+        **_text(r, dt, txt, c.text_embed_dim),
         pooled_projections=r.randn(1, c.pooled_projection_dim, dtype=dt),
         attention_kwargs=None,
     )
-    if c.guidance_embeds:
-        kw["guidance"] = torch.full((1,), 6.0 * 1000, dtype=dt)
-    return kw
+    return _guidance(kw, c, 6.0 * 1000, dt)
 
+
+# HunyuanVideo-like: blocks of 2 heads, 32-wide prompt, rms qk norms
+_HUNYUAN_LIKE = dict(_HEADS, num_layers=2, mlp_ratio=4.0, qk_norm="rms_norm", text_embed_dim=32, rope_theta=256.0)
 
 HUNYUAN_VIDEO = Family(
     model_class="HunyuanVideoTransformer3DModel",
     config=dict(
-        in_channels=16,
-        out_channels=16,
-        num_attention_heads=2,
-        attention_head_dim=16,
-        num_layers=2,
-        num_single_layers=2,
-        num_refiner_layers=2,
-        mlp_ratio=4.0,
-        patch_size=2,
-        patch_size_t=1,
-        qk_norm="rms_norm",
-        guidance_embeds=True,
-        text_embed_dim=32,
-        pooled_projection_dim=32,
-        rope_theta=256.0,
-        rope_axes_dim=(4, 6, 6),
+        _HUNYUAN_LIKE, in_channels=16, out_channels=16, num_single_layers=2, num_refiner_layers=2, patch_size=2,
+        patch_size_t=1, guidance_embeds=True, pooled_projection_dim=32, rope_axes_dim=(4, 6, 6),
         image_condition_type=None,
     ),
     inputs=_hunyuan_video_inputs,
@@ -454,81 +459,35 @@ HUNYUAN_VIDEO = Family(
 # FLUX-like image models (double + single stream blocks)
 
 
-def _flow_t(r, dt):
-    """A flow-matching pipeline's `timestep / 1000` in the latents' dtype."""
-    return (r.t() / 1000).to(dt)
-
-
 def _chroma_inputs(model, seed, scale=1):
-    r, dt, c = _R(seed), _dt(model), model.config
-    h, w, txt = 4 * scale, 4, 8
+    kw, r, dt, c, h, w = _packed(model, seed, scale, _XTC)
+    txt = 8
     mask = torch.ones(1, txt + h * w, dtype=dt)
     mask[:, txt - 2 : txt] = 0  # T5 padding after the prompt (the pipeline keeps one pad token)
-    return dict(
-        hidden_states=r.randn(1, h * w, c.in_channels, dtype=dt),
-        timestep=_flow_t(r, dt),
-        encoder_hidden_states=r.randn(1, txt, c.joint_attention_dim, dtype=dt),
-        txt_ids=torch.zeros(txt, 3, dtype=dt),
-        img_ids=_flux_ids(h, w).to(dt),
-        attention_mask=mask,
-        joint_attention_kwargs=None,
-    )
+    return dict(kw, **_flux_txt_img_ids(h, w, txt, dt), attention_mask=mask, joint_attention_kwargs=None)
 
 
 CHROMA = Family(
     model_class="ChromaTransformer2DModel",
-    config=dict(
-        patch_size=1,
-        in_channels=64,
-        num_layers=2,
-        num_single_layers=2,
-        attention_head_dim=16,
-        num_attention_heads=2,
-        joint_attention_dim=32,
-        axes_dims_rope=(4, 6, 6),
-        approximator_num_channels=16,
-        approximator_hidden_dim=32,
-        approximator_layers=2,
-    ),
+    config=dict(_FLUX_LIKE, approximator_num_channels=16, approximator_hidden_dim=32, approximator_layers=2),
     inputs=_chroma_inputs,
 )
 
 
-def _flux2_ids(h, w):
-    return torch.cartesian_prod(torch.arange(1), torch.arange(h), torch.arange(w), torch.arange(1))
-
-
 def _flux2_inputs(model, seed, scale=1):
-    r, dt, c = _R(seed), _dt(model), model.config
-    h, w, txt = 4 * scale, 4, 8
-    kw = dict(
-        hidden_states=r.randn(1, h * w, c.in_channels, dtype=dt),
-        encoder_hidden_states=r.randn(1, txt, c.joint_attention_dim, dtype=dt),
-        timestep=_flow_t(r, dt),
-        img_ids=_flux2_ids(h, w)[None],  # (B, S, 4) int64, as the pipeline makes them
-        txt_ids=torch.cartesian_prod(torch.arange(1), torch.arange(1), torch.arange(1), torch.arange(txt))[None],
-        joint_attention_kwargs=None,
-    )
-    if c.guidance_embeds:
-        kw["guidance"] = torch.full((1,), 4.0, dtype=torch.float32)
-    return kw
+    kw, r, dt, c, h, w = _packed(model, seed, scale, _XCT)
+    # (B, S, 4) int64, as the pipeline makes them
+    kw.update(img_ids=_flux2_ids(1, h, w, 1)[None], txt_ids=_flux2_ids(1, 1, 1, 8)[None], joint_attention_kwargs=None)
+    return _guidance(kw, c, 4.0)
 
+
+# FLUX.2-like: 4-axis rope over 128 packed channels
+_FLUX2_LIKE = dict(_MMDIT, in_channels=128, num_single_layers=2, mlp_ratio=3.0, axes_dims_rope=(4, 4, 4, 4), eps=1e-6)
 
 FLUX2 = Family(
     model_class="Flux2Transformer2DModel",
     config=dict(
-        patch_size=1,
-        in_channels=128,
-        num_layers=2,
-        num_single_layers=2,
-        attention_head_dim=16,
-        num_attention_heads=2,
-        joint_attention_dim=32,
-        timestep_guidance_channels=256,
-        mlp_ratio=3.0,
-        axes_dims_rope=(4, 4, 4, 4),
-        rope_theta=2000,
-        eps=1e-6,
+        _FLUX2_LIKE, patch_size=1, num_layers=2, timestep_guidance_channels=256, rope_theta=2000,
         guidance_embeds=True,
     ),
     inputs=_flux2_inputs,
@@ -536,192 +495,101 @@ FLUX2 = Family(
 
 
 def _flux3_inputs(model, seed, scale=1):
-    r, dt, c = _R(seed), _dt(model), model.config
-    h, w, txt = 4 * scale, 4, 8 * scale  # the text mode blocks see only text
-    kw = dict(
-        hidden_states=r.randn(1, h * w, c.in_channels, dtype=dt),
-        encoder_hidden_states=r.randn(1, txt, c.joint_attention_dim, dtype=dt),
-        timestep=(r.t() / 1000).to(dt),
-        img_ids=_flux2_ids(h, w),
-        txt_ids=torch.cartesian_prod(torch.arange(1), torch.arange(1), torch.arange(1), torch.arange(txt)),
-        attention_kwargs=None,
-    )
-    return kw
+    txt = 8 * scale  # the text mode blocks see only text
+    kw, r, dt, c, h, w = _packed(model, seed, scale, _XCT, txt=txt)
+    return dict(kw, img_ids=_flux2_ids(1, h, w, 1), txt_ids=_flux2_ids(1, 1, 1, txt), attention_kwargs=None)
 
 
 FLUX3 = Family(
     model_class="Flux3Transformer2DModel",
     config=dict(
-        in_channels=128,
-        cond_in_channels=128,
-        num_layers=1,
-        num_single_layers=2,
-        attention_head_dim=16,
-        num_attention_heads=2,
-        joint_attention_dim=32,
-        timestep_channels=256,
-        mlp_ratio=3.0,
-        axes_dims_rope=(4, 4, 4, 4),
-        rope_theta=10000,
-        eps=1e-6,
-        flow_map=False,
+        _FLUX2_LIKE, cond_in_channels=128, num_layers=1, timestep_channels=256, rope_theta=10000, flow_map=False
     ),
     inputs=_flux3_inputs,
 )
 
 
 def _longcat_inputs(model, seed, scale=1):
-    r, dt, c = _R(seed), _dt(model), model.config
-    h, w, txt = 4 * scale, 4, 8
-    tid = torch.zeros(txt, 3)
-    tid[:, 1] = tid[:, 2] = torch.arange(txt)
+    kw, r, dt, c, h, w = _packed(model, seed, scale, _XTC)
+    tid = torch.zeros(8, 3)
+    tid[:, 1] = tid[:, 2] = torch.arange(8)
     iid = _flux_ids(h, w, frame=1)
     iid[:, 1:] += 512  # images start after the tokenizer's max length
-    return dict(
-        hidden_states=r.randn(1, h * w, c.in_channels, dtype=dt),
-        timestep=_flow_t(r, dt),
-        encoder_hidden_states=r.randn(1, txt, c.joint_attention_dim, dtype=dt),
-        txt_ids=tid,
-        img_ids=iid,
-    )
+    return dict(kw, txt_ids=tid, img_ids=iid)
 
 
 LONGCAT_IMAGE = Family(
     model_class="LongCatImageTransformer2DModel",
-    config=dict(
-        patch_size=1,
-        in_channels=64,
-        num_layers=2,
-        num_single_layers=2,
-        attention_head_dim=16,
-        num_attention_heads=2,
-        joint_attention_dim=32,
-        pooled_projection_dim=32,
-        axes_dims_rope=(4, 6, 6),
-    ),
+    config=dict(_FLUX_LIKE, pooled_projection_dim=32),
     inputs=_longcat_inputs,
 )
 
 
 def _ovis_inputs(model, seed, scale=1):
-    r, dt, c = _R(seed), _dt(model), model.config
-    h, w, txt = 4 * scale, 4, 8
-    return dict(
-        hidden_states=r.randn(1, h * w, c.in_channels, dtype=dt),
-        timestep=_flow_t(r, dt),
-        encoder_hidden_states=r.randn(1, txt, c.joint_attention_dim, dtype=dt),
-        txt_ids=torch.zeros(txt, 3, dtype=dt),
-        img_ids=_flux_ids(h, w).to(dt),
-        joint_attention_kwargs=None,
-    )
+    kw, r, dt, c, h, w = _packed(model, seed, scale, _XTC)
+    return dict(kw, **_flux_txt_img_ids(h, w, 8, dt), joint_attention_kwargs=None)
 
 
 OVIS_IMAGE = Family(
-    model_class="OvisImageTransformer2DModel",
-    config=dict(
-        patch_size=1,
-        in_channels=64,
-        out_channels=64,
-        num_layers=2,
-        num_single_layers=2,
-        attention_head_dim=16,
-        num_attention_heads=2,
-        joint_attention_dim=32,
-        axes_dims_rope=(4, 6, 6),
-    ),
-    inputs=_ovis_inputs,
+    model_class="OvisImageTransformer2DModel", config=dict(_FLUX_LIKE, out_channels=64), inputs=_ovis_inputs
 )
 
 
 def _bria_fibo_inputs(model, seed, scale=1):
-    r, dt, c = _R(seed), _dt(model), model.config
-    h, w, txt = 4 * scale, 4, 8
-    n = c.num_layers + c.num_single_layers
-    return dict(
-        hidden_states=r.randn(1, h * w, c.in_channels, dtype=dt),
-        timestep=r.t().to(dt),  # the pipeline passes t (0..1000) in the latents' dtype
-        encoder_hidden_states=r.randn(1, txt, c.joint_attention_dim, dtype=dt),
-        text_encoder_layers=[r.randn(1, txt, c.text_encoder_dim, dtype=dt) for _ in range(n)],
-        txt_ids=torch.zeros(txt, 3, dtype=dt),
-        img_ids=_flux_ids(h, w).to(dt),
-        joint_attention_kwargs=None,
-    )
+    # the pipeline passes t (0..1000) in the latents' dtype
+    kw, r, dt, c, h, w = _packed(model, seed, scale, _XTC, t=_dt_t)
+    layers = [r.randn(1, 8, c.text_encoder_dim, dtype=dt) for _ in range(c.num_layers + c.num_single_layers)]
+    return dict(kw, text_encoder_layers=layers, **_flux_txt_img_ids(h, w, 8, dt), joint_attention_kwargs=None)
 
 
 BRIA_FIBO = Family(
     model_class="BriaFiboTransformer2DModel",
     config=dict(
-        patch_size=1,
-        in_channels=48,
-        num_layers=2,
-        num_single_layers=2,
-        attention_head_dim=16,
-        num_attention_heads=2,
-        joint_attention_dim=32,
-        pooled_projection_dim=None,
-        guidance_embeds=False,
-        axes_dims_rope=(4, 6, 6),
-        text_encoder_dim=32,
+        _FLUX_LIKE, in_channels=48, pooled_projection_dim=None, guidance_embeds=False, text_encoder_dim=32
     ),
     inputs=_bria_fibo_inputs,
 )
 
 
 def _bria_fibo2_inputs(model, seed, scale=1):
-    r, dt, c = _R(seed), _dt(model), model.config
-    txt = 8
+    r, dt, c = _ctx(model, seed)
     return dict(
         hidden_states=r.randn(1, c.in_channels, 8 * scale, 8, dtype=dt),
         timestep=r.t() / 1000,  # float32 in [0, 1]
-        encoder_hidden_states=r.randn(1, 1 + len(c.injection_layer_ids), txt, c.cap_feat_dim, dtype=dt),
+        encoder_hidden_states=r.randn(1, 1 + len(c.injection_layer_ids), 8, c.cap_feat_dim, dtype=dt),
         encoder_attention_mask=None,
     )
 
 
+# Lumina-like (Z-Image, FIBO 2): 2 blocks of 2 heads, 1 refiner block per stream
+_LUMINA_LIKE = dict(
+    dim=32, n_layers=2, n_refiner_layers=1, n_heads=2, norm_eps=1e-5, cap_feat_dim=32, rope_theta=256.0,
+    t_scale=1000.0,
+)
+
 BRIA_FIBO2 = Family(
     model_class="BriaFibo2Transformer2DModel",
     config=dict(
-        in_channels=32,
-        patch_size=2,
-        dim=32,
-        n_layers=2,
-        n_refiner_layers=1,
-        n_heads=2,
-        norm_eps=1e-5,
-        cap_feat_dim=32,
+        _LUMINA_LIKE, in_channels=32, patch_size=2,
         injection_layer_ids=(1,),  # block 0 plain, block 1 reads its own text bundle
-        perceiver_num_layers=1,
-        min_num_gist_tokens=4,
-        max_num_gist_tokens=8,
-        gist_step=4,
-        gist_min_text_len=8,
-        gist_max_text_len=16,
-        rope_theta=256.0,
-        t_scale=1000.0,
-        axes_dims=(4, 6, 6),
-        axes_lens=(64, 32, 32),
+        perceiver_num_layers=1, min_num_gist_tokens=4, max_num_gist_tokens=8, gist_step=4, gist_min_text_len=8,
+        gist_max_text_len=16, axes_dims=(4, 6, 6), axes_lens=(64, 32, 32),
     ),
     inputs=_bria_fibo2_inputs,
 )
 
 
 def _hunyuan_image_inputs(model, seed, scale=1):
-    r, dt, c = _R(seed), _dt(model), model.config
-    txt, txt2 = 8, 4
-    mask = torch.ones(1, txt, dtype=torch.long)
-    mask[:, -2:] = 0
+    r, dt, c = _ctx(model, seed)
     kw = dict(
         hidden_states=r.randn(1, c.in_channels, 4 * scale, 4, dtype=dt),
         timestep=r.t().to(dt),
-        encoder_hidden_states=r.randn(1, txt, c.text_embed_dim, dtype=dt),
-        encoder_attention_mask=mask,
+        **_text(r, dt, 8, c.text_embed_dim, pad=2),
         attention_kwargs=None,
     )
     if c.text_embed_2_dim is not None:
-        kw["encoder_hidden_states_2"] = r.randn(1, txt2, c.text_embed_2_dim, dtype=dt)
-        kw["encoder_attention_mask_2"] = torch.ones(1, txt2, dtype=torch.long)
-    if c.guidance_embeds:
-        kw["guidance"] = torch.full((1,), 3.5 * 1000, dtype=dt)
+        kw.update(_text(r, dt, 4, c.text_embed_2_dim, suffix="_2"))
+    _guidance(kw, c, 3.5 * 1000, dt)
     if c.use_meanflow:
         kw["timestep_r"] = r.t().to(dt)
     return kw
@@ -730,22 +598,10 @@ def _hunyuan_image_inputs(model, seed, scale=1):
 HUNYUAN_IMAGE = Family(
     model_class="HunyuanImageTransformer2DModel",
     config=dict(
-        in_channels=64,
-        out_channels=64,
-        num_attention_heads=2,
-        attention_head_dim=16,
-        num_layers=2,
-        num_single_layers=2,
-        num_refiner_layers=1,
-        mlp_ratio=4.0,
-        patch_size=(1, 1),
-        qk_norm="rms_norm",
-        guidance_embeds=False,
-        text_embed_dim=32,
+        _HUNYUAN_LIKE, in_channels=64, out_channels=64, num_single_layers=2, num_refiner_layers=1,
+        patch_size=(1, 1), guidance_embeds=False,
         text_embed_2_dim=32,  # the byT5 glyph branch of HunyuanImage-2.1
-        rope_theta=256.0,
-        rope_axes_dim=(8, 8),
-        use_meanflow=False,
+        rope_axes_dim=(8, 8), use_meanflow=False,
     ),
     inputs=_hunyuan_image_inputs,
 )
@@ -760,37 +616,20 @@ HUNYUAN_IMAGE_DISTILLED = Family(
 
 
 def _qwen21_inputs(model, seed, scale=1):
-    r, dt, c = _R(seed), _dt(model), model.config
-    h, w, txt = 4 * scale, 4, 8
-    tokens = h * w
-    img_mask = torch.cat([torch.zeros(1, txt, dtype=torch.bool), torch.ones(1, tokens // 4, dtype=torch.bool)], 1)
+    kw, r, dt, c, h, w = _packed(model, seed, scale, _XCT, text_dim="context_in_dim")
+    txt = 8
+    img_mask = torch.cat([torch.zeros(1, txt, dtype=torch.bool), torch.ones(1, h * w // 4, dtype=torch.bool)], 1)
     return dict(
-        hidden_states=r.randn(1, tokens, c.in_channels, dtype=dt),
-        encoder_hidden_states=r.randn(1, txt, c.context_in_dim, dtype=dt),
-        timestep=_flow_t(r, dt),
-        img_shapes=[[(1, h, w)]],
-        img_mask=img_mask,
-        encoder_hidden_states_mask=torch.ones(1, txt, dtype=torch.bool),
-        attention_kwargs=None,
-        kv_cache=None,
-        kv_cache_mode=None,
+        kw, img_shapes=[[(1, h, w)]], img_mask=img_mask, encoder_hidden_states_mask=_mask(txt, torch.bool),
+        attention_kwargs=None, kv_cache=None, kv_cache_mode=None,
     )
 
 
 QWEN_IMAGE21 = Family(
     model_class="QwenImage21Transformer2DModel",
     config=dict(
-        patch_size=1,
-        in_channels=64,
-        out_channels=64,
-        num_layers=2,
-        attention_head_dim=16,
-        num_attention_heads=2,
-        context_in_dim=32,
-        mlp_ratio=3,
-        axes_dims_rope=(4, 6, 6),
-        eps=1e-6,
-        causal_condition=True,
+        _HEADS, patch_size=1, in_channels=64, out_channels=64, num_layers=2, context_in_dim=32, mlp_ratio=3,
+        axes_dims_rope=(4, 6, 6), eps=1e-6, causal_condition=True,
     ),
     inputs=_qwen21_inputs,
     note="without the pipeline's prefix KV cache (kv_cache=None)",
@@ -802,19 +641,14 @@ QWEN_IMAGE21 = Family(
 
 
 def _krea2_inputs(model, seed, scale=1):
-    r, dt, c = _R(seed), _dt(model), model.config
-    h, w, txt = 4 * scale, 4, 8
+    kw, r, dt, c, h, w = _packed(model, seed, scale, ("hidden_states",))
+    txt = 8
     pos = torch.zeros(txt + h * w, 3)
     pos[txt:, 1] = torch.arange(h).repeat_interleave(w)
     pos[txt:, 2] = torch.arange(w).repeat(h)
-    mask = torch.ones(1, txt, dtype=torch.bool)
-    mask[:, -2:] = False
     return dict(
-        hidden_states=r.randn(1, h * w, c.in_channels, dtype=dt),
-        encoder_hidden_states=r.randn(1, txt, c.num_text_layers, c.text_hidden_dim, dtype=dt),
-        timestep=_flow_t(r, dt),
-        position_ids=pos,
-        encoder_attention_mask=mask,
+        kw, encoder_hidden_states=r.randn(1, txt, c.num_text_layers, c.text_hidden_dim, dtype=dt),
+        timestep=_flow_t(r, dt), position_ids=pos, encoder_attention_mask=_mask(txt, torch.bool, pad=2),
         attention_kwargs=None,
     )
 
@@ -822,22 +656,11 @@ def _krea2_inputs(model, seed, scale=1):
 KREA2 = Family(
     model_class="Krea2Transformer2DModel",
     config=dict(
-        in_channels=64,
-        num_layers=2,
-        attention_head_dim=16,
-        num_attention_heads=4,
+        in_channels=64, num_layers=2, attention_head_dim=16, num_attention_heads=4,
         num_key_value_heads=2,  # grouped-query attention, as the real 48/12
-        intermediate_size=64,
-        timestep_embed_dim=32,
-        text_hidden_dim=32,
-        num_text_layers=3,
-        text_num_attention_heads=2,
-        text_num_key_value_heads=2,
-        text_intermediate_size=32,
-        num_layerwise_text_blocks=1,
-        num_refiner_text_blocks=1,
-        axes_dims_rope=(4, 6, 6),
-        rope_theta=1000.0,
+        intermediate_size=64, timestep_embed_dim=32, text_hidden_dim=32, num_text_layers=3,
+        text_num_attention_heads=2, text_num_key_value_heads=2, text_intermediate_size=32,
+        num_layerwise_text_blocks=1, num_refiner_text_blocks=1, axes_dims_rope=(4, 6, 6), rope_theta=1000.0,
         norm_eps=1e-5,
     ),
     inputs=_krea2_inputs,
@@ -845,7 +668,7 @@ KREA2 = Family(
 
 
 def _z_image_inputs(model, seed, scale=1):
-    r, dt, c = _R(seed), _dt(model), model.config
+    r, dt, c = _ctx(model, seed)
     # Z-Image pads image and text tokens to multiples of 32: 16 -> 32 and 64 image tokens, 8 -> 32
     # and 40 -> 64 text tokens (the context refiner blocks see only text).
     txt = 8 if scale == 1 else 40
@@ -860,51 +683,28 @@ def _z_image_inputs(model, seed, scale=1):
 Z_IMAGE = Family(
     model_class="ZImageTransformer2DModel",
     config=dict(
-        all_patch_size=(2,),
-        all_f_patch_size=(1,),
-        in_channels=16,
-        dim=32,
-        n_layers=2,
-        n_refiner_layers=1,
-        n_heads=2,
-        n_kv_heads=2,
-        norm_eps=1e-5,
-        qk_norm=True,
-        cap_feat_dim=32,
-        rope_theta=256.0,
-        t_scale=1000.0,
-        axes_dims=[4, 6, 6],
-        axes_lens=[1024, 512, 512],
+        _LUMINA_LIKE, all_patch_size=(2,), all_f_patch_size=(1,), in_channels=16, n_kv_heads=2, qk_norm=True,
+        axes_dims=[4, 6, 6], axes_lens=[1024, 512, 512],
     ),
     inputs=_z_image_inputs,
 )
 
 
 def _ernie_inputs(model, seed, scale=1):
-    r, dt, c = _R(seed), _dt(model), model.config
-    txt = 8
+    r, dt, c = _ctx(model, seed)
     return dict(
         hidden_states=r.randn(1, c.in_channels, 4 * scale, 4, dtype=dt),
         timestep=r.t().to(dt),  # the pipeline fills t (0..1000) in the prompt dtype
-        text_bth=r.randn(1, txt, c.text_in_dim, dtype=dt),
-        text_lens=torch.tensor([txt - 2]),
+        text_bth=r.randn(1, 8, c.text_in_dim, dtype=dt),
+        text_lens=torch.tensor([8 - 2]),
     )
 
 
 ERNIE_IMAGE = Family(
     model_class="ErnieImageTransformer2DModel",
     config=dict(
-        hidden_size=32,
-        num_attention_heads=2,
-        num_layers=2,
-        ffn_hidden_size=64,
-        in_channels=128,
-        out_channels=128,
-        patch_size=1,
-        text_in_dim=32,
-        rope_theta=256,
-        rope_axes_dim=(4, 6, 6),
-        eps=1e-6,
+        hidden_size=32, num_attention_heads=2, num_layers=2, ffn_hidden_size=64, in_channels=128,
+        out_channels=128, patch_size=1, text_in_dim=32, rope_theta=256, rope_axes_dim=(4, 6, 6), eps=1e-6,
         qk_layernorm=True,
     ),
     inputs=_ernie_inputs,
@@ -914,14 +714,12 @@ ERNIE_IMAGE = Family(
 def _glm_image_inputs(model, seed, scale=1):
     from diffusers.models.transformers.transformer_glm_image import GlmImageKVCache
 
-    r, dt, c = _R(seed), _dt(model), model.config
-    h, w, txt = 4 * scale, 4, 8
-    p = c.patch_size
-    tokens = (h // p) * (w // p)
-    prior = r.randint(0, c.prior_vq_quantizer_codebook_size, 1, tokens)
+    r, dt, c = _ctx(model, seed)
+    h, w, p = 4 * scale, 4, c.patch_size
+    prior = r.randint(0, c.prior_vq_quantizer_codebook_size, 1, (h // p) * (w // p))
     return dict(
         hidden_states=r.randn(1, c.in_channels, h, w, dtype=dt),
-        encoder_hidden_states=r.randn(1, txt, c.text_embed_dim, dtype=dt),
+        encoder_hidden_states=r.randn(1, 8, c.text_embed_dim, dtype=dt),
         prior_token_id=prior,
         prior_token_drop=torch.zeros_like(prior, dtype=torch.bool),
         timestep=r.t() - 1,  # float32
@@ -935,16 +733,8 @@ def _glm_image_inputs(model, seed, scale=1):
 GLM_IMAGE = Family(
     model_class="GlmImageTransformer2DModel",
     config=dict(
-        patch_size=2,
-        in_channels=16,
-        out_channels=16,
-        num_layers=2,
-        attention_head_dim=16,
-        num_attention_heads=2,
-        text_embed_dim=32,
-        time_embed_dim=32,
-        condition_dim=16,
-        prior_vq_quantizer_codebook_size=64,
+        _HEADS, patch_size=2, in_channels=16, out_channels=16, num_layers=2, text_embed_dim=32,
+        time_embed_dim=32, condition_dim=16, prior_vq_quantizer_codebook_size=64,
     ),
     inputs=_glm_image_inputs,
 )
@@ -953,7 +743,7 @@ GLM_IMAGE = Family(
 def _ideogram4_inputs(model, seed, scale=1):
     from diffusers.models.transformers import transformer_ideogram4 as m
 
-    r, dt, c = _R(seed), _dt(model), model.config
+    r, dt, c = _ctx(model, seed)
     txt, gh, gw = 8, 4 * scale, 4
     n_img = gh * gw
     seq = txt + n_img
@@ -983,32 +773,16 @@ def _ideogram4_inputs(model, seed, scale=1):
 IDEOGRAM4 = Family(
     model_class="Ideogram4Transformer2DModel",
     config=dict(
-        in_channels=128,
-        num_layers=2,
-        attention_head_dim=16,
-        num_attention_heads=2,
-        intermediate_size=64,
-        adaln_dim=16,
-        llm_features_dim=32,
-        rope_theta=5000000,
-        mrope_section=(4, 2, 2),
-        norm_eps=1e-5,
+        _HEADS, in_channels=128, num_layers=2, intermediate_size=64, adaln_dim=16, llm_features_dim=32,
+        rope_theta=5000000, mrope_section=(4, 2, 2), norm_eps=1e-5,
     ),
     inputs=_ideogram4_inputs,
 )
 
 
 def _nucleus_inputs(model, seed, scale=1):
-    r, dt, c = _R(seed), _dt(model), model.config
-    h, w, txt = 4 * scale, 4, 8
-    return dict(
-        hidden_states=r.randn(1, h * w, c.in_channels, dtype=dt),
-        timestep=(r.t() / 1000).to(dt),
-        encoder_hidden_states=r.randn(1, txt, c.joint_attention_dim, dtype=dt),
-        encoder_hidden_states_mask=torch.ones(1, txt, dtype=torch.long),
-        img_shapes=[(1, h, w)],
-        attention_kwargs=None,
-    )
+    kw, r, dt, c, h, w = _packed(model, seed, scale, _XTC)
+    return dict(kw, encoder_hidden_states_mask=_mask(8), img_shapes=[(1, h, w)], attention_kwargs=None)
 
 
 def _init_nucleus_experts(model):
@@ -1022,24 +796,12 @@ def _init_nucleus_experts(model):
 NUCLEUS_MOE_IMAGE = Family(
     model_class="NucleusMoEImageTransformer2DModel",
     config=dict(
-        patch_size=2,
-        in_channels=64,
-        out_channels=16,
+        _QWEN_LIKE,
         num_layers=5,  # leave_first_three_and_last_block_dense: blocks 0-2 and 4 dense, block 3 MoE
-        attention_head_dim=16,
-        num_attention_heads=2,
-        num_key_value_heads=None,
-        joint_attention_dim=32,
-        axes_dims_rope=(4, 6, 6),
-        mlp_ratio=4.0,
-        moe_enabled=True,
+        num_key_value_heads=None, mlp_ratio=4.0, moe_enabled=True,
         dense_moe_strategy="leave_first_three_and_last_block_dense",
         num_experts=8,  # capacity = ceil(8.0 * tokens / 8): every expert may take every token
-        moe_intermediate_dim=16,
-        capacity_factors=8.0,
-        use_sigmoid=False,
-        route_scale=2.5,
-        use_grouped_mm=False,
+        moe_intermediate_dim=16, capacity_factors=8.0, use_sigmoid=False, route_scale=2.5, use_grouped_mm=False,
     ),
     inputs=_nucleus_inputs,
     init=_init_nucleus_experts,
@@ -1052,13 +814,7 @@ NUCLEUS_MOE_IMAGE = Family(
 # ChronoEdit-14B: Wan 2.1 I2V with CLIP image tokens, temporal-reasoning rope skip.
 CHRONO_EDIT = Family(
     model_class="ChronoEditTransformer3DModel",
-    config=dict(
-        _WAN_CONFIG,
-        in_channels=36,
-        image_dim=32,
-        added_kv_proj_dim=32,
-        rope_temporal_skip_len=8,
-    ),
+    config=dict(_WAN_CONFIG, **_WAN_I2V, rope_temporal_skip_len=8),
     inputs=_wan_inputs,
 )
 
@@ -1088,7 +844,7 @@ SKYREELS_V2_DF = Family(
 
 def _wan_vace_inputs(model, seed, scale=1):
     kw = _wan_inputs(model, seed, scale)
-    r, dt, c = _R(seed + 1), _dt(model), model.config
+    r, dt, c = _ctx(model, seed + 1)
     _, _, f, h, w = kw["hidden_states"].shape
     kw["control_hidden_states"] = r.randn(1, c.vace_in_channels, f, h, w, dtype=dt)
     kw["control_hidden_states_scale"] = torch.ones(len(c.vace_layers))
@@ -1104,44 +860,21 @@ WAN_VACE = Family(
 
 
 def _wan_animate_inputs(model, seed, scale=1):
-    r, dt, c = _R(seed), _dt(model), model.config
     f = 3  # latent frames; pose has f - 1; 5 face frames -> 2 motion frames + 1 pad = f
-    h, w = 8 * scale, 8
-    return dict(
-        hidden_states=r.randn(1, c.in_channels, f, h, w, dtype=dt),
-        timestep=r.t(),
-        encoder_hidden_states=r.randn(1, 8, c.text_dim, dtype=dt),
-        encoder_hidden_states_image=r.randn(1, 4, c.image_dim, dtype=dt),
-        pose_hidden_states=r.randn(1, c.latent_channels, f - 1, h, w, dtype=dt),
-        face_pixel_values=r.randn(1, 3, 5, c.motion_encoder_size, c.motion_encoder_size, dtype=dt),
-    )
+    kw, r, dt, c = _video(model, seed, scale, frames=f)
+    h, w, size = 8 * scale, 8, c.motion_encoder_size
+    kw["encoder_hidden_states_image"] = r.randn(1, 4, c.image_dim, dtype=dt)
+    kw["pose_hidden_states"] = r.randn(1, c.latent_channels, f - 1, h, w, dtype=dt)
+    kw["face_pixel_values"] = r.randn(1, 3, 5, size, size, dtype=dt)
+    return kw
 
 
 WAN_ANIMATE = Family(
     model_class="WanAnimateTransformer3DModel",
     config=dict(
-        patch_size=(1, 2, 2),
-        num_attention_heads=2,
-        attention_head_dim=16,
-        in_channels=36,
-        latent_channels=16,
-        out_channels=16,
-        text_dim=32,
-        freq_dim=32,
-        ffn_dim=64,
-        num_layers=2,
-        cross_attn_norm=True,
-        qk_norm="rms_norm_across_heads",
-        eps=1e-6,
-        image_dim=32,
-        rope_max_seq_len=1024,
-        motion_encoder_channel_sizes={"4": 16, "8": 16, "16": 16},
-        motion_encoder_size=16,
-        motion_style_dim=8,
-        motion_dim=4,
-        motion_encoder_dim=16,
-        face_encoder_hidden_dim=16,
-        face_encoder_num_heads=2,
+        _WAN_LIKE, **_WAN_QK, in_channels=36, latent_channels=16, image_dim=32, rope_max_seq_len=1024,
+        motion_encoder_channel_sizes={"4": 16, "8": 16, "16": 16}, motion_encoder_size=16, motion_style_dim=8,
+        motion_dim=4, motion_encoder_dim=16, face_encoder_hidden_dim=16, face_encoder_num_heads=2,
         inject_face_latents_blocks=1,
     ),
     inputs=_wan_animate_inputs,
@@ -1149,100 +882,60 @@ WAN_ANIMATE = Family(
 
 
 def _helios_inputs(model, seed, scale=1):
-    r, dt, c = _R(seed), _dt(model), model.config
+    kw, r, dt, c = _video(model, seed, scale)
     ch, f, h, w = c.in_channels, 2, 8 * scale, 8
     long_, mid, short = 4, 2, 1  # history_sizes, largest first, as the pipeline sorts them
-    idx = torch.arange(long_ + mid + short + f)
-    i_long, i_mid, i_short, i_hidden = idx.split([long_, mid, short, f])
-    return dict(
-        hidden_states=r.randn(1, ch, f, h, w, dtype=dt),
-        timestep=r.t(),
-        encoder_hidden_states=r.randn(1, 8, c.text_dim, dtype=dt),
+    i_long, i_mid, i_short, i_hidden = torch.arange(long_ + mid + short + f).split([long_, mid, short, f])
+    kw.update(
         indices_hidden_states=i_hidden[None],
         indices_latents_history_short=i_short[None],
         indices_latents_history_mid=i_mid[None],
         indices_latents_history_long=i_long[None],
-        latents_history_short=r.randn(1, ch, short, h, w, dtype=dt),
-        latents_history_mid=r.randn(1, ch, mid, h, w, dtype=dt),
-        latents_history_long=r.randn(1, ch, long_, h, w, dtype=dt),
     )
+    for name, n in (("short", short), ("mid", mid), ("long", long_)):
+        kw[f"latents_history_{name}"] = r.randn(1, ch, n, h, w, dtype=dt)
+    return kw
 
 
 HELIOS = Family(
     model_class="HeliosTransformer3DModel",
     config=dict(
-        patch_size=(1, 2, 2),
-        num_attention_heads=2,
-        attention_head_dim=16,
-        in_channels=16,
-        out_channels=16,
-        text_dim=32,
-        freq_dim=32,
-        ffn_dim=64,
-        num_layers=2,
-        cross_attn_norm=True,
-        qk_norm="rms_norm_across_heads",
-        eps=1e-6,
-        rope_dim=(4, 6, 6),
-        rope_theta=10000.0,
-        guidance_cross_attn=True,
-        zero_history_timestep=True,
-        has_multi_term_memory_patch=True,
-        is_amplify_history=False,
+        _WAN_LIKE, **_WAN_QK, rope_dim=(4, 6, 6), rope_theta=10000.0, guidance_cross_attn=True,
+        zero_history_timestep=True, has_multi_term_memory_patch=True, is_amplify_history=False,
         history_scale_mode="per_head",
     ),
     inputs=_helios_inputs,
 )
 
 
-def _anyflow_inputs(model, seed, scale=1):
-    r, dt, c = _R(seed), _dt(model), model.config
-    f = 2
+def _anyflow_frames(model, seed, scale, f):
+    """AnyFlow's (B, F, C, H, W) latents of `f` frames and a (timestep, r_timestep) pair per
+    frame. Returns (kwargs, r, dt, c)."""
+    r, dt, c = _ctx(model, seed)
     t = r.t().to(dt)
-    return dict(
-        hidden_states=r.randn(1, f, c.in_channels, 8 * scale, 8, dtype=dt),  # (B, F, C, H, W)
-        timestep=t.expand(1, f).contiguous(),
-        r_timestep=(t / 2).expand(1, f).contiguous(),
-        encoder_hidden_states=r.randn(1, 8, c.text_dim, dtype=dt),
-        attention_kwargs=None,
-    )
-
-
-_ANYFLOW_CONFIG = dict(
-    patch_size=(1, 2, 2),
-    num_attention_heads=2,
-    attention_head_dim=16,
-    in_channels=16,
-    out_channels=16,
-    text_dim=32,
-    freq_dim=32,
-    ffn_dim=64,
-    num_layers=2,
-    cross_attn_norm=True,
-    eps=1e-6,
-    image_dim=None,
-    rope_max_seq_len=1024,
-    gate_value=0.25,
-    deltatime_type="r",
-)
-
-ANYFLOW = Family(model_class="AnyFlowTransformer3DModel", config=_ANYFLOW_CONFIG, inputs=_anyflow_inputs)
-
-
-def _anyflow_far_inputs(model, seed, scale=1):
-    kw = _anyflow_inputs(model, seed, scale)
-    r, dt, c = _R(seed), _dt(model), model.config
-    part = [1, 2]
-    f = sum(part)
-    t = r.t().to(dt)
-    kw.update(
+    kw = dict(
         hidden_states=r.randn(1, f, c.in_channels, 8 * scale, 8, dtype=dt),
         timestep=t.expand(1, f).contiguous(),
         r_timestep=(t / 2).expand(1, f).contiguous(),
-        chunk_partition=part,
     )
-    return kw
+    return kw, r, dt, c
 
+
+def _anyflow_inputs(model, seed, scale=1):
+    kw, r, dt, c = _anyflow_frames(model, seed, scale, 2)
+    return dict(kw, encoder_hidden_states=r.randn(1, 8, c.text_dim, dtype=dt), attention_kwargs=None)
+
+
+def _anyflow_far_inputs(model, seed, scale=1):
+    part = [1, 2]
+    # the prompt as _anyflow_inputs draws it; latents and timesteps of sum(part) frames from the same seed
+    latents = _anyflow_frames(model, seed, scale, sum(part))[0]
+    return dict(_anyflow_inputs(model, seed, scale), **latents, chunk_partition=part)
+
+
+_ANYFLOW_CONFIG = dict(_WAN_LIKE, image_dim=None, rope_max_seq_len=1024, gate_value=0.25, deltatime_type="r")
+
+ANYFLOW = Family(model_class="AnyFlowTransformer3DModel", config=_ANYFLOW_CONFIG, inputs=_anyflow_inputs)
 
 ANYFLOW_FAR = Family(
     model_class="AnyFlowFARTransformer3DModel",
@@ -1252,42 +945,26 @@ ANYFLOW_FAR = Family(
 
 
 def _joyimage_inputs(model, seed, scale=1):
-    r, dt, c = _R(seed), _dt(model), model.config
-    return dict(
-        hidden_states=r.randn(1, c.in_channels, 1, 8 * scale, 8, dtype=dt),
-        timestep=r.t().to(dt),
-        encoder_hidden_states=r.randn(1, 8, c.text_dim, dtype=dt),
-    )
+    return _video(model, seed, scale, frames=1, t=_dt_t)[0]
 
 
 _JOY_CONFIG = dict(
-    patch_size=[1, 2, 2],
-    in_channels=16,
-    out_channels=None,
-    hidden_size=32,
-    num_attention_heads=2,
-    text_dim=32,
-    mlp_width_ratio=4.0,
-    num_layers=2,
-    rope_dim_list=[4, 6, 6],
-    rope_type="rope",
-    theta=256,
+    patch_size=[1, 2, 2], in_channels=16, out_channels=None, hidden_size=32, num_attention_heads=2, text_dim=32,
+    mlp_width_ratio=4.0, num_layers=2, rope_dim_list=[4, 6, 6], rope_type="rope", theta=256,
 )
 
 JOYIMAGE_EDIT = Family(model_class="JoyImageEditTransformer3DModel", config=_JOY_CONFIG, inputs=_joyimage_inputs)
 
 
 def _joyimage_plus_inputs(model, seed, scale=1):
-    r, dt, c = _R(seed), _dt(model), model.config
+    r, dt, c = _ctx(model, seed)
     h, w = 4 * scale, 4  # tokens per side of the target and of the reference image
-    n = 2 * h * w
-    pt, ph, pw = c.patch_size
     # already patchified by the pipeline: (B, tokens, C, pt, ph, pw), target first, then the reference
     return dict(
-        hidden_states=r.randn(1, n, c.in_channels, pt, ph, pw, dtype=dt),
+        hidden_states=r.randn(1, 2 * h * w, c.in_channels, *c.patch_size, dtype=dt),
         timestep=r.t().to(dt),
         encoder_hidden_states=r.randn(1, 8, c.text_dim, dtype=dt),
-        encoder_hidden_states_mask=torch.ones(1, 8, dtype=torch.long),
+        encoder_hidden_states_mask=_mask(8),
         shape_list=[[(1, h, w), (1, h, w)]],
     )
 
@@ -1302,28 +979,19 @@ JOYIMAGE_EDIT_PLUS = Family(
 
 
 def _ltx2_inputs(model, seed, scale=1):
-    r, dt, c = _R(seed), _dt(model), model.config
+    r, dt, c = _ctx(model, seed)
     f, h, w, txt, af = 2, 4 * scale, 4, 8, 5
     t = r.t()
-    mask = torch.ones(1, txt, dtype=torch.bool)
+    mask = _mask(txt, torch.bool)
     return dict(
         hidden_states=r.randn(1, f * h * w, c.in_channels, dtype=dt),
         audio_hidden_states=r.randn(1, af, c.audio_in_channels, dtype=dt),
         # both come from the pipeline's text connectors, caption_channels wide
         encoder_hidden_states=r.randn(1, txt, c.caption_channels, dtype=dt),
         audio_encoder_hidden_states=r.randn(1, txt, c.caption_channels, dtype=dt),
-        timestep=t,
-        sigma=t,
-        encoder_attention_mask=mask,
-        audio_encoder_attention_mask=mask,
-        num_frames=f,
-        height=h,
-        width=w,
-        fps=24.0,
-        audio_num_frames=af,
-        isolate_modalities=False,
-        spatio_temporal_guidance_blocks=None,
-        perturbation_mask=None,
+        timestep=t, sigma=t, encoder_attention_mask=mask, audio_encoder_attention_mask=mask,
+        num_frames=f, height=h, width=w, fps=24.0, audio_num_frames=af, isolate_modalities=False,
+        spatio_temporal_guidance_blocks=None, perturbation_mask=None,
         use_cross_timestep=True,  # the pipeline's default
         attention_kwargs=None,
     )
@@ -1332,41 +1000,26 @@ def _ltx2_inputs(model, seed, scale=1):
 LTX2 = Family(
     model_class="LTX2VideoTransformer3DModel",
     config=dict(
-        in_channels=128,
-        out_channels=128,
-        patch_size=1,
-        patch_size_t=1,
-        num_attention_heads=2,
-        attention_head_dim=16,
-        cross_attention_dim=32,
-        audio_in_channels=16,
-        audio_out_channels=16,
-        audio_num_attention_heads=2,
-        audio_attention_head_dim=8,
-        audio_cross_attention_dim=16,
-        num_layers=2,
-        qk_norm="rms_norm_across_heads",
-        caption_channels=32,
+        _LTX_LIKE, audio_in_channels=16, audio_out_channels=16, audio_num_attention_heads=2,
+        audio_attention_head_dim=8, audio_cross_attention_dim=16,
     ),
     inputs=_ltx2_inputs,
 )
 
 
 def _hv15_inputs(model, seed, scale=1):
-    r, dt, c = _R(seed), _dt(model), model.config
-    txt, txt2, img = 8 * scale, 4, 4  # the token refiner sees only text
+    r, dt, c = _ctx(model, seed)
+    txt = 8 * scale  # the token refiner sees only text
     lat = c.out_channels
     latents = r.randn(1, lat, 2, 4 * scale, 4, dtype=dt)
     # t2v: zero condition latents and mask concatenated to the latents
     cond = torch.zeros(1, c.in_channels - lat, *latents.shape[2:], dtype=dt)
     return dict(
         hidden_states=torch.cat([latents, cond], 1),
-        image_embeds=torch.zeros(1, img, c.image_embed_dim, dtype=dt),
+        image_embeds=torch.zeros(1, 4, c.image_embed_dim, dtype=dt),
         timestep=r.t().to(dt),
-        encoder_hidden_states=r.randn(1, txt, c.text_embed_dim, dtype=dt),
-        encoder_attention_mask=torch.ones(1, txt, dtype=torch.long),
-        encoder_hidden_states_2=r.randn(1, txt2, c.text_embed_2_dim, dtype=dt),
-        encoder_attention_mask_2=torch.ones(1, txt2, dtype=torch.long),
+        **_text(r, dt, txt, c.text_embed_dim),
+        **_text(r, dt, 4, c.text_embed_2_dim, suffix="_2"),
         attention_kwargs=None,
     )
 
@@ -1374,23 +1027,8 @@ def _hv15_inputs(model, seed, scale=1):
 HUNYUAN_VIDEO15 = Family(
     model_class="HunyuanVideo15Transformer3DModel",
     config=dict(
-        in_channels=65,
-        out_channels=32,
-        num_attention_heads=2,
-        attention_head_dim=16,
-        num_layers=2,
-        num_refiner_layers=2,
-        mlp_ratio=4.0,
-        patch_size=1,
-        patch_size_t=1,
-        qk_norm="rms_norm",
-        text_embed_dim=32,
-        text_embed_2_dim=32,
-        image_embed_dim=32,
-        rope_theta=256.0,
-        rope_axes_dim=(4, 6, 6),
-        target_size=640,
-        task_type="i2v",
+        _HUNYUAN_LIKE, in_channels=65, out_channels=32, num_refiner_layers=2, patch_size=1, patch_size_t=1,
+        text_embed_2_dim=32, image_embed_dim=32, rope_axes_dim=(4, 6, 6), target_size=640, task_type="i2v",
         use_meanflow=False,
     ),
     inputs=_hv15_inputs,
@@ -1398,15 +1036,11 @@ HUNYUAN_VIDEO15 = Family(
 
 
 def _motif_inputs(model, seed, scale=1):
-    r, dt, c = _R(seed), _dt(model), model.config
-    txt = 8
-    mask = torch.ones(1, txt, dtype=torch.long)
-    mask[:, -2:] = 0
+    r, dt, c = _ctx(model, seed)
     return dict(
         hidden_states=r.randn(1, c.in_channels, 3, 4 * scale, 4, dtype=dt),  # latents + condition + mask
         timestep=r.t(),
-        encoder_hidden_states=r.randn(1, txt, c.text_embed_dim, dtype=dt),
-        encoder_attention_mask=mask,
+        **_text(r, dt, 8, c.text_embed_dim, pad=2),
         attention_kwargs=None,
     )
 
@@ -1414,24 +1048,9 @@ def _motif_inputs(model, seed, scale=1):
 MOTIF_VIDEO = Family(
     model_class="MotifVideoTransformer3DModel",
     config=dict(
-        in_channels=33,
-        out_channels=16,
-        num_attention_heads=2,
-        attention_head_dim=16,
-        num_layers=2,
-        num_single_layers=2,
-        num_decoder_layers=0,
-        mlp_ratio=4.0,
-        patch_size=2,
-        patch_size_t=1,
-        qk_norm="rms_norm",
-        norm_type="layer_norm",
-        text_embed_dim=32,
-        image_embed_dim=None,
-        rope_theta=256.0,
-        rope_axes_dim=(4, 6, 6),
-        enable_text_cross_attention_dual=False,
-        enable_text_cross_attention_single=False,
+        _HUNYUAN_LIKE, in_channels=33, out_channels=16, num_single_layers=2, num_decoder_layers=0, patch_size=2,
+        patch_size_t=1, norm_type="layer_norm", image_embed_dim=None, rope_axes_dim=(4, 6, 6),
+        enable_text_cross_attention_dual=False, enable_text_cross_attention_single=False,
     ),
     inputs=_motif_inputs,
 )
@@ -1440,84 +1059,59 @@ MOTIF_VIDEO = Family(
 # Kandinsky 5 (T2V Lite): text encoder blocks, then visual decoder blocks; (B, T, H, W, C) latents.
 
 
-def _k5_inputs(model, seed, scale=1):
-    r, dt, c = _R(seed), _dt(model), model.config
+def _kandinsky(model, seed, scale):
+    """The start of a Kandinsky 5 / 6 call: (B, T, H, W, C) latents of a (2, 4 * scale, 4) grid (with
+    the t2v zero conditioning latent and mask where `visual_cond`), 8 * scale prompt tokens (the
+    text blocks see only text), the pooled prompt, `timestep`. Returns (kwargs, r, dt, c)."""
+    r, dt, c = _ctx(model, seed)
     f, h, w = 2, 4 * scale, 4  # latent grid; tokens are (f, h/2, w/2)
-    txt = 8 * scale  # the text encoder blocks see only text
-    ch = 2 * c.in_visual_dim + 1 if c.visual_cond else c.in_visual_dim
-    lat = r.randn(1, f, h, w, c.in_visual_dim, dtype=dt)
-    if c.visual_cond:  # t2v: zero conditioning latent and mask
-        lat = torch.cat([lat, torch.zeros(1, f, h, w, ch - c.in_visual_dim, dtype=dt)], -1)
-    return dict(
-        hidden_states=lat,
-        encoder_hidden_states=r.randn(1, txt, c.in_text_dim, dtype=dt),
-        pooled_projections=r.randn(1, c.in_text_dim2, dtype=dt),
-        timestep=r.t().to(dt),
-        visual_rope_pos=[torch.arange(f), torch.arange(h // 2), torch.arange(w // 2)],
-        text_rope_pos=torch.arange(txt),
-        scale_factor=(1, 2, 2),
-        sparse_params=None,
-    )
-
-
-KANDINSKY5 = Family(
-    model_class="Kandinsky5Transformer3DModel",
-    config=dict(
-        in_visual_dim=16,
-        in_text_dim=32,
-        in_text_dim2=32,
-        time_dim=32,
-        out_visual_dim=16,
-        patch_size=(1, 2, 2),
-        model_dim=32,
-        ff_dim=64,
-        num_text_blocks=2,
-        num_visual_blocks=2,
-        axes_dims=(4, 6, 6),
-        visual_cond=True,
-        attention_type="regular",
-    ),
-    inputs=_k5_inputs,
-)
-
-
-def _k6_inputs(model, seed, scale=1):
-    r, dt, c = _R(seed), _dt(model), model.config
-    f, h, w = 2, 4 * scale, 4
-    txt, audio = 8 * scale, 6  # text blocks see only text
     lat = r.randn(1, f, h, w, c.in_visual_dim, dtype=dt)
     if c.visual_cond:
         lat = torch.cat([lat, torch.zeros(1, f, h, w, c.in_visual_dim + 1, dtype=dt)], -1)
     return dict(
         hidden_states=lat,
-        encoder_hidden_states=r.randn(1, txt, c.in_text_dim, dtype=dt),
+        encoder_hidden_states=r.randn(1, 8 * scale, c.in_text_dim, dtype=dt),
         pooled_projections=r.randn(1, c.in_text_dim2, dtype=dt),
         timestep=r.t().to(dt),
-        audio_hidden_states=r.randn(1, audio, c.in_audio_dim, dtype=dt),
-        encoder_attention_mask=None,
+    ), r, dt, c
+
+
+def _k5_inputs(model, seed, scale=1):
+    kw, r, dt, c = _kandinsky(model, seed, scale)
+    _, f, h, w, _ = kw["hidden_states"].shape
+    kw.update(
+        visual_rope_pos=[torch.arange(f), torch.arange(h // 2), torch.arange(w // 2)],
+        text_rope_pos=torch.arange(kw["encoder_hidden_states"].shape[1]),
+        scale_factor=(1, 2, 2),
+        sparse_params=None,
     )
+    return kw
+
+
+_KANDINSKY_LIKE = dict(
+    in_visual_dim=16, out_visual_dim=16, time_dim=32, model_dim=32, ff_dim=64, num_visual_blocks=2, axes_dims=(4, 6, 6)
+)
+_KANDINSKY_T2V = dict(
+    _KANDINSKY_LIKE, in_text_dim=32, in_text_dim2=32, patch_size=(1, 2, 2), num_text_blocks=2, visual_cond=True
+)
+
+KANDINSKY5 = Family(
+    model_class="Kandinsky5Transformer3DModel",
+    config=dict(_KANDINSKY_T2V, attention_type="regular"),
+    inputs=_k5_inputs,
+)
+
+
+def _k6_inputs(model, seed, scale=1):
+    kw, r, dt, c = _kandinsky(model, seed, scale)
+    kw.update(audio_hidden_states=r.randn(1, 6, c.in_audio_dim, dtype=dt), encoder_attention_mask=None)
+    return kw
 
 
 KANDINSKY6 = Family(
     model_class="Kandinsky6Transformer3DModel",
     config=dict(
-        in_visual_dim=16,
-        out_visual_dim=16,
-        in_text_dim=32,
-        in_text_dim2=32,
-        time_dim=32,
-        patch_size=(1, 2, 2),
-        model_dim=32,
-        ff_dim=64,
-        num_text_blocks=2,
-        num_visual_blocks=2,
-        axes_dims=(4, 6, 6),
-        visual_cond=True,
-        in_audio_dim=20,
-        out_audio_dim=20,
-        model_dim_a=32,
-        time_dim_a=32,
-        ff_dim_a=64,
+        _KANDINSKY_T2V, in_audio_dim=20, out_audio_dim=20, model_dim_a=32, time_dim_a=32, ff_dim_a=64,
         axes_dims_a=(16,),
     ),
     inputs=_k6_inputs,
@@ -1525,25 +1119,15 @@ KANDINSKY6 = Family(
 
 
 def _k6sr_inputs(model, seed, scale=1):
-    r, dt, c = _R(seed), _dt(model), model.config
+    r, dt, c = _ctx(model, seed)
     h, w = 8 * scale, 8  # token grid divisible by NABLA's 8x8 blocks
-    ch = 2 * c.in_visual_dim + 1
-    return dict(hidden_states=r.randn(1, 1, h, w, ch, dtype=dt), timestep=r.t())
+    return dict(hidden_states=r.randn(1, 1, h, w, 2 * c.in_visual_dim + 1, dtype=dt), timestep=r.t())
 
 
 KANDINSKY6_SR = Family(
     model_class="Kandinsky6SRTransformer3DModel",
     config=dict(
-        in_visual_dim=16,
-        out_visual_dim=16,
-        time_dim=32,
-        patch_size=(1, 1, 1),
-        model_dim=32,
-        ff_dim=64,
-        num_visual_blocks=2,
-        axes_dims=(4, 6, 6),
-        scale_factor=(1.0, 2.0, 2.0),
-        nabla_threshold=0.8,
+        _KANDINSKY_LIKE, patch_size=(1, 1, 1), scale_factor=(1.0, 2.0, 2.0), nabla_threshold=0.8,
         nabla_window=(3, 3, 3),
     ),
     inputs=_k6sr_inputs,
@@ -1555,7 +1139,7 @@ KANDINSKY6_SR = Family(
 
 
 def _stable_audio3_inputs(model, seed, scale=1):
-    r, dt, c = _R(seed), _dt(model), model.config
+    r, dt, c = _ctx(model, seed)
     return dict(
         hidden_states=r.randn(1, c.io_channels, 16 * scale, dtype=dt),
         timestep=r.t() / 1000,  # float32 in [0, 1]
@@ -1567,17 +1151,8 @@ def _stable_audio3_inputs(model, seed, scale=1):
 STABLE_AUDIO3 = Family(
     model_class="StableAudio3DiTModel",
     config=dict(
-        io_channels=32,
-        patch_size=1,
-        embed_dim=32,
-        depth=2,
-        num_heads=2,
-        cond_token_dim=32,
-        global_cond_dim=32,
-        local_add_cond_dim=9,
-        timestep_features_dim=32,
-        ff_mult=4.0,
-        num_memory_tokens=4,
+        io_channels=32, patch_size=1, embed_dim=32, depth=2, num_heads=2, cond_token_dim=32, global_cond_dim=32,
+        local_add_cond_dim=9, timestep_features_dim=32, ff_mult=4.0, num_memory_tokens=4,
         use_differential_attention=True,  # as the released SA3 Medium
     ),
     inputs=_stable_audio3_inputs,
@@ -1585,14 +1160,13 @@ STABLE_AUDIO3 = Family(
 
 
 def _longcat_audio_inputs(model, seed, scale=1):
-    r, dt, c = _R(seed), _dt(model), model.config
-    n, txt = 16 * scale, 8
+    r, dt, c = _ctx(model, seed)
+    n = 16 * scale
     kw = dict(
         hidden_states=r.randn(1, n, c.latent_dim, dtype=dt),
-        encoder_hidden_states=r.randn(1, txt, c.dit_text_dim, dtype=dt),
-        encoder_attention_mask=torch.ones(1, txt, dtype=torch.bool),
+        **_text(r, dt, 8, c.dit_text_dim, dtype=torch.bool),
         timestep=r.t() / 1000,
-        attention_mask=torch.ones(1, n, dtype=torch.bool),
+        attention_mask=_mask(n, torch.bool),
     )
     if c.use_latent_condition:
         kw["latent_cond"] = r.randn(1, n, c.latent_dim, dtype=dt)
@@ -1602,25 +1176,19 @@ def _longcat_audio_inputs(model, seed, scale=1):
 LONGCAT_AUDIO_DIT = Family(
     model_class="LongCatAudioDiTTransformer",
     config=dict(
-        dit_dim=32,
-        dit_depth=2,
-        dit_heads=2,
-        dit_text_dim=32,
-        latent_dim=16,
-        text_conv=True,
-        use_latent_condition=True,
-        long_skip=True,
+        dit_dim=32, dit_depth=2, dit_heads=2, dit_text_dim=32, latent_dim=16, text_conv=True,
+        use_latent_condition=True, long_skip=True,
     ),
     inputs=_longcat_audio_inputs,
 )
 
 
 def _minimax_music3_inputs(model, seed, scale=1):
-    r, dt, c = _R(seed), _dt(model), model.config
+    r, dt, c = _ctx(model, seed)
     n = 16 * scale
     return dict(
         hidden_states=r.randn(1, c.in_channels, n, dtype=dt),
-        timestep=(r.t() / 1000).to(dt),  # its Fourier projection multiplies by a weight in the model's dtype
+        timestep=_flow_t(r, dt),  # its Fourier projection multiplies by a weight in the model's dtype
         encoder_hidden_states=r.randn(1, n, c.condition_dim, dtype=dt),  # frame-aligned conditions
     )
 
@@ -1628,13 +1196,7 @@ def _minimax_music3_inputs(model, seed, scale=1):
 MINIMAX_MUSIC3 = Family(
     model_class="MiniMaxMusic3Transformer1DModel",
     config=dict(
-        in_channels=32,
-        condition_dim=32,
-        num_layers=2,
-        num_attention_heads=2,
-        attention_head_dim=16,
-        ff_inner_dim=64,
-        rotary_dim=8,
+        _HEADS, in_channels=32, condition_dim=32, num_layers=2, ff_inner_dim=64, rotary_dim=8,
         fourier_embedding_dim=16,
     ),
     inputs=_minimax_music3_inputs,
@@ -1642,13 +1204,13 @@ MINIMAX_MUSIC3 = Family(
 
 
 def _sdxl_unet_inputs(model, seed, scale=1):
-    r, dt, c = _R(seed), _dt(model), model.config
-    h, w, txt = 8 * scale, 8, 8
+    r, dt, c = _ctx(model, seed)
+    h, w = 8 * scale, 8
     pooled = c.projection_class_embeddings_input_dim - 6 * c.addition_time_embed_dim
     return dict(
         sample=r.randn(1, c.in_channels, h, w, dtype=dt),
         timestep=r.t(),
-        encoder_hidden_states=r.randn(1, txt, c.cross_attention_dim, dtype=dt),
+        encoder_hidden_states=r.randn(1, 8, c.cross_attention_dim, dtype=dt),
         timestep_cond=None,
         cross_attention_kwargs=None,
         added_cond_kwargs={
@@ -1658,24 +1220,20 @@ def _sdxl_unet_inputs(model, seed, scale=1):
     )
 
 
+# small UNets: 4 latent channels, one layer per block, 32-wide prompt
+_UNET_LIKE = dict(
+    sample_size=8, in_channels=4, out_channels=4, layers_per_block=1, norm_num_groups=8, cross_attention_dim=32
+)
+
 # SDXL's UNet: BasicTransformerBlock inside Transformer2DModel at two resolutions, 1 and 2 layers deep.
 SDXL_UNET = Family(
     model_class="UNet2DConditionModel",
     config=dict(
-        sample_size=8,
-        in_channels=4,
-        out_channels=4,
+        _UNET_LIKE,
         down_block_types=("DownBlock2D", "CrossAttnDownBlock2D", "CrossAttnDownBlock2D"),
         up_block_types=("CrossAttnUpBlock2D", "CrossAttnUpBlock2D", "UpBlock2D"),
-        block_out_channels=(32, 32, 64),
-        layers_per_block=1,
-        norm_num_groups=8,
-        cross_attention_dim=32,
-        transformer_layers_per_block=(1, 1, 2),
-        attention_head_dim=(2, 2, 4),
-        use_linear_projection=True,
-        addition_embed_type="text_time",
-        addition_time_embed_dim=8,
+        block_out_channels=(32, 32, 64), transformer_layers_per_block=(1, 1, 2), attention_head_dim=(2, 2, 4),
+        use_linear_projection=True, addition_embed_type="text_time", addition_time_embed_dim=8,
         projection_class_embeddings_input_dim=32 + 6 * 8,
     ),
     inputs=_sdxl_unet_inputs,
@@ -1687,7 +1245,7 @@ SDXL_UNET = Family(
 
 
 def _minimax_h3_inputs(model, seed, scale=1):
-    r, dt, c = _R(seed), _dt(model), model.config
+    r, dt, c = _ctx(model, seed)
     n_txt, n_aud, n_vid = 4 * scale, 6, 8 * scale  # the token refiner blocks see the text rows
     n = n_txt + n_aud + n_vid
     text = torch.arange(n_txt)
@@ -1707,12 +1265,8 @@ def _minimax_h3_inputs(model, seed, scale=1):
         audio_hidden_states=r.randn(1, n_aud, c.audio_in_channels, dtype=dt),
         encoder_hidden_states=r.randn(1, n_txt, c.text_dim, dtype=dt),
         timestep=torch.tensor([0.7, 0.3]),
-        timestep_indices=t_idx,
-        token_tags=tags,
-        position_ids=pos,
-        video_indices=video,
-        audio_indices=audio,
-        text_indices=text,
+        timestep_indices=t_idx, token_tags=tags, position_ids=pos,
+        video_indices=video, audio_indices=audio, text_indices=text,
         attention_kwargs=None,
     )
 
@@ -1720,20 +1274,10 @@ def _minimax_h3_inputs(model, seed, scale=1):
 MINIMAX_H3 = Family(
     model_class="MiniMaxH3Transformer3DModel",
     config=dict(
-        num_attention_heads=2,
-        attention_head_dim=32,
+        num_attention_heads=2, attention_head_dim=32,
         hidden_size=48,  # != heads * head_dim, as in the released checkpoint
-        num_layers=2,
-        num_refiner_layers=2,
-        ffn_dim=64,
-        in_channels=24,
-        audio_in_channels=32,
-        patch_size=(1, 2, 2),
-        text_dim=32,
-        freq_dim=32,
-        time_embed_hidden_dim=48,
-        time_embed_dim=32,
-        rope_freq_dim=4,
+        num_layers=2, num_refiner_layers=2, ffn_dim=64, in_channels=24, audio_in_channels=32, patch_size=(1, 2, 2),
+        text_dim=32, freq_dim=32, time_embed_hidden_dim=48, time_embed_dim=32, rope_freq_dim=4,
     ),
     inputs=_minimax_h3_inputs,
 )
@@ -1744,57 +1288,36 @@ def _wan_animate2_inputs(model, seed, scale=1):
     (`"extract"`), which the pipeline runs once per segment: this runs it here, on the model."""
     from diffusers.models.transformers.transformer_wan_animate_2 import WanAnimate2KVCache
 
-    r, dt, c = _R(seed), _dt(model), model.config
+    r, dt, c = _ctx(model, seed)
     lat, cond = c.out_dim, c.in_dim - c.out_dim
     h, w, ref_f, gen_f = 4 * scale, 4, 2, 3
-    per_frame = (h // 2) * (w // 2)
     txt = [r.randn(8, c.text_dim, dtype=dt)]
     clip = r.randn(1, 4, 1280, dtype=dt)  # MLPProj takes CLIP's 1280-wide tokens
     grid = torch.tensor([[ref_f, h // 2, w // 2]], dtype=torch.long)
     cache = WanAnimate2KVCache(c.num_layers)
-    with torch.no_grad():
-        model(
-            hidden_states=[r.randn(lat, ref_f, h, w, dtype=dt)],
-            timestep=torch.tensor([1.0], dtype=dt),
+
+    def call(frames, timestep, mode):
+        """One call's kwargs for `frames` latent frames; draws latents, `timestep()`, condition latents."""
+        return dict(
+            hidden_states=[r.randn(lat, frames, h, w, dtype=dt)],
+            timestep=timestep(),
             encoder_hidden_states=txt,
-            condition_latents=[r.randn(cond, ref_f, h, w, dtype=dt)],
-            encoder_hidden_states_image=clip,
-            kv_cache=cache,
-            kv_cache_mode="extract",
-            seq_len=ref_f * per_frame,
-            offset_grid_sizes=grid,
+            condition_latents=[r.randn(cond, frames, h, w, dtype=dt)],
+            encoder_hidden_states_image=clip, kv_cache=cache, kv_cache_mode=mode,
+            seq_len=frames * (h // 2) * (w // 2),
         )
-    return dict(
-        hidden_states=[r.randn(lat, gen_f, h, w, dtype=dt)],
-        timestep=r.t().to(dt),
-        encoder_hidden_states=txt,
-        condition_latents=[r.randn(cond, gen_f, h, w, dtype=dt)],
-        encoder_hidden_states_image=clip,
-        kv_cache=cache,
-        kv_cache_mode="cached",
-        seq_len=gen_f * per_frame,
-        reference_grid_sizes=grid,
-        origin_len=5,
-        origin_area=[h * 8, w * 8],
-    )
+
+    with torch.no_grad():
+        model(**call(ref_f, lambda: torch.tensor([1.0], dtype=dt), "extract"), offset_grid_sizes=grid)
+    step = call(gen_f, lambda: r.t().to(dt), "cached")
+    return dict(step, reference_grid_sizes=grid, origin_len=5, origin_area=[h * 8, w * 8])
 
 
 WAN_ANIMATE2 = Family(
     model_class="WanAnimate2Transformer3DModel",
     config=dict(
-        patch_size=(1, 2, 2),
-        text_len=16,
-        in_dim=36,
-        dim=32,
-        ffn_dim=64,
-        freq_dim=32,
-        text_dim=32,
-        out_dim=16,
-        num_heads=2,
-        num_layers=2,
-        cross_attn_norm=True,
-        eps=1e-6,
-        use_img_emb=True,
+        patch_size=(1, 2, 2), text_len=16, in_dim=36, dim=32, ffn_dim=64, freq_dim=32, text_dim=32, out_dim=16,
+        num_heads=2, num_layers=2, cross_attn_norm=True, eps=1e-6, use_img_emb=True,
     ),
     inputs=_wan_animate2_inputs,
     note="inputs() runs the reference (extract) pass to fill the KV cache the step reads",
@@ -1810,23 +1333,11 @@ def _minimax_h3_vae_inputs(model, seed, scale=1):
 MINIMAX_H3_VAE = Family(
     model_class="AutoencoderKLMiniMaxH3",
     config=dict(
-        in_channels=3,
-        out_channels=3,
-        latent_channels=4,
-        block_out_channels=(8, 16),
-        layers_per_block=1,
-        spatial_downsample_factors=(2, 2),
-        temporal_downsample_factors=(2, 2),
-        norm_num_groups=8,
-        decoder_num_layers=2,
-        decoder_num_attention_heads=2,
-        decoder_attention_head_dim=16,
-        decoder_num_register_tokens=2,
-        decoder_ffn_mult=2,
-        clip_length=17,
-        token_drop=3,
-        latents_mean=(0.0,) * 4,
-        latents_std=(1.0,) * 4,
+        in_channels=3, out_channels=3, latent_channels=4, block_out_channels=(8, 16), layers_per_block=1,
+        spatial_downsample_factors=(2, 2), temporal_downsample_factors=(2, 2), norm_num_groups=8,
+        decoder_num_layers=2, decoder_num_attention_heads=2, decoder_attention_head_dim=16,
+        decoder_num_register_tokens=2, decoder_ffn_mult=2, clip_length=17, token_drop=3,
+        latents_mean=(0.0,) * 4, latents_std=(1.0,) * 4,
     ),
     inputs=_minimax_h3_vae_inputs,
     note="encoder fp32; decoder blocks mix fp32 norms/scales with bf16 weights",
@@ -1836,7 +1347,7 @@ MINIMAX_H3_VAE = Family(
 def _cosmos3_inputs(model, seed, scale=1):
     """One unbatched packed sequence: text tokens (the "understanding" part), then one video's
     patch tokens (the generated part)."""
-    r, dt, c = _R(seed), _dt(model), model.config
+    r, dt, c = _ctx(model, seed)
     txt, f, h, w = 8, 1, 4 * scale, 4
     p = c.latent_patch_size
     n_vis = f * (h // p) * (w // p)
@@ -1865,26 +1376,16 @@ def _cosmos3_inputs(model, seed, scale=1):
 COSMOS3 = Family(
     model_class="Cosmos3OmniTransformer",
     config=dict(
-        head_dim=16,
-        hidden_size=32,
-        intermediate_size=64,
-        latent_channel=16,
-        latent_patch_size=2,
-        num_attention_heads=2,
-        num_hidden_layers=2,
-        num_key_value_heads=1,
-        patch_latent_dim=16 * 2 * 2,
-        qk_norm_for_text=True,
-        rms_norm_eps=1e-6,
-        rope_axes_dim=[2, 3, 3],
-        vocab_size=64,
+        head_dim=16, hidden_size=32, intermediate_size=64, latent_channel=16, latent_patch_size=2,
+        num_attention_heads=2, num_hidden_layers=2, num_key_value_heads=1, patch_latent_dim=16 * 2 * 2,
+        qk_norm_for_text=True, rms_norm_eps=1e-6, rope_axes_dim=[2, 3, 3], vocab_size=64,
     ),
     inputs=_cosmos3_inputs,
 )
 
 
 def _dreamlite_inputs(model, seed, scale=1):
-    r, dt, c = _R(seed), _dt(model), model.config
+    r, dt, c = _ctx(model, seed)
     return dict(
         sample=r.randn(1, c.in_channels, 8 * scale, 8, dtype=dt),
         timestep=r.t(),
@@ -1895,17 +1396,7 @@ def _dreamlite_inputs(model, seed, scale=1):
 # DreamLite's UNet: cross-attention-only blocks at high resolution, full blocks deeper.
 DREAMLITE_UNET = Family(
     model_class="DreamLiteUNetModel",
-    config=dict(
-        sample_size=8,
-        in_channels=4,
-        out_channels=4,
-        block_out_channels=(16, 32, 64),
-        cross_attention_dim=32,
-        attention_head_dim=8,
-        layers_per_block=1,
-        norm_num_groups=8,
-        transformer_layers_per_block=1,
-    ),
+    config=dict(_UNET_LIKE, block_out_channels=(16, 32, 64), attention_head_dim=8, transformer_layers_per_block=1),
     inputs=_dreamlite_inputs,
 )
 
@@ -1917,25 +1408,28 @@ DREAMLITE_UNET = Family(
 # layers and pair updates are the same classes, called the same way.
 
 
-def _protein_cond(n):
-    return {
-        "is_in_context_conditioning": torch.zeros(1, n, dtype=torch.bool),
-        "supports_local_latent": torch.ones(1, n, dtype=torch.bool),
-    }
+def _protein(n):
+    """`n` unpadded residues of token type 0, none in-context, every one with a local latent."""
+    return dict(
+        padding_mask=torch.ones(1, n, dtype=torch.bool),
+        token_type=torch.zeros(1, n, dtype=torch.long),
+        conditioning={
+            "is_in_context_conditioning": torch.zeros(1, n, dtype=torch.bool),
+            "supports_local_latent": torch.ones(1, n, dtype=torch.bool),
+        },
+    )
 
 
 def _rfd4_inputs(model, seed, scale=1):
-    r, dt, c = _R(seed), _dt(model), model.config
+    r, dt, c = _ctx(model, seed)
     n = 12 * scale  # tokens (residues)
     return dict(
         bb_ca=r.randn(1, n, 3, dtype=dt),
         local_latents=r.randn(1, n, c.latent_dim, dtype=dt),
-        bb_ca_time=(r.t() / 1000).to(dt),
-        local_latents_time=(r.t() / 1000).to(dt),
-        padding_mask=torch.ones(1, n, dtype=torch.bool),
-        token_type=torch.zeros(1, n, dtype=torch.long),
+        bb_ca_time=_flow_t(r, dt),
+        local_latents_time=_flow_t(r, dt),
         atom37_mask=torch.ones(1, n, 37, dtype=torch.bool),
-        conditioning=_protein_cond(n),
+        **_protein(n),
         recycle_depth=0,
         attention_kwargs=None,
     )
@@ -1945,18 +1439,8 @@ RFD4_PROTEINA = Family(
     model_class="RFD4ProteinaTransformer",
     config=dict(
         nlayers=3,  # pair updates at range(0, nlayers - 1, 2): one, after trunk layer 0
-        token_dim=32,
-        nheads=2,
-        dim_cond=32,
-        pair_repr_dim=16,
-        latent_dim=8,
-        token_type_emb_dim=8,
-        cath_emb_dim=8,
-        t_emb_dim=16,
-        seq_sep_dim=8,
-        xt_pair_dist_dim=8,
-        update_pair_repr_every_n=2,
-        tri_mult_c=16,
+        token_dim=32, nheads=2, dim_cond=32, pair_repr_dim=16, latent_dim=8, token_type_emb_dim=8, cath_emb_dim=8,
+        t_emb_dim=16, seq_sep_dim=8, xt_pair_dist_dim=8, update_pair_repr_every_n=2, tri_mult_c=16,
         feats_seq=("xt_bb_ca", "xt_local_latents", "token_type"),
         feats_cond_seq=("time_emb_bb_ca", "time_emb_local_latents", "recycle_remaining"),
         feats_pair_repr=("xt_bb_ca_pair_dists",),
@@ -1968,32 +1452,17 @@ RFD4_PROTEINA = Family(
 
 
 def _rfd4_ae_inputs(model, seed, scale=1):
-    r, dt, c = _R(seed), _dt(model), model.config
+    r, dt, c = _ctx(model, seed)
     n = 12 * scale
-    return dict(
-        z_latent=r.randn(1, n, c.latent_dim, dtype=dt),
-        ca_coors_nm=r.randn(1, n, 3, dtype=dt),
-        padding_mask=torch.ones(1, n, dtype=torch.bool),
-        token_type=torch.zeros(1, n, dtype=torch.long),
-        conditioning=_protein_cond(n),
-    )
+    return dict(z_latent=r.randn(1, n, c.latent_dim, dtype=dt), ca_coors_nm=r.randn(1, n, 3, dtype=dt), **_protein(n))
 
 
 RFD4_PROTEINA_AE = Family(
     model_class="RFD4ProteinaAutoencoder",
     config=dict(
-        atom37_mask=[[True] * 37] * 147,
-        allowed_residue_types=[[True] * 147] * 7,
-        latent_dim=8,
-        n_residue_types=147,
-        num_token_types=7,
-        nlayers=2,
-        token_dim=32,
-        nheads=2,
-        dim_cond=16,
-        pair_repr_dim=16,
-        token_type_emb_dim=8,
-        decoder_feats_seq=("ca_coors_nm", "z_latent_seq", "token_type"),
+        atom37_mask=[[True] * 37] * 147, allowed_residue_types=[[True] * 147] * 7, latent_dim=8,
+        n_residue_types=147, num_token_types=7, nlayers=2, token_dim=32, nheads=2, dim_cond=16, pair_repr_dim=16,
+        token_type_emb_dim=8, decoder_feats_seq=("ca_coors_nm", "z_latent_seq", "token_type"),
     ),
     inputs=_rfd4_ae_inputs,
     note="forward = decode; decoder feature list without cond_residue_type",
@@ -2003,7 +1472,7 @@ RFD4_PROTEINA_AE = Family(
 def _sana_wm_refiner_inputs(model, seed, scale=1):
     """One window of the refiner without its streaming KV cache (the pipeline's sliding window
     injects and captures K/V through a cache object and a mode string)."""
-    r, dt, c = _R(seed), _dt(model), model.config
+    r, dt, c = _ctx(model, seed)
     f, h, w, txt = 2, 4 * scale, 4, 8
     n = f * h * w
     rope = model.build_rotary_emb_for_absolute_positions(
@@ -2011,10 +1480,9 @@ def _sana_wm_refiner_inputs(model, seed, scale=1):
     )
     return dict(
         hidden_states=r.randn(1, n, c.in_channels, dtype=dt),
-        encoder_hidden_states=r.randn(1, txt, c.caption_channels, dtype=dt),
+        **_text(r, dt, txt, c.caption_channels),
         timestep=torch.full((1, n), 0.5 * c.timestep_scale_multiplier),
         video_rotary_emb=rope,
-        encoder_attention_mask=torch.ones(1, txt, dtype=torch.long),
         kv_cache=None,
         kv_cache_mode=None,
     )
@@ -2035,7 +1503,7 @@ def _sana_wm_inputs(model, seed, scale=1):
 
     from diffusers.pipelines.sana_wm.cam_utils import prepare_camera
 
-    r, dt, c = _R(seed), _dt(model), model.config
+    r, dt, c = _ctx(model, seed)
     f, h, w, txt = 2, 4 * scale, 4, 8
     frames = (f - 1) * 8 + 1
     c2w = np.tile(np.eye(4, dtype=np.float32), (frames, 1, 1))
@@ -2046,7 +1514,7 @@ def _sana_wm_inputs(model, seed, scale=1):
         hidden_states=r.randn(1, c.in_channels, f, h, w, dtype=dt),
         timestep=torch.stack([torch.zeros(()), t[0]]).view(1, 1, f),  # first latent frame is the clean anchor
         encoder_hidden_states=r.randn(1, 1, txt, c.caption_channels, dtype=dt),
-        mask=torch.ones(1, txt, dtype=torch.long),
+        mask=_mask(txt),
         data_info={"img_hw": torch.tensor([[h * 32.0, w * 32.0]])},
         # cast to the model's dtype as the pipeline does (bf16 is refused on the CPU: NOT_COVERED)
         camera_conditions=cam["raymap"][None].to(dt),
@@ -2059,14 +1527,8 @@ SANA_WM = Family(
     config=dict(
         in_channels=16,
         num_layers=4,  # softmax attention every 4th block, linear attention in the others
-        hidden_size=64,
-        num_attention_heads=2,
-        softmax_every_n=4,
-        linear_head_dim=32,
-        chunk_plucker_channels=48,
-        chunk_plucker_post_attn_blocks=4,
-        caption_channels=32,
-        image_size=128,
+        hidden_size=64, num_attention_heads=2, softmax_every_n=4, linear_head_dim=32, chunk_plucker_channels=48,
+        chunk_plucker_post_attn_blocks=4, caption_channels=32, image_size=128,
     ),
     inputs=_sana_wm_inputs,
 )
