@@ -1,12 +1,13 @@
 """The rows of tests/gpu/families_gpu.py -> tests/gpu/RESULTS-families.md.
 
-    python3 tests/gpu/families_report.py ROWS_DIR [OUT.md] [--note TEXT]...
+    python3 tests/gpu/families_report.py ROWS_DIR [OUT.md] [--note TEXT]... [--notes-file FILE]
 
 ROWS_DIR holds <mode>-<family>.json (and kilnd-builds.json, skipped-*.json), as
 families_run.sh leaves them in WORK/rows and packs them into OUT_DIR/families-rows.tar.gz
 (`tar -xzf families-rows.tar.gz rows` and point this at rows/). Prints the Markdown, and
 writes it to OUT.md when given. --note adds a line under the header (how the run was split
-over device calls, say).
+over device calls, say); --notes-file appends FILE (Markdown: what the run showed) before
+the list of failures.
 """
 import datetime
 import glob
@@ -85,7 +86,7 @@ def hit_times(r):
     return out
 
 
-def report(rows_dir, notes=()):
+def report(rows_dir, notes=(), notes_file=None):
     rows, builds, skipped = load(rows_dir)
     any_row = next((r for r in rows.values() if r.get("torch")), {})
     started = [r["started_unix"] for r in rows.values() if r.get("started_unix")]
@@ -131,16 +132,17 @@ def report(rows_dir, notes=()):
         w("")
         w(n)
     w("")
-    w("| family | path | TTR s | first call s | step ms | error vs eager | takes over at s | kiln states |")
-    w("|---|---|---|---|---|---|---|---|")
+    w("| family | path | TTR s | model built at s | first call s | step ms | error vs eager | takes over at s | "
+      "kiln states |")
+    w("|---|---|---|---|---|---|---|---|---|")
     for fam in FAMILIES:
         for mode, label in PATHS:
             r = rows.get((mode, fam))
             if r is None:
-                w(f"| {TITLES[fam]} | {label} | not run | | | | | |")
+                w(f"| {TITLES[fam]} | {label} | not run | | | | | | |")
                 continue
             if r.get("error") and r.get("first_call_s") is None:
-                w(f"| {TITLES[fam]} | {label} | **failed**: `{r['error'][:200]}` | | | | | |")
+                w(f"| {TITLES[fam]} | {label} | **failed**: `{r['error'][:200]}` | | | | | | |")
                 continue
             if mode == "regional" and r.get("fullgraph") is False:
                 label += " (fullgraph=False after fullgraph=True failed)"
@@ -153,7 +155,8 @@ def report(rows_dir, notes=()):
                 else:
                     take = "never (see below)"
             err = r.get("rel_err") if mode != "eager" else None
-            w(f"| {TITLES[fam]} | {label} | {f(r.get('ttr_s'))} | {f(r.get('first_call_s'), '{:.3f}')} | "
+            w(f"| {TITLES[fam]} | {label} | {f(r.get('ttr_s'))} | {f(r.get('model_built_s'))} | "
+              f"{f(r.get('first_call_s'), '{:.3f}')} | "
               f"{f(r.get('step_ms'), '{:.1f}')} | {e(err)} | {take} | "
               f"{states_text(r) if mode in ('miss', 'hit') else '—'} |")
     w("")
@@ -179,7 +182,7 @@ def report(rows_dir, notes=()):
                      f"{a:.1f} vs {b:.1f} ms = {a / b:.3f}×: {'met' if a <= 1.02 * b and hit_ok else 'not met'}{tag}")
         a, b = hi.get("rel_err"), rc.get("rel_err")
         cells.append("not run" if a is None or b is None else
-                     f"{a:.2e} vs {b:.2e}: {'met' if a <= b and hit_ok else 'not met'}{tag}")
+                     f"{a:.4e} vs {b:.4e}: {'met' if a <= b and hit_ok else 'not met'}{tag}")
         t, fc, ttr = mi.get("takeover_s"), rc.get("first_call_s"), rc.get("ttr_s")
         if mi and not mi.get("all_hit"):
             cells.append("no take-over: " + (states_text(mi) if mi else "not run"))
@@ -254,6 +257,9 @@ def report(rows_dir, notes=()):
                 if lines:
                     fails.append(f"  build log of {d[:16]} (last lines):\n  ```\n" +
                                  "\n".join("  " + t[:400] for t in lines[-8:]) + "\n  ```")
+    if notes_file:
+        w(open(notes_file).read().rstrip())
+        w("")
     if fails:
         w("## What failed, verbatim")
         w("")
@@ -267,14 +273,18 @@ def report(rows_dir, notes=()):
 
 def main():
     args = sys.argv[1:]
-    notes = []
+    notes, notes_file = [], None
     while "--note" in args:
         i = args.index("--note")
         notes.append(args[i + 1])
         del args[i:i + 2]
+    if "--notes-file" in args:
+        i = args.index("--notes-file")
+        notes_file = args[i + 1]
+        del args[i:i + 2]
     if not args:
         sys.exit(__doc__)
-    text = report(args[0], notes)
+    text = report(args[0], notes, notes_file)
     print(text)
     if len(args) > 1:
         with open(args[1], "w") as fh:

@@ -8,14 +8,20 @@
 # OUT_DIR/families_run.log.
 #
 #   tests/gpu/families_run.sh OUT_DIR [PHASES] [FAMILIES]
-#     PHASES: comma list of eager, regional, miss, hit (default: all four, ~20 min: more
-#     than one device call holds, so split it, e.g. `eager,regional` then `miss,hit`)
+#     PHASES: comma list of eager, regional, miss, hit (default: all four, ~15 min: more
+#     than one device call holds, so split it as below); FAMILIES: comma list (default all)
 #
 # Through the device tool (carry [".carry"]; .carry/ from tests/gpu/prepare_carry.sh plus
 # `/opt/kiln/test-venv/bin/pip download --no-deps -d .carry/wheels diffusers==0.42.1
-# accelerate==1.15.0`, since that machine has no diffusers and no network):
-#     tests/gpu/families_run.sh $OUT eager,regional     # call 1, ~7 min
-#     tests/gpu/families_run.sh $OUT miss,hit           # call 2, ~9 min
+# accelerate==1.15.0`, since that machine has no diffusers and no network; optionally
+# `mkdir -p .carry/src && git archive HEAD | tar -x -C .carry/src && git rev-parse HEAD >
+# .carry/src/COMMIT` to measure a commit, not the working tree):
+#     KILN_FAMILIES_SRC=.carry/src tests/gpu/families_run.sh $OUT eager,regional  # call 1, 411 s
+#     KILN_FAMILIES_SRC=.carry/src tests/gpu/families_run.sh $OUT miss,hit        # call 2, 479 s
+# (H200, 2026-11-28; call 2 within ~30 s of call 1, so the machine, kilnd and its store stay.)
+# tests/gpu/RESULTS-families.md came from the rows of both calls:
+#     tar -xzf families-rows.tar.gz rows && python3 tests/gpu/families_report.py rows \
+#       tests/gpu/RESULTS-families.md --notes-file NOTES.md
 # State lives in KILN_FAMILIES_WORK (default /tmp/kiln-families): the store, rows done, the
 # Wan from_pretrained folder. kilnd is started in a session of its own (setsid), so it and
 # the store outlive a call while the device machine stays warm (~30 s after a call); a row
