@@ -4,30 +4,12 @@ A Python process that loads an AOTInductor package segfaults in std::regex insid
 generated wrapper .so unless the toolchain's libstdc++ is preloaded (DESIGN.md, facts).
 The worker therefore re-executes itself once with LD_PRELOAD naming it.
 """
-import ctypes.util
 import os
-import shutil
-import subprocess
 import sys
 
+from weight_free import find_libstdcxx
+
 _MARK = "KILN_WORKER_PRELOADED"
-
-
-def find_libstdcxx():
-    """Path of the C++ compiler's libstdc++ (the one the wrapper .so is built against)."""
-    override = os.environ.get("KILN_LIBSTDCXX")
-    if override:
-        return override
-    cxx = os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++")
-    if cxx:
-        try:
-            out = subprocess.run([cxx, "-print-file-name=libstdc++.so.6"], capture_output=True,
-                                 text=True, timeout=30).stdout.strip()
-            if os.path.isabs(out) and os.path.exists(out):
-                return os.path.realpath(out)
-        except (OSError, subprocess.SubprocessError):
-            pass
-    return ctypes.util.find_library("stdc++")
 
 
 def ensure_libstdcxx_preloaded():

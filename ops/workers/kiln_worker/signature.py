@@ -8,6 +8,7 @@ import call_structure
 import model_hash as model_hashing
 from report import WorkerError, log
 from spelling import dtype_name
+from weight_free import strip_weights  # noqa: F401  (signature.strip_weights, as before)
 
 # Relative L2 error allowed between compiled and eager outputs, by the key's dtype.
 TOLERANCE = {"bfloat16": 2e-2, "float16": 5e-3, "float32": 1e-3, "float64": 1e-6}
@@ -94,30 +95,6 @@ def materialize_weights(ep, seed=3):
             continue
         v = _initial_value(name, t, g)
         sd[name] = torch.nn.Parameter(v, requires_grad=t.requires_grad) if isinstance(t, torch.nn.Parameter) else v
-
-
-def strip_weights(ep):
-    """A weight-free copy of an exported program (schema/sources.md): parameters and
-    persistent buffers become meta tensors of the same shapes, dtypes and strides; lifted
-    constants and non-persistent buffers (ep.constants) keep their values; the example
-    inputs (the user's activations) are dropped."""
-    import copy
-
-    import torch
-
-    out = copy.copy(ep)
-    stripped = {}
-    for name, t in ep.state_dict.items():
-        m = torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="meta")
-        stripped[name] = torch.nn.Parameter(m, requires_grad=t.requires_grad) if isinstance(t, torch.nn.Parameter) else m
-    out._state_dict = stripped
-    # The example inputs are the user's activations (a prompt's embeddings), which must not
-    # leave the process either; without them, two exports of one program are also the
-    # same bytes (the model hash never covered them). A builder gives the program zeros
-    # of its recorded input shapes (materialize_example_inputs).
-    if getattr(out, "_example_inputs", None) is not None:
-        out._example_inputs = None
-    return out
 
 
 def state_tensors(ep):

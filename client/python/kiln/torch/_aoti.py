@@ -21,33 +21,15 @@ tensor handles only (no copy, nothing the GPU work already queued depends on).
 import ctypes
 import ctypes.util
 import os
-import shutil
-import subprocess
 import threading
+
+from ._weight_free import find_libstdcxx
 
 _lock = threading.Lock()
 _preloaded = None  # the path made global, once
 
 # AOTIModelPackageLoader's run_single_threaded (see the module docstring).
 RUN_SINGLE_THREADED = True
-
-
-def find_libstdcxx():
-    """Path of the libstdc++ AOTI wrappers are built against: $KILN_LIBSTDCXX, else the C++
-    compiler's (`g++ -print-file-name`), else the system's by soname. None if none found."""
-    override = os.environ.get("KILN_LIBSTDCXX")
-    if override:
-        return override
-    cxx = os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++")
-    if cxx:
-        try:
-            out = subprocess.run([cxx, "-print-file-name=libstdc++.so.6"], capture_output=True,
-                                 text=True, timeout=30).stdout.strip()
-            if os.path.isabs(out) and os.path.exists(out):
-                return os.path.realpath(out)
-        except (OSError, subprocess.SubprocessError):
-            pass
-    return ctypes.util.find_library("stdc++")
 
 
 def ensure_libstdcxx_global():

@@ -47,35 +47,12 @@ import time
 import weakref
 
 from .. import errors
+from ._weight_free import strip_weights  # noqa: F401  (kiln.torch._runtime.strip_weights, as before)
 from . import _aoti, _fingerprint, _gate, _hooks, _keys, _layouts, _node, _signature, _state
 
 log = logging.getLogger("kiln.torch")
 
 SOURCE_NAME_PREFIX = "kiln-fp-"
-
-
-def strip_weights(ep):
-    """A weight-free copy of an exported program (schema/sources.md, the worker's
-    `signature.strip_weights`): parameters and persistent buffers become meta tensors of
-    the same shapes, dtypes and strides; lifted constants keep their values; the example
-    inputs are dropped. The user's weights and activations never leave the process, and the source is MBs, not the block's GBs."""
-    import copy
-
-    import torch
-
-    out = copy.copy(ep)
-    stripped = {}
-    for name, t in ep.state_dict.items():
-        m = torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="meta")
-        stripped[name] = torch.nn.Parameter(m, requires_grad=t.requires_grad) if isinstance(t, torch.nn.Parameter) else m
-    out._state_dict = stripped
-    # The example inputs are the user's activations (a prompt's embeddings), which must not
-    # leave the process either; without them, two exports of one program are also the
-    # same bytes (the model hash never covered them). The worker gives the program zeros
-    # of its recorded input shapes to compile with (signature.materialize_example_inputs).
-    if getattr(out, "_example_inputs", None) is not None:
-        out._example_inputs = None
-    return out
 
 
 class StateChanged(RuntimeError):

@@ -1,0 +1,1 @@
+../../../client/python/kiln/torch/_weight_free.py
