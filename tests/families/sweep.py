@@ -103,6 +103,10 @@ def main():
     ap.add_argument("--ci", action="store_true", help="only the CI subset")
     ap.add_argument("--families", default="", help="comma-separated family names")
     ap.add_argument("--results", default=os.path.join(HERE, "RESULTS.md"), help="where the table goes; - for stdout")
+    ap.add_argument("--rows-only", action="store_true",
+                    help="write only the rows' JSON (RESULTS path with .json), for a sweep run in parts")
+    ap.add_argument("--merge", default="",
+                    help="comma-separated rows JSON files of a sweep run in parts: write the table from them")
     a = ap.parse_args()
 
     os.environ.setdefault("KILN_LIBRARY", os.path.join(a.build, "client", "libkiln.so"))
@@ -116,9 +120,17 @@ def main():
     names = ([n for n in a.families.split(",") if n] or
              [n for n, f in families.FAMILIES.items() if f.ci or not a.ci])
     covered = {families.FAMILIES[n].model_class for n in families.FAMILIES}
-    uncovered = {} if a.ci or a.families else {
+    uncovered = {} if a.ci or (a.families and not a.merge) else {
         c.__name__: families.NOT_COVERED.get(c.__name__, "no small config in tests/families/families.py yet")
         for c in families.repeated_block_models() if c.__name__ not in covered}
+    if a.merge:
+        rows = []
+        for path in a.merge.split(","):
+            with open(path) as f:
+                rows.extend(json.load(f))
+        order = list(families.FAMILIES)
+        rows.sort(key=lambda r: order.index(r["family"]) if r["family"] in order else len(order))
+        return write(a, rows, uncovered)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.join(ROOT, "client", "python"), HERE]))
     rows = []
     with tempfile.TemporaryDirectory(prefix="kiln-sweep-") as folder, running(folder, worker="real") as node:
@@ -127,6 +139,15 @@ def main():
             row = run_one(n, node.socket, env)
             print(f"{n}: {'served' if row['served'] else 'NOT served: ' + row['reason']}", flush=True)
             rows.append(row)
+    if a.rows_only:
+        with open(os.path.splitext(a.results)[0] + ".json", "w") as f:
+            json.dump(rows, f, indent=1, default=str)
+        return 0 if all(r["served"] for r in rows) else 1
+    return write(a, rows, uncovered)
+
+
+def write(a, rows, uncovered):
+    """RESULTS.md (and its rows as JSON beside it) from the sweep's rows."""
     import diffusers
     import torch
 

@@ -2,8 +2,8 @@
 node's socket): the wheel make_wheel.py builds, pip-installed with --no-deps into a venv
 that otherwise holds only the pinned torch and diffusers (through a .pth file: the
 container's own Python packages), run outside the source tree with no KILN_* variable and
-no PYTHONPATH, reaching a real kilnd (the real worker, building on the CPU) only through
-its socket: a diffusers model misses, is built, runs compiled, and a second process hits
+no PYTHONPATH, as a user other than kilnd's (uid 65534, with the read and write roles),
+reaching a real kilnd (the real worker, building on the CPU) only through its socket: a diffusers model misses, is built, runs compiled, and a second process hits
 from its first call; `python -m kiln status` answers. And no code of kiln's Python
 package reaches for kiln's build worker: the node computes model hashes."""
 import json
@@ -11,7 +11,9 @@ import os
 import subprocess
 import sys
 import sysconfig
+from pathlib import Path
 
+import pytest
 import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -47,7 +49,8 @@ print(json.dumps({"kiln": kiln.__file__, "path": sys.path, "first_status": first
 
 
 def _container(tmp_path):
-    """(python of a venv holding the pinned torch/diffusers and the pip-installed wheel, env)."""
+    """(python of a venv holding the pinned torch/diffusers and the pip-installed wheel, env,
+    its site-packages). tmp_path must be readable by the container's user."""
     out = subprocess.run([sys.executable, os.path.join(ROOT, "client", "python", "make_wheel.py"),
                           "--libkiln", os.environ["KILN_LIBRARY"], "--out", str(tmp_path / "dist")],
                          capture_output=True, text=True, timeout=300)
@@ -61,21 +64,49 @@ def _container(tmp_path):
     out = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "--quiet", "--target",
                           str(site), wheel], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
-    env = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG", "TMPDIR")}
-    env["KILN_CACHE_DIR"] = str(tmp_path / "user-cache")
+    home = tmp_path / "home"  # the container user's own, writable folder (kiln.torch's cache)
+    home.mkdir()
+    os.chmod(home, 0o777)
+    env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": str(home)}
     return str(venv / "bin" / "python"), env, site
 
 
-def test_a_container_with_only_the_wheel_misses_builds_and_hits(tmp_path):
+# The container's processes run as this user: not kilnd's (root here), reaching kilnd only
+# through the socket, with the read and write roles the README's recipe grants.
+CONTAINER_UID = 65534
+CONTAINER_ACCESS = f'[access]\nsocket_mode = "0666"\nread_users = ["*"]\nwrite_users = ["{CONTAINER_UID}"]\n'
+
+
+@pytest.fixture
+def shared_tmp():
+    """A folder the container's user can read (pytest's own are root's alone)."""
+    import shutil
+    import tempfile
+
+    path = Path(tempfile.mkdtemp(prefix="kiln-container-", dir="/tmp"))
+    os.chmod(path, 0o755)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def test_a_container_with_only_the_wheel_misses_builds_and_hits(shared_tmp, tmp_path_factory):
     import families
 
+    assert os.geteuid() == 0, "CI runs the tests as root, so the container can run as another user"
+    tmp_path = shared_tmp
     python, env, site = _container(tmp_path)
     model = families.load_like_a_user("flux", str(tmp_path / "flux"), seed=0)
     torch.save(families.FAMILIES["flux"].inputs(model, 0), str(tmp_path / "inputs.pt"))
-    with running(str(tmp_path / "node"), worker="real") as node:
+    for folder, _, names in os.walk(tmp_path / "flux"):  # the image's files: readable by its user
+        for name in names:
+            os.chmod(os.path.join(folder, name), 0o644)
+    os.chmod(tmp_path / "inputs.pt", 0o644)
+    node_dir = str(tmp_path_factory.mktemp("container-node"))
+    with running(node_dir, extra_toml=CONTAINER_ACCESS, worker="real") as node:
         def user(mode):
             out = subprocess.run([python, "-c", USER, node.socket, str(tmp_path / "flux"), str(tmp_path / "inputs.pt"),
-                                  mode], capture_output=True, text=True, timeout=1800, cwd=str(tmp_path), env=env)
+                                  mode], capture_output=True, text=True, timeout=1800, cwd=str(tmp_path), env=env,
+                                 user=CONTAINER_UID, group=CONTAINER_UID)
             assert out.returncode == 0, out.stderr[-3000:]
             return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -91,9 +122,9 @@ def test_a_container_with_only_the_wheel_misses_builds_and_hits(tmp_path):
         assert hit["first_err"] <= BF16_TOLERANCE
 
         out = subprocess.run([python, "-m", "kiln", "status", "--socket", node.socket], capture_output=True, text=True,
-                             timeout=120, cwd=str(tmp_path), env=env)
+                             timeout=120, cwd=str(tmp_path), env=env, user=CONTAINER_UID, group=CONTAINER_UID)
         assert out.returncode == 0, out.stderr
-        assert "can build: yes" in out.stdout and "roles: read" in out.stdout
+        assert "can build: yes" in out.stdout and "roles: read, write" in out.stdout, out.stdout
         assert f"torch: {torch.__version__} (supported by kiln.torch)" in out.stdout
     out = subprocess.run([python, "-m", "kiln", "status", "--socket", str(tmp_path / "gone.sock")],
                          capture_output=True, text=True, timeout=120, cwd=str(tmp_path), env=env)
