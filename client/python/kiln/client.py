@@ -2,8 +2,10 @@
 
     import kiln
     with kiln.Client() as c:                      # $KILN_SOCKET or the default socket
-        with c.get(key) as art:                    # None on a miss
-            loader(art.path)                       # "/proc/self/fd/N"
+        art = c.get(key)                          # None on a miss
+        if art is not None:
+            with art:
+                loader(art.path)                  # "/proc/self/fd/N"
 
 Keys are dicts in the JSON form of schema/key.md ({"kind": "aoti", "model_hash": ...,
 "region": ..., "dtype": ..., "inputs": [...], ...}; node fields may be left out: kilnd
@@ -21,13 +23,20 @@ calls in flight. Artifact and Source objects are independent of their Client (th
 their descriptor after it closes) and may be read from several threads; close() them once.
 """
 import ctypes
+import io  # noqa: F401  (annotations)
 import json
 import mmap
 import os
 import threading
+from typing import Any, Dict, List, Optional, Union
 
 from . import _capi
 from .errors import InvalidArgument, KilnError, from_status
+
+# A key: a dict in schema/key.md's JSON form (or that JSON as text), or where one artifact
+# is looked up, a complete key's 64-hex digest.
+KeyLike = Union[Dict[str, Any], str]
+PathLike = Union[str, "os.PathLike[str]"]
 
 
 def _check(status):
@@ -106,17 +115,17 @@ class _Blob:
     def __fspath__(self):
         return self.path
 
-    def open(self):
+    def open(self) -> "io.BufferedReader":
         """A new binary file object on the bytes, with its own offset (close it yourself)."""
         self._alive()
         return open(self.path, "rb")
 
-    def read(self):
+    def read(self) -> bytes:
         """The whole content as bytes."""
         self._alive()
         return os.pread(self.fd, self.size, 0) if self.size else b""
 
-    def buffer(self):
+    def buffer(self) -> memoryview:
         """A read-only memoryview of the bytes (a shared mapping, no copy), valid until close()."""
         self._alive()
         with self._lock:
@@ -124,7 +133,7 @@ class _Blob:
                 self._map = mmap.mmap(self.fd, self.size, prot=mmap.PROT_READ) if self.size else b""
             return memoryview(self._map)
 
-    def close(self):
+    def close(self) -> None:
         """Releases the descriptor and mapping; path, fd and buffers are invalid after."""
         with self._lock:
             if self._ptr is None:
@@ -193,7 +202,7 @@ class Sources:
     def __init__(self, client):
         self._client = client
 
-    def list(self, prefix=""):
+    def list(self, prefix: str = "") -> List[Dict[str, Any]]:
         """Every registered source whose model hash starts with `prefix` (lowercase hex), as
         dicts {model_hash, blob_digest, size, stored_size, created_at, name}; all pages."""
         out, offset = [], 0
@@ -205,13 +214,13 @@ class Sources:
                 return out
             offset = page["next_offset"]
 
-    def get(self, model_hash):
+    def get(self, model_hash: str) -> "Source":
         """The Source of `model_hash`. NotFound if none is registered (unlike a get miss)."""
         ptr = ctypes.c_void_p()
         _check(_capi.lib().kiln_get_source(self._client._handle(), _b(model_hash), ctypes.byref(ptr)))
         return Source(ptr)
 
-    def put(self, model_hash, path, name=None):
+    def put(self, model_hash: Optional[str], path: PathLike, name: Optional[str] = None) -> Dict[str, Any]:
         """Registers the file at `path` as the source of `model_hash` (write role); returns its
         metadata. model_hash None: the node computes it with its build worker (the returned
         metadata's "model_hash"; an existing source of that hash is returned as is), and a
@@ -233,7 +242,7 @@ class Client:
     socket search (the user's kilnd, then the system's). Raises Unavailable when no daemon
     answers. streaming=True has hits streamed instead of passed as descriptors."""
 
-    def __init__(self, socket=None, streaming=False):
+    def __init__(self, socket: Optional[PathLike] = None, streaming: bool = False) -> None:
         lib = _capi.lib()
         self._ptr = ctypes.c_void_p()
         self._close_lock = threading.Lock()
@@ -242,7 +251,7 @@ class Client:
         self.sources = Sources(self)
 
     # ---- artifacts -----------------------------------------------------------------
-    def get(self, key, build=False, wait=None):
+    def get(self, key: KeyLike, build: bool = False, wait: Optional[float] = None) -> Optional["Artifact"]:
         """The Artifact for `key` (dict, or a complete key's digest), or None on a miss.
 
         build=True (a key dict only): a miss is built by kilnd from the source registered
@@ -264,7 +273,7 @@ class Client:
         _check(status)
         return Artifact(ptr)
 
-    def stat(self, key):
+    def stat(self, key: KeyLike) -> Optional[Dict[str, Any]]:
         """kilnd's metadata for `key` (dict or digest) as a dict, or None when not stored."""
         out = _out_string()
         with _Lookup(key) as (k, digest):
@@ -274,7 +283,7 @@ class Client:
         _check(status)
         return json.loads(_capi.take_string(out.value))
 
-    def put(self, key, data, pin=False):
+    def put(self, key: KeyLike, data: bytes, pin: bool = False) -> Dict[str, Any]:
         """Stores `data` (bytes-like) as the artifact for `key`; returns its metadata."""
         data = bytes(data)
         out = _out_string()
@@ -282,7 +291,7 @@ class Client:
             _check(_capi.lib().kiln_put(self._handle(), k, data, len(data), int(bool(pin)), ctypes.byref(out)))
         return json.loads(_capi.take_string(out.value))
 
-    def put_file(self, key, path, pin=False):
+    def put_file(self, key: KeyLike, path: PathLike, pin: bool = False) -> Dict[str, Any]:
         """Stores the file at `path` (read as it goes) as the artifact for `key`."""
         out = _out_string()
         with _KeyHandle(key) as k:
@@ -290,7 +299,7 @@ class Client:
                                              ctypes.byref(out)))
         return json.loads(_capi.take_string(out.value))
 
-    def ls(self, filters=None, pinned=None):
+    def ls(self, filters: Optional[Dict[str, str]] = None, pinned: Optional[bool] = None) -> List[Dict[str, Any]]:
         """Every stored artifact's metadata matching `filters` ({key field: value}), all pages."""
         out, offset = [], 0
         while True:
@@ -305,18 +314,19 @@ class Client:
                 return out
             offset = page["next_offset"]
 
-    def remove(self, key):
+    def remove(self, key: KeyLike) -> Any:
         """Removes the artifact; False if none was stored."""
         return self._key_op("kiln_remove", key)
 
-    def pin(self, key):
+    def pin(self, key: KeyLike) -> Any:
         return self._key_op("kiln_pin", key)
 
-    def unpin(self, key):
+    def unpin(self, key: KeyLike) -> Any:
         return self._key_op("kiln_unpin", key)
 
     # ---- builds --------------------------------------------------------------------
-    def build(self, key, wait=False, force=False, timeout=None):
+    def build(self, key: KeyLike, wait: bool = False, force: bool = False,
+              timeout: Optional[float] = None) -> Dict[str, Any]:
         """Asks kilnd to build `key` from its registered source (write role). wait=False returns
         at once: {"state": "queued"|"running"|"present", "key_digest", "handle"}; wait=True
         returns {"state": "done", ...} or raises BuildFailed/NoSource/Timeout."""
@@ -325,7 +335,7 @@ class Client:
             body["wait_ms"] = max(1, int(timeout * 1000))
         return self.request("BUILD", body)
 
-    def build_status(self, key_digest=None, handle=None):
+    def build_status(self, key_digest: Optional[str] = None, handle: Optional[str] = None) -> List[Dict[str, Any]]:
         """kilnd's builds (all, or of one key digest / handle): a list of dicts with state,
         error, times."""
         body = {}
@@ -335,27 +345,27 @@ class Client:
             body["handle"] = handle
         return self.request("BUILD_STATUS", body).get("builds", [])
 
-    def logs(self, key_digest):
+    def logs(self, key_digest: str) -> Dict[str, Any]:
         """The newest build record of a key digest ({ok, error, log, ...}) or None."""
         reply = self.request("LOGS", {"key_digest": key_digest})
         return reply.get("record") if reply.get("found") else None
 
-    def status(self):
+    def status(self) -> Dict[str, Any]:
         """The daemon's status: version, node fields, this peer's roles, GPUs, build slots."""
         return self._json_call("kiln_daemon_status")
 
-    def stats(self):
+    def stats(self) -> Dict[str, Any]:
         """{"store": {...}, "daemon": {...}} counters."""
         return self._json_call("kiln_stats")
 
-    def request(self, name, body=None):
+    def request(self, name: str, body: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
         """Any request with one JSON reply, by its name in schema/protocol.md."""
         out = _out_string()
         _check(_capi.lib().kiln_request(self._handle(), _b(name), _b(json.dumps(body or {})), ctypes.byref(out)))
         return json.loads(_capi.take_string(out.value))
 
     @staticmethod
-    def key_digest(key):
+    def key_digest(key: KeyLike) -> str:
         """The digest (64 hex) of a complete key dict; InvalidArgument names missing fields."""
         buf = ctypes.create_string_buffer(65)
         with _KeyHandle(key) as k:

@@ -36,6 +36,12 @@ compile_repeated_blocks/restore must not race with calls on the same model.
 """
 import logging
 import weakref
+from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional, Union
+
+if TYPE_CHECKING:
+    import torch
+
+    from ..client import Client
 
 from . import _fingerprint, _gate, _hooks, _layouts, _runtime, _state, _torch_range
 from ._signature import Unsupported, capture
@@ -147,7 +153,7 @@ def _make_call(state):
     return call
 
 
-def check_torch():
+def check_torch() -> None:
     """Raises RuntimeError naming the version and the range when this process's torch is
     outside kiln's supported range (_torch_range.py, one range for the package and the
     worker): better at compile_repeated_blocks() than a failure per block later."""
@@ -174,8 +180,10 @@ def _resolve_classes(model, block_classes):
     return lambda m: isinstance(m, classes) or type(m).__name__ in names
 
 
-def compile_repeated_blocks(model, block_classes=None, on_miss="eager", socket=None, compile_options=None,
-                            client=None, prefetch=None):
+def compile_repeated_blocks(model: "torch.nn.Module", block_classes: Optional[Iterable[Union[type, str]]] = None,
+                            on_miss: str = "eager", socket: Optional[str] = None,
+                            compile_options: Optional[Dict[str, Any]] = None, client: Optional["Client"] = None,
+                            prefetch: Optional[bool] = None) -> List["torch.nn.Module"]:
     """Serves every block of the given classes in `model` from kilnd's compiled packages.
 
     model: a torch.nn.Module (a diffusers model: its _repeated_blocks by default).
@@ -235,7 +243,7 @@ def compile_repeated_blocks(model, block_classes=None, on_miss="eager", socket=N
     return blocks
 
 
-def compile_pipeline(pipe, **kwargs):
+def compile_pipeline(pipe: Any, **kwargs: Any) -> Dict[str, List["torch.nn.Module"]]:
     """compile_repeated_blocks for every component of a diffusers pipeline that lists
     _repeated_blocks (its transformer or unet); returns {component name: blocks}."""
     import torch
@@ -249,7 +257,7 @@ def compile_pipeline(pipe, **kwargs):
     return out
 
 
-def restore(model):
+def restore(model: "torch.nn.Module") -> None:
     """Puts eager forwards back on every block kiln hooked in `model` (idempotent); loaded
     packages are released with the model's state. Stops the model's background work and
     waits for its threads to end (at most _runtime.STOP_WAIT_S, 10 s: an export, package
@@ -267,7 +275,7 @@ def restore(model):
     object.__delattr__(model, _STATE_ATTR)
 
 
-def status(model):
+def status(model: "torch.nn.Module") -> List[Dict[str, Any]]:
     """Per block class and signature: {"region", "signature", "state" (hit, building,
     exporting, failed, eager, unsupported), "detail" (why; a failed build's last log line),
     "fingerprint", "key_digest", "calls": {"compiled", "eager"}}. [] if not compiled."""
@@ -281,7 +289,7 @@ def status(model):
     return out
 
 
-def wait(model, timeout=600.0):
+def wait(model: "torch.nn.Module", timeout: float = 600.0) -> bool:
     """Waits until no block of `model` is exporting, building or being prefetched (True),
     or `timeout` seconds passed (False). For batch jobs, tests, and servers that report
     ready only once the packages are loaded; serving code need not call it."""

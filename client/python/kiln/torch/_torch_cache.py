@@ -7,6 +7,7 @@ process, after `import torch` (nothing happens at `import kiln`: hooking torch's
 would add seconds to every `import torch`, DESIGN.md "Facts").
 """
 import os
+from typing import Iterable, Optional
 
 from .. import errors
 
@@ -20,7 +21,7 @@ _SETTINGS = {
 CACHES = tuple(_SETTINGS)
 
 
-def torch_cache_url(socket=None):
+def torch_cache_url(socket: Optional[str] = None) -> str:
     """The redis-py URL of the torch cache of the kilnd on `socket` (default: the kiln
     client's default socket): unix:///path, else redis://host:port. Raises
     kiln.Unavailable when kilnd is not running, kiln.Unsupported when it serves no torch cache
@@ -36,7 +37,7 @@ def torch_cache_url(socket=None):
     raise errors.Unsupported("kilnd serves no torch.compile cache: set [torch_cache] socket in kilnd.toml")
 
 
-def use_torch_cache(socket=None, caches=CACHES, url=None):
+def use_torch_cache(socket: Optional[str] = None, caches: Iterable[str] = CACHES, url: Optional[str] = None) -> str:
     """Points this process's torch.compile remote caches (`caches`, a subset of CACHES) at
     kilnd and switches them on; returns the URL. Call it before the first compile.
 
