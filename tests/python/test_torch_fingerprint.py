@@ -121,3 +121,25 @@ def test_description_is_cached_per_instance_and_ignores_kiln_hooks():
     finally:
         _hooks.remove(b)
     assert json.dumps(first)
+
+
+def test_lora_blocks_of_one_class_share_a_fingerprint_and_a_scale_changes_it():
+    """PEFT's tuner layers keep their module path (kwargs["target_name"]): that must not make
+    each LoRA'd block its own fingerprint (one export per block, 57 in FLUX, found on the
+    GPU), while what the graph bakes in (the scaling) must change it."""
+    import diffusers
+    from peft import LoraConfig
+
+    torch.manual_seed(0)
+    model = diffusers.FluxTransformer2DModel(patch_size=1, in_channels=16, num_layers=1, num_single_layers=2,
+                                             attention_head_dim=16, num_attention_heads=2, joint_attention_dim=32,
+                                             pooled_projection_dim=32, axes_dims_rope=(4, 6, 6))
+    model.add_adapter(LoraConfig(r=4, target_modules=["to_q", "to_k", "to_v"]))
+    a, b = model.single_transformer_blocks
+    sig = capture((), {"hidden_states": torch.zeros(1, 8, 32), "temb": torch.zeros(1, 32)})
+    device = torch.device("cpu")
+    assert _fingerprint.fingerprint(a, sig, device) == _fingerprint.fingerprint(b, sig, device)
+    before = _fingerprint.fingerprint(a, sig, device)
+    a.attn.to_q.scaling["default"] = 0.5
+    _fingerprint.forget(a)
+    assert _fingerprint.fingerprint(a, sig, device) != before

@@ -224,3 +224,15 @@ def test_flags_moved_from_torch_defaults_enter_the_numerics():
         assert _node.numerics() == dict(before, cudnn_deterministic=True)
     finally:
         cudnn.deterministic = False
+
+
+def test_an_export_that_names_no_other_gpu_is_saved_as_it_is():
+    """on_device_zero() rewrites only an export naming cuda:N, N > 0 (a split model's second
+    GPU, whose refusal tests/gpu/RESULTS-lora-devices.md records; the rewrite itself needs
+    two GPUs to run); a CPU export passes through untouched."""
+    from kiln.torch import _runtime
+
+    block = torch.nn.Linear(4, 4)
+    with torch.no_grad():
+        ep = torch.export.export(block, (torch.zeros(2, 4),))
+    assert _runtime.on_device_zero(ep) is ep

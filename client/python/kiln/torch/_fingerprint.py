@@ -125,6 +125,15 @@ def _plain(value, depth=0):
             and hasattr(value, "__dict__") else None}
 
 
+def _without_instance_names(module, name, value):
+    """`value` without what names this instance rather than its graph: PEFT's tuner layers
+    keep their own module path (kwargs["target_name"]), which made every LoRA'd block of a
+    class its own fingerprint, so one export per block (57 in FLUX) instead of per class."""
+    if name == "kwargs" and isinstance(value, dict) and "merged_adapters" in vars(module):
+        return {k: v for k, v in value.items() if k != "target_name"}
+    return value
+
+
 def describe(module):
     """The module part of the document (cached per instance: a module whose code-affecting
     attributes change after its first call must be compiled again)."""
@@ -145,7 +154,7 @@ def describe(module):
             if isinstance(value, torch.Tensor):
                 entry["tensors"].append({"name": name, **_tensor_meta(value), "value": _tensor_value(value)})
             elif not isinstance(value, torch.nn.Module):
-                entry["attrs"][name] = _plain(value)
+                entry["attrs"][name] = _plain(_without_instance_names(m, name, value))
         for name, p in sorted(m._parameters.items()):
             entry["params"].append({"name": name, **(_tensor_meta(p) if p is not None else {"none": True}),
                                     "requires_grad": bool(p.requires_grad) if p is not None else None})

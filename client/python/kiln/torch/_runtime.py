@@ -74,8 +74,43 @@ def default_exporter(block, args, kwargs, workdir, still_as_called=lambda: True)
             raise StateChanged("the block's state changed before its export")
         ep = torch.export.export(block, tuple(args), dict(kwargs))
     path = os.path.join(workdir, "block.pt2")
-    torch.export.save(strip_weights(ep), path)
+    torch.export.save(on_device_zero(strip_weights(ep)), path)
     return path, None
+
+
+def on_device_zero(ep):
+    """The export with every `cuda:N` (N > 0) it names moved to `cuda:0`. The model hash
+    names devices by type (schema/sources.md), so this is the same source as the block's
+    export on cuda:0; but kilnd checks and builds with one GPU visible (the slot's), where
+    an archive naming cuda:1 does not even load (found on two H200s: a block class first
+    seen on cuda:1 of a split model was refused at registration). Unchanged when it names
+    no such device, or when torch's pass cannot move it (registration then says why)."""
+    import torch
+
+    names = set()
+
+    def note(d):
+        if isinstance(d, torch.device) and d.type == "cuda" and d.index not in (None, 0):
+            names.add(str(d))
+
+    for node in ep.graph.nodes:
+        val = node.meta.get("val")
+        if isinstance(val, torch.Tensor):
+            note(val.device)
+        for a in list(node.args) + list(node.kwargs.values()):
+            note(a)
+    for t in list(ep.state_dict.values()) + list(ep.constants.values()):
+        if isinstance(t, torch.Tensor):
+            note(t.device)
+    if not names:
+        return ep
+    try:
+        from torch.export.passes import move_to_device_pass
+
+        return move_to_device_pass(ep, {n: "cuda:0" for n in sorted(names)})
+    except Exception as ex:  # registration reports the archive's own error
+        log.info("kiln: could not move the export from %s to cuda:0: %s: %s", sorted(names), type(ex).__name__, ex)
+        return ep
 
 
 # Loaded packages by (key digest, device index), shared by every model of the process;
