@@ -1,5 +1,6 @@
 # Sourced (bash) by the scripts that build kiln on the GPU machine; needs ROOT. Sets the
-# array CARRY_CMAKE_ARGS: what CMake needs on a machine without kiln's Debian packages.
+# array CARRY_CMAKE_ARGS: what CMake needs on a machine without kiln's Debian packages; and
+# defines kiln_build_on_device and kiln_build_targets (below), which build with it.
 # The headers tests/gpu/prepare_carry.sh put in .carry/ (when they are there), the
 # runtime libsqlite3 where the machine has no .so link to it, and no fuzz target where
 # there is no clang++.
@@ -11,3 +12,23 @@ if [ -d "$ROOT/.carry/include" ]; then
     CARRY_CMAKE_ARGS+=(-DSQLite3_LIBRARY=/usr/lib/x86_64-linux-gnu/libsqlite3.so.0)
 fi
 command -v clang++ > /dev/null || CARRY_CMAKE_ARGS+=(-DKILN_CLANGXX=/bin/false)
+
+# kiln_build_on_device SRC BUILD LOG TARGET...: configures SRC into BUILD (Ninja, Release, no
+# tests, CARRY_CMAKE_ARGS), LOG written afresh, then builds the TARGETs (kiln_build_targets).
+# If the configure fails it prints LOG's tail and exits the script with 1.
+kiln_build_on_device() {
+  local src=$1 build=$2 build_log=$3
+  shift 3
+  cmake -S "$src" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DKILN_BUILD_TESTS=OFF "${CARRY_CMAKE_ARGS[@]}" \
+    > "$build_log" 2>&1 || { tail -40 "$build_log"; exit 1; }
+  kiln_build_targets "$build" "$build_log" "$@"
+}
+
+# kiln_build_targets BUILD LOG TARGET...: builds the TARGETs of the configured BUILD, LOG
+# appended. On a failure it prints LOG's errors and exits the script with 1.
+kiln_build_targets() {
+  local build=$1 build_log=$2
+  shift 2
+  cmake --build "$build" -j"$(nproc)" --target "$@" >> "$build_log" 2>&1 ||
+    { grep -A6 "error" "$build_log" | head -80; exit 1; }
+}

@@ -81,10 +81,7 @@ else
   . "$ROOT/tests/gpu/carry_cmake_args.sh"
   log "building kilnd and libkiln.so"
   t=$(date +%s)
-  cmake -S "$SRC" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DKILN_BUILD_TESTS=OFF "${CARRY_CMAKE_ARGS[@]}" \
-    > "$WORK/build.log" 2>&1 || { tail -40 "$WORK/build.log"; exit 1; }
-  cmake --build "$BUILD" -j"$(nproc)" --target kilnd kiln_shared >> "$WORK/build.log" 2>&1 ||
-    { grep -A6 "error" "$WORK/build.log" | head -80; exit 1; }
+  kiln_build_on_device "$SRC" "$BUILD" "$WORK/build.log" kilnd kiln_shared
   log "built in $(( $(date +%s) - t )) s"
   STORE_IN=${KILN_FAMILIES_STORE_IN:-$ROOT/.carry/families-store}
   if [ ! -d "$WORK/store" ] && ls "$STORE_IN"/store.tar.part-* > /dev/null 2>&1; then

@@ -24,10 +24,7 @@ log() { echo "[python_run.sh $(date -u +%H:%M:%S)] $*" >&2; }
 . "$ROOT/tests/gpu/carry_cmake_args.sh"  # headers this machine lacks (tests/gpu/README.md)
 log "building kilnd and libkiln.so"
 t=$(date +%s)
-cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DKILN_BUILD_TESTS=OFF "${CARRY_CMAKE_ARGS[@]}" \
-  > "$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; exit 1; }
-cmake --build "$BUILD" -j"$(nproc)" --target kilnd kiln_shared >> "$OUT/build.log" 2>&1 ||
-  { grep -A6 "error" "$OUT/build.log" | head -80; exit 1; }
+kiln_build_on_device "$ROOT" "$BUILD" "$OUT/build.log" kilnd kiln_shared
 built_s=$(( $(date +%s) - t ))
 log "built in $built_s s"
 # The rows must end inside the device call's 600 s: later hit variants are left out (and said so).
