@@ -50,6 +50,10 @@ def build(request):
     missing = [f for f in fqns if f not in weights]
     if missing:
         raise WorkerError(f"package wants constants the source does not have: {missing[:5]}")
+    folded = signature.folded_weights(ep, weights, fqns)
+    if folded:
+        raise WorkerError(f"AOTInductor folded the weights {folded[:5]} into the package at compile time: it would "
+                          "compute with the builder's values of them, not the caller's; not storing it")
     t = time.monotonic()
     loader.load_constants({f: weights[f] for f in fqns}, False, False, True)
     timings["attach_weights_s"] = time.monotonic() - t

@@ -422,6 +422,24 @@ def file_digest(path):
     return h.hexdigest()
 
 
+def folded_weights(ep, weights, fqns):
+    """The block's weights the program uses that the package does not take as constants:
+    AOTInductor folded them at compile time (BriaFibo2's `cross_attn_gate`, used only as
+    tanh(cross_attn_gate), becomes one baked value). A weight-free package with such a
+    weight computes with the builder's value of it, not the caller's, so it is refused.
+    `weights` as package_constant_names returned it."""
+    taken = {id(weights[f]) for f in fqns if f in weights}
+    placeholders = {n.name: n for n in ep.graph.nodes if n.op == "placeholder"}
+    used = set()
+    for spec in ep.graph_signature.input_specs:
+        if spec.kind.name not in ("PARAMETER", "BUFFER", "CONSTANT_TENSOR") or spec.target is None:
+            continue
+        node = placeholders.get(getattr(spec.arg, "name", None))
+        if node is not None and node.users:
+            used.add(spec.target)
+    return sorted(n for n in used if n in weights and id(weights[n]) not in taken)
+
+
 def package_constant_names(ep, weights, fqns):
     """Weights under the names an AOTI package asks for. A plain tensor attribute of the
     block is lifted by torch.export as a CONSTANT_TENSOR named by its attribute, but the

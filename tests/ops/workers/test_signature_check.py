@@ -46,3 +46,29 @@ def test_a_worker_with_a_torch_outside_the_range_refuses_its_toolchain_probe(mon
     worker = os.path.join(os.path.dirname(__file__), "..", "..", "..", "ops", "workers", "kiln_worker")
     package = os.path.join(os.path.dirname(__file__), "..", "..", "..", "client", "python", "kiln", "torch")
     assert os.path.samefile(os.path.join(worker, "torch_range.py"), os.path.join(package, "_torch_range.py"))
+
+
+def test_a_weight_aotinductor_folds_into_the_package_is_found_by_name(tmp_path):
+    """BriaFibo2's injection blocks use a parameter only as tanh(cross_attn_gate):
+    AOTInductor folds it at compile time, so a weight-free package would run with the
+    builder's value. folded_weights names every such weight, and none the package takes."""
+
+    class Gated(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.proj = torch.nn.Linear(4, 4)
+            self.gate = torch.nn.Parameter(torch.zeros(1))
+
+        def forward(self, x):
+            return self.proj(x) * torch.tanh(self.gate)
+
+    with torch.no_grad():
+        ep = torch.export.export(Gated(), (torch.randn(2, 4),))
+        path = torch._inductor.aoti_compile_and_package(ep, package_path=str(tmp_path / "p.pt2"),
+                                                         inductor_configs={"aot_inductor.package_constants_in_so": False})
+    fqns = list(torch._C._aoti.AOTIModelPackageLoader(path, "model", False, 1, -1).get_constant_fqns())
+    weights = signature.package_constant_names(ep, signature.perturbed_weights(ep, device="cpu"), fqns)
+    assert "proj.weight" in fqns and "gate" not in fqns  # torch 2.15 folds the gate: the case guarded against
+    # Every used weight the package does not take, and only those (here torch also folds
+    # proj.bias into the gated product).
+    assert signature.folded_weights(ep, weights, fqns) == sorted({"gate", "proj.bias", "proj.weight"} - set(fqns))
