@@ -729,3 +729,21 @@ def test_a_diffusers_hook_inside_kilns_runs_eager_and_one_outside_stays_on_hits(
     calls = seams.calls
     assert torch.allclose(run(outer, x), want) and seams.calls == calls + 2  # ... so block 0 runs eager
     assert any(e["state"] == "unsupported" and "submodule" in e["detail"] for e in kiln.torch.status(outer))
+
+
+def test_a_lora_scale_changed_before_the_first_hit_is_another_fingerprint(kilnd, seams):
+    """The block's description is cached; a state change must drop it even when no call of
+    the old state has hit yet (a persistent scale such as set_adapters' weights, changed
+    while the first state still builds), or both states share one entry and the second
+    would run the first's package."""
+    from peft import LoraConfig, inject_adapter_in_model
+
+    model, x = Model(), torch.randn(2, 4, 8)
+    inject_adapter_in_model(LoraConfig(r=2, target_modules=["proj"]), model)
+    kiln.torch.compile_repeated_blocks(model, socket=kilnd.socket)
+    run(model, x)
+    for b in model.blocks:
+        b.proj.scaling["default"] = 0.5
+    run(model, x)
+    fingerprints = {e["fingerprint"] for e in kiln.torch.status(model)}
+    assert len(fingerprints) == 2, kiln.torch.status(model)

@@ -63,13 +63,14 @@ class _ModelState:
 
 
 class _BlockState:
-    __slots__ = ("guards", "constants", "device", "structure")
+    __slots__ = ("guards", "constants", "device", "structure", "described")
 
     def __init__(self):
         self.guards = {}          # (call guard, state token) -> Entry
         self.constants = None     # the block's tensors by name, for the structure below
         self.device = None
         self.structure = None     # _state.structure() when `constants` were taken
+        self.described = None     # _state.structure() the fingerprint's cached description is of
 
 
 def _block_device(block, signature):
@@ -127,8 +128,9 @@ def _make_call(state):
                 key = (type(block).__name__, "inputs on another device than the block's weights")
                 state.unsupported[key] = state.unsupported.get(key, 0) + 1
                 return original(*args, **kwargs)
-            if bs.structure is not None and bs.structure != structure:
-                _fingerprint.forget(block)  # its description was of the old state
+            if bs.described is not None and bs.described != structure:
+                _fingerprint.forget(block)  # its description was of another state
+            bs.described = structure
             entry = runtime.entry(block, sig, device, numerics, structure)
             bs.guards[guard] = entry
             bs.device = device

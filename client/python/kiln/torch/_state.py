@@ -13,8 +13,8 @@ fingerprint.md, "State between calls").
 - The numerics flags (_node.numerics): the key holds them, and a process may change them
   between calls.
 
-token(block) is a hashable value; equal tokens mean none of the above changed. It reads
-attributes only (no tensor data).
+kiln.torch's call guard holds structure(block) and numerics_token(): equal values mean none
+of the above changed. Both read attributes only (no tensor data).
 """
 from . import _node
 from ._signature import canonical_json
@@ -72,8 +72,3 @@ def hook_problem(structure_token, kiln_hook_name="kiln"):
 def numerics_token():
     """The numerics flags as canonical text (what the key's compile_options hold)."""
     return canonical_json(_node.numerics())
-
-
-def token(block):
-    """The state token of `block` now (see the module docstring)."""
-    return structure(block), numerics_token()
