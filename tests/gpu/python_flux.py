@@ -1,8 +1,7 @@
 """The kiln Python package on the real diffusers FluxTransformer2DModel (issue 11's proof).
 
     PYTHONPATH=client/python:.carry/diffusers/src KILN_SOCKET=/path/kiln.sock \
-      KILN_LIBRARY=build-gpu/client/libkiln.so KILN_WORKER=ops/workers/kiln_worker \
-      python3 tests/gpu/python_flux.py OUT_DIR
+      KILN_LIBRARY=build-gpu/client/libkiln.so python3 tests/gpu/python_flux.py OUT_DIR
 
 Needs a kilnd on KILN_SOCKET with the real worker (`[builds] worker = ["python3",
 "ops/workers/kiln_worker"]`, builds_per_gpu >= 4, as tests/gpu/python_run.sh starts it) on

@@ -47,7 +47,7 @@ trap 'kill $KILND_PID 2>/dev/null || true; cp -r "$WORK"/*.json "$OUT"/ 2>/dev/n
 log "kilnd starting (pid $KILND_PID)"
 
 export KILN_LIBRARY=$BUILD/client/libkiln.so
-export KILN_WORKER=$ROOT/ops/workers/kiln_worker
+unset KILN_WORKER  # kilnd hashes the sources: nothing of the worker in the user's process
 export PYTHONPATH=$ROOT/client/python:$ROOT/.carry/diffusers/src${PYTHONPATH:+:$PYTHONPATH}
 rc=0
 python3 "$ROOT/tests/gpu/python_flux.py" "$OUT" 2>&1 | tee "$OUT/python_flux.out" || rc=$?
