@@ -58,7 +58,7 @@ def build(request):
     loader.load_constants({f: weights[f] for f in fqns}, False, False, True)
     timings["attach_weights_s"] = time.monotonic() - t
 
-    inputs = signature.random_inputs(key["inputs"], device=device, strides=signature.input_strides(ep))
+    inputs = signature.random_inputs(key["inputs"], device=device, strides=signature.input_strides(ep, order))
     # The package takes the tensor leaves in torch.export's flat order; the key lists them
     # in kiln's canonical order (schema/key.md, "call").
     with torch.no_grad():

@@ -293,14 +293,13 @@ def inductor_configs(opts):
     return cfg
 
 
-def input_strides(ep):
+def input_strides(ep, order):
     """The strides the program's tensor inputs were exported with, in the key's input order
-    (None for an input with a symbolic stride). A package's kernels index its inputs with
+    (`order` as call_signature gives it; None for an input with a symbolic stride). A package's kernels index its inputs with
     these strides and AOTInductor checks none at run time: a check that fed contiguous
     tensors where diffusers passes a transposed view (HunyuanVideo's hidden states) read
     them wrongly and refused a correct package."""
     leaves = _user_leaves(ep)
-    _, _, order = call_signature(ep)
     out = []
     for i in order:
         try:
