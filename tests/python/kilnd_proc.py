@@ -61,10 +61,13 @@ class Kilnd:
                 f.write('[builds]\nenabled = false\n')
                 with open(TEST_NODE_TOML) as node:
                     f.write(node.read())
-            elif worker == "real":
+            elif worker in ("real", "debian-torch"):
                 # The node as a CPU machine is: the real worker in the pinned environment, one
                 # CPU slot (schema/key.md: gpu_arch/gpu_name "cpu"), node fields from the worker.
-                argv = [_required_env("KILN_TEST_PYTHON"), _required_env("KILN_REAL_WORKER")]
+                # "debian-torch": the same worker under Debian's python3 and its torch 1.13,
+                # older than kiln's range (test_old_torch.py).
+                python = "/usr/bin/python3" if worker == "debian-torch" else _required_env("KILN_TEST_PYTHON")
+                argv = [python, _required_env("KILN_REAL_WORKER")]
                 f.write(f'[builds]\nworker = {json.dumps(argv)}\nprobe_gpus = false\nfailure_ttl_s = 600\n'
                         'build_timeout_s = 1200\nbuilds_per_gpu = 2\n[[builds.slots]]\nname = "cpu"\ngpu_arch = "cpu"\ngpu_name = "cpu"\n')
             else:

@@ -143,3 +143,180 @@ def test_lora_blocks_of_one_class_share_a_fingerprint_and_a_scale_changes_it():
     a.attn.to_q.scaling["default"] = 0.5
     _fingerprint.forget(a)
     assert _fingerprint.fingerprint(a, sig, device) != before
+
+
+# ---- one fingerprint, one graph: what the audit found sharing a fingerprint ----------------
+
+def helper_scale(y):
+    """A module-level function a block's forward reads as a global (replaced below)."""
+    return y * 2
+
+
+class GlobalReader(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = torch.nn.Linear(8, 8)
+
+    def forward(self, hidden_states):
+        return helper_scale(self.proj(hidden_states))
+
+
+class WithAttr(torch.nn.Module):
+    """A block whose forward reads self.setting (any value the audit tried)."""
+
+    def __init__(self, setting):
+        super().__init__()
+        self.proj = torch.nn.Linear(8, 8)
+        self.setting = setting
+
+    def forward(self, hidden_states):
+        return self.proj(hidden_states)
+
+
+def fresh_fp(block, *args, **kwargs):
+    _fingerprint.forget(block)
+    return fp(block, *args, **kwargs)
+
+
+def test_attributes_are_described_by_what_they_compute_not_by_their_name():
+    import functools
+
+    import numpy as np
+    import torch.nn.functional as F
+
+    pairs = [
+        (functools.partial(F.gelu, approximate="tanh"), functools.partial(F.gelu, approximate="none")),
+        (lambda t: t * 2, lambda t: t * 3),  # same qualname "<lambda>", other code
+        ({1, 2}, {1, 3}),
+        (frozenset({"a"}), frozenset({"b"})),
+        (np.float32(0.5), np.float32(0.25)),
+        (np.int64(1), np.int32(1)),
+        ({1: "a"}, {2: "a"}),  # a dict with int keys
+        (b"\x00", b"\x01"),
+        ((((((1,),),),),), (((((2,),),),),)),  # deep tuples
+    ]
+    for one, other in pairs:
+        a, b = WithAttr(one), WithAttr(other)
+        assert fp(a, x(1, 4, 8)) != fp(b, x(1, 4, 8)), (one, other)
+    # Equal values, equal fingerprints (sets in any order, new but equal lambdas).
+    assert fp(WithAttr({3, 1, 2}), x(1, 4, 8)) == fp(WithAttr({2, 3, 1}), x(1, 4, 8))
+    assert fp(WithAttr(lambda t: t * 2), x(1, 4, 8)) == fp(WithAttr(lambda t: t * 2), x(1, 4, 8))
+
+
+def test_a_closure_and_defaults_are_part_of_a_callables_description():
+    def make(k):
+        return lambda t: t * k
+
+    def with_default(t, k=2):
+        return t * k
+
+    def with_other_default(t, k=3):
+        return t * k
+
+    with_other_default.__name__ = with_other_default.__qualname__ = "with_default"
+    assert fp(WithAttr(make(2)), x(1, 4, 8)) != fp(WithAttr(make(3)), x(1, 4, 8))
+    assert fp(WithAttr(with_default), x(1, 4, 8)) != fp(WithAttr(with_other_default), x(1, 4, 8))
+
+
+def test_what_cannot_be_described_fails_closed_naming_where():
+    class Holder:
+        def __init__(self, t):
+            self.t = t
+
+    import threading
+
+    for value, words in [(threading.Lock(), "lock"), (list(range(5000)), "5000 items"),
+                         (Holder(torch.zeros(1 << 19)), "bytes held outside")]:
+        with pytest.raises(_fingerprint.Undescribable) as got:
+            fp(WithAttr(value), x(1, 4, 8))
+        assert "WithAttr.setting" in str(got.value) and words in str(got.value).lower(), got.value
+    nested = WithAttr(None)
+    obj = nested
+    for _ in range(5):  # objects inside objects deeper than the describer reads
+        inner = type("Holder", (), {})()
+        obj.setting = inner
+        obj = inner
+    obj.setting = 1
+    with pytest.raises(_fingerprint.Undescribable):
+        fp(nested, x(1, 4, 8))
+
+
+def test_a_replaced_global_the_forward_reads_is_another_fingerprint_even_after_the_first_call():
+    global helper_scale
+    block = GlobalReader()
+    before = fresh_fp(block, x(1, 4, 8))
+    saved = helper_scale
+    try:
+        helper_scale = lambda y: y * 3  # noqa: E731  (a monkey-patch after the first fingerprint)
+        assert _fingerprint.refresh() > 0 or True
+        assert _fingerprint._describer.changed() is False  # refresh() took the change in
+        assert fresh_fp(block, x(1, 4, 8)) != before
+    finally:
+        helper_scale = saved
+    _fingerprint.refresh()
+    assert fresh_fp(block, x(1, 4, 8)) == before
+
+
+def test_a_monkey_patched_sdpa_and_a_patched_processor_call_change_it():
+    """SageAttention-style: F.scaled_dot_product_attention replaced for the process; or an
+    attention processor class's __call__ replaced. The code that runs is described, not
+    the file it came from."""
+    import torch.nn.functional as F
+    from diffusers.models.attention_processor import Attention, AttnProcessor2_0
+
+    class AttnBlock(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.attn = Attention(query_dim=8, heads=2, dim_head=4, processor=AttnProcessor2_0())
+
+        def forward(self, hidden_states):
+            return self.attn(hidden_states)
+
+    block = AttnBlock()
+    base = fresh_fp(block, x(1, 4, 8))
+    original = F.scaled_dot_product_attention
+    try:
+        F.scaled_dot_product_attention = lambda q, k, v, **kw: original(q, k, v, **kw) * 0.5
+        _fingerprint.refresh()
+        patched = fresh_fp(block, x(1, 4, 8))
+    finally:
+        F.scaled_dot_product_attention = original
+    _fingerprint.refresh()
+    assert patched != base and fresh_fp(block, x(1, 4, 8)) == base
+    call = AttnProcessor2_0.__call__
+    try:
+        AttnProcessor2_0.__call__ = lambda self, attn, hidden_states, *a, **k: call(self, attn, hidden_states) * 2
+        _fingerprint.refresh()
+        assert fresh_fp(block, x(1, 4, 8)) not in (base, patched)
+    finally:
+        AttnProcessor2_0.__call__ = call
+    _fingerprint.refresh()
+    assert fresh_fp(block, x(1, 4, 8)) == base
+
+
+def test_an_instance_forward_the_default_dtype_and_diffusers_attention_backend_enter_it():
+    from diffusers.models.attention_dispatch import attention_backend
+
+    block = GlobalReader()
+    sig = capture((x(1, 4, 8),), {})
+    base = _fingerprint.fingerprint(block, sig, CPU)
+    doubled = _fingerprint.fingerprint(block, sig, CPU, forward=lambda h: GlobalReader.forward(block, h) * 2)
+    halved = _fingerprint.fingerprint(block, sig, CPU, forward=lambda h: GlobalReader.forward(block, h) / 2)
+    assert len({base, doubled, halved}) == 3
+    saved = torch.get_default_dtype()
+    try:
+        torch.set_default_dtype(torch.float64)
+        assert _fingerprint.fingerprint(block, sig, CPU) != base
+    finally:
+        torch.set_default_dtype(saved)
+    with attention_backend("_native_math"):
+        assert _fingerprint.fingerprint(block, sig, CPU) != base
+    assert _fingerprint.fingerprint(block, sig, CPU) == base
+
+
+def test_autocast_is_refused_by_name():
+    from kiln.torch import _state
+
+    assert _state.autocast_problem() is None
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert "autocast" in _state.autocast_problem()

@@ -19,7 +19,7 @@ def _torch_line():
         check_torch()
         return f"torch: {torch.__version__} (supported by kiln.torch)"
     except RuntimeError as e:
-        return f"torch: {e}"
+        return f"torch: {torch.__version__} (not supported by kiln.torch: {e})"
 
 
 def status(socket=None, as_json=False, out=sys.stdout):

@@ -46,7 +46,7 @@ def build(request):
     timings["package_load_s"] = time.monotonic() - t
     weights = signature.perturbed_weights(ep, device=device)
     fqns = list(loader.get_constant_fqns())
-    weights = signature.package_constant_names(ep, weights, fqns)
+    weights, renamed = signature.package_constant_names(ep, weights, fqns)
     missing = [f for f in fqns if f not in weights]
     if missing:
         raise WorkerError(f"package wants constants the source does not have: {missing[:5]}")
@@ -69,6 +69,8 @@ def build(request):
     check = signature.compare(outs, refs, key.get("dtype"))
     del loader
 
+    if renamed:
+        record_constant_names(package, renamed)
     os.replace(package, output)
     return {
         "artifact": {"path": output, "size": os.path.getsize(output), "sha256": signature.file_digest(output)},
@@ -77,3 +79,15 @@ def build(request):
         "constants": len(fqns),
         "timings": {k: round(v, 4) for k, v in timings.items()},
     }
+
+
+def record_constant_names(package, renamed):
+    """Adds `<root>/kiln/constant_names.json` ({package constant: source attribute}) to the
+    package: AOTInductor's loader reads only its own entries, and kiln's loaders map each
+    `_tensor_constant<n>` to the block's attribute with it (schema/worker-protocol.md)."""
+    import json
+    import zipfile
+
+    with zipfile.ZipFile(package, "a") as z:
+        root = z.namelist()[0].split("/")[0]
+        z.writestr(f"{root}/kiln/constant_names.json", json.dumps(renamed, sort_keys=True))

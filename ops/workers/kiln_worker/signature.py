@@ -356,7 +356,9 @@ def eager_outputs(ep, weights, inputs, call):
     import torch
 
     mod = ep.module()
-    own = {**dict(mod.named_parameters()), **dict(mod.named_buffers())}
+    # Lifted constants (a block's plain tensor attributes) too: the package is given the
+    # perturbed ones, so eager must compute with them, not with the export's own values.
+    own = {**dict(mod.named_parameters()), **dict(mod.named_buffers()), **ep.constants}
     args, kwargs = call_structure.build_arguments(call, inputs)
     with torch.no_grad():
         out = torch.func.functional_call(mod, {k: v for k, v in weights.items() if k in own}, tuple(args), kwargs)
@@ -440,18 +442,21 @@ def folded_weights(ep, weights, fqns):
 
 
 def package_constant_names(ep, weights, fqns):
-    """Weights under the names an AOTI package asks for. A plain tensor attribute of the
-    block is lifted by torch.export as a CONSTANT_TENSOR named by its attribute, but the
-    package names the n-th one `_tensor_constant<n>`: map them in signature order."""
+    """(weights under the names an AOTI package asks for, {package name: source name} of
+    those renamed). A plain tensor attribute of the block is lifted by torch.export as a
+    CONSTANT_TENSOR named by its attribute, but the package names the n-th one
+    `_tensor_constant<n>`: map them in signature order. The renames go into the package
+    (aoti.record_constant_names) so that a process loading it gives each its attribute."""
     missing = [f for f in fqns if f not in weights]
     if not missing:
-        return weights
+        return weights, {}
     consts = [s.target for s in ep.graph_signature.input_specs if s.kind.name == "CONSTANT_TENSOR"]
-    out = dict(weights)
+    out, renamed = dict(weights), {}
     for f in missing:
         if f.startswith("_tensor_constant") and f[len("_tensor_constant"):].isdigit():
             n = int(f[len("_tensor_constant"):])
             if n < len(consts) and consts[n] in weights:
                 out[f] = weights[consts[n]]
+                renamed[f] = consts[n]
                 log(f"aoti: package constant {f} is the source's constant {consts[n]}")
-    return out
+    return out, renamed

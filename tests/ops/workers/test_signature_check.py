@@ -67,7 +67,7 @@ def test_a_weight_aotinductor_folds_into_the_package_is_found_by_name(tmp_path):
         path = torch._inductor.aoti_compile_and_package(ep, package_path=str(tmp_path / "p.pt2"),
                                                          inductor_configs={"aot_inductor.package_constants_in_so": False})
     fqns = list(torch._C._aoti.AOTIModelPackageLoader(path, "model", False, 1, -1).get_constant_fqns())
-    weights = signature.package_constant_names(ep, signature.perturbed_weights(ep, device="cpu"), fqns)
+    weights, _ = signature.package_constant_names(ep, signature.perturbed_weights(ep, device="cpu"), fqns)
     assert "proj.weight" in fqns and "gate" not in fqns  # torch 2.15 folds the gate: the case guarded against
     # Every used weight the package does not take, and only those (here torch also folds
     # proj.bias into the gated product).

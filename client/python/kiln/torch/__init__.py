@@ -58,7 +58,7 @@ class _ModelState:
         self.unsupported = {}  # (region, reason) -> calls
         self.model_hook = None  # the model's forward pre-hook: the gate's model boundary
         self.model_end_hook = None  # the forward hook: the call's end (on_miss="wait" waits there)
-        self.numerics_now = None  # the numerics token read at the start of the model's call in progress
+        self.process_now = None  # _state.process_token() read at the start of the model's call in progress
         self.boundary = None    # weakref.finalize withdrawing that boundary from the gate
 
 
@@ -89,9 +89,25 @@ def _needs_grad(block, signature):
     return any(t.requires_grad for t in signature.tensors) or any(p.requires_grad for p in block.parameters())
 
 
+def _instance_forward(block, original):
+    """The forward `block` runs when it is not its class's (an instance-level override the
+    user set before kiln), else None."""
+    func = getattr(original, "__func__", None)
+    if func is not None and getattr(original, "__self__", None) is block and func is getattr(type(block), "forward", None):
+        return None
+    return original
+
+
 def _make_call(state):
     runtime = state.runtime
     per_block = {}
+
+    def eager(block, reason, original, args, kwargs):
+        key = (type(block).__name__, reason)
+        if key not in state.unsupported:
+            log.warning("kiln: %s runs eager: %s", key[0], key[1])
+        state.unsupported[key] = state.unsupported.get(key, 0) + 1
+        return original(*args, **kwargs)
 
     def call(block, original, args, kwargs):
         _gate.GATE.checkpoint()  # a background export may want the process (a block boundary)
@@ -101,37 +117,38 @@ def _make_call(state):
         try:
             sig = capture(args, kwargs)
         except Unsupported as ex:
-            key = (type(block).__name__, str(ex))
-            if key not in state.unsupported:
-                log.warning("kiln: %s runs eager: %s", key[0], key[1])
-            state.unsupported[key] = state.unsupported.get(key, 0) + 1
-            return original(*args, **kwargs)
+            return eager(block, str(ex), original, args, kwargs)
+        problem = _state.autocast_problem()
+        if problem is not None:
+            return eager(block, problem, original, args, kwargs)
         # The state token (_state.py): LoRA scale, fused or not, loaded or not, the block's
-        # tensors, the numerics flags. A change is another entry (a hit or the miss path).
+        # tensors, the numerics flags and process globals. A change is another entry (a hit
+        # or the miss path).
         structure = _state.structure(block)
-        numerics = state.numerics_now or _state.numerics_token()
-        guard = (sig.guard, structure, numerics)
+        process = state.process_now or _state.process_token()
+        guard = (sig.guard, structure, process)
         entry = bs.guards.get(guard)
+        if isinstance(entry, str):  # the fingerprint cannot describe this state: eager, never a guess
+            return eager(block, entry, original, args, kwargs)
         if entry is not None and entry.state == "stale":
             del bs.guards[guard]
             entry = None
         if entry is None:
             problem = _state.hook_problem(structure, _hooks.HOOK_NAME)
             if problem is not None:  # never guessed: eager, and status() says why
-                key = (type(block).__name__, problem)
-                if key not in state.unsupported:
-                    log.warning("kiln: %s runs eager: %s", key[0], key[1])
-                state.unsupported[key] = state.unsupported.get(key, 0) + 1
-                return original(*args, **kwargs)
+                return eager(block, problem, original, args, kwargs)
             device = _block_device(block, sig)
             if device is None or any(t.device != device for t in sig.tensors):
-                key = (type(block).__name__, "inputs on another device than the block's weights")
-                state.unsupported[key] = state.unsupported.get(key, 0) + 1
-                return original(*args, **kwargs)
+                return eager(block, "inputs on another device than the block's weights", original, args, kwargs)
             if bs.described is not None and bs.described != structure:
                 _fingerprint.forget(block)  # its description was of another state
             bs.described = structure
-            entry = runtime.entry(block, sig, device, numerics, structure)
+            try:
+                entry = runtime.entry(block, sig, device, _state.numerics_of(process), structure,
+                                      forward=_instance_forward(block, original), process=process)
+            except _fingerprint.Undescribable as ex:
+                bs.guards[guard] = reason = f"the fingerprint cannot describe {ex}"
+                return eager(block, reason, original, args, kwargs)
             bs.guards[guard] = entry
             bs.device = device
         if entry.state == "hit" and not _needs_grad(block, sig):
@@ -228,11 +245,12 @@ def compile_repeated_blocks(model: "torch.nn.Module", block_classes: Optional[It
     def before_model_call(module, args):
         runtime.note_model_called()
         _gate.GATE.checkpoint(model_boundary=True)
-        # The numerics flags once per model call (~25 us to read), not per block call.
-        state.numerics_now = _state.numerics_token()
+        # The numerics flags and process globals once per model call (~25 us for the
+        # flags, plus the watched globals), not per block call.
+        state.process_now = _state.process_token()
 
     def after_model_call(module, args, out):
-        state.numerics_now = None
+        state.process_now = None
         runtime.wait_for_builds()  # on_miss="wait" only
 
     state.model_hook = model.register_forward_pre_hook(before_model_call)

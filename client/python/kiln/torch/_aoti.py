@@ -73,6 +73,9 @@ class Package:
         if hasattr(self._loader, "get_metadata"):
             check_metadata(dict(self._loader.get_metadata()), device_index)
         self.constant_names = list(self._loader.get_constant_fqns())
+        # A plain tensor attribute of the block is the package's `_tensor_constant<n>`; the
+        # worker recorded which attribute each is (schema/worker-protocol.md, aoti).
+        self.constant_sources = read_constant_names(path)
         in_spec, out_spec = self._loader.get_call_spec()
         self._in_spec = pytree.treespec_loads(in_spec)
         self._out_spec = pytree.treespec_loads(out_spec)
@@ -85,15 +88,18 @@ class Package:
         from torch.export._tree_utils import reorder_kwargs
         from torch.utils import _pytree as pytree
 
-        missing = [n for n in self.constant_names if n not in constants]
-        if missing:
-            raise KeyError(f"the package wants constants the block does not have: {missing[:5]}")
+        sources = self.constant_sources
+        try:
+            mine = {n: constants[sources.get(n, n)] for n in self.constant_names}
+        except KeyError:
+            missing = [n for n in self.constant_names if sources.get(n, n) not in constants]
+            raise KeyError(f"the package wants constants the block does not have: {missing[:5]}") from None
         flat = flatten_as_exported(self._in_spec, (args, reorder_kwargs(kwargs, self._in_spec)))
         flat = [x for x in flat if isinstance(x, torch.Tensor)]
-        token = tuple((n, constants[n].data_ptr()) for n in self.constant_names)
+        token = tuple((n, t.data_ptr()) for n, t in mine.items())
         with self._lock:
             if token != self._attached:
-                self._loader.load_constants({n: constants[n] for n in self.constant_names}, False, False, True)
+                self._loader.load_constants(mine, False, False, True)
                 self._attached = token
             out = self._run(flat)
         return pytree.tree_unflatten(out, self._out_spec)
@@ -143,3 +149,24 @@ def check_metadata(metadata, device_index):
 def load_package(path, device_index):
     """The default loader: a Package for the file at `path` on cuda:`device_index` (-1: CPU)."""
     return Package(path, device_index)
+
+
+CONSTANT_NAMES = "kiln/constant_names.json"
+
+
+def read_constant_names(path):
+    """{package constant name: the block's attribute path} the build worker recorded in the
+    package (`<root>/kiln/constant_names.json`), {} when none; unreadable: {} (the call then
+    names what is missing)."""
+    import json
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(path) as z:
+            for name in z.namelist():
+                if name.endswith("/" + CONSTANT_NAMES):
+                    doc = json.loads(z.read(name))
+                    return {str(k): str(v) for k, v in doc.items()} if isinstance(doc, dict) else {}
+    except (OSError, zipfile.BadZipFile, ValueError):
+        pass
+    return {}

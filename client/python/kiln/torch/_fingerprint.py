@@ -3,73 +3,49 @@
 schema/python-fingerprint.md is the specification (and says why a fingerprint cannot map
 to two graphs, and what would break that). In short:
 
-  fingerprint = sha256("kiln-python-fingerprint/1\\n" + canonical_json(document))
-  document    = {format, python, torch, torch_git, device_type, module, call, inputs}
+  fingerprint = sha256("kiln-python-fingerprint/2\\n" + canonical_json(document))
+  document    = {format, python, torch, torch_git, device_type, module, process, call,
+                 inputs[, forward]}
 
 where `module` is describe(block): for the block and every submodule, in named_modules
-order, its path, its class (module, qualname) and code identity, its plain attributes, its
-parameters', buffers' and tensor attributes' names, shapes, strides and dtypes, and the
-VALUES of what a graph bakes in (non-persistent buffers, plain tensor attributes); and
+order, its path, its class by the code that runs (_describe.py), its attributes described
+completely (or the block runs eager: Undescribable), its parameters', buffers' and tensor
+attributes' names, shapes, strides and dtypes, and the VALUES of what a graph bakes in
+(non-persistent buffers, plain tensor attributes); `process` the globals a trace reads
+(default dtype, diffusers' attention backend); `forward` an instance-level forward; and
 `call`/`inputs` the call's structure and each tensor leaf's shape, stride, dtype, layout.
 
-No compiler runs: it reads attributes, hashes source files (once per file per process)
-and a few small tensors.
+No compiler runs: it reads attributes and code objects, hashes source files and code
+(once per object per process) and a few small tensors.
 """
-import enum
-import functools
 import hashlib
-import importlib.metadata
-import inspect
 import sys
+import threading
 import weakref
 
+from . import _describe
+from ._describe import Undescribable  # noqa: F401  (kiln.torch._fingerprint.Undescribable)
 from ._hooks import other_diffusers_hooks
 from ._signature import canonical_json, dtype_name, layout_name
 
-FORMAT = "kiln-python-fingerprint/1"
+FORMAT = "kiln-python-fingerprint/2"
 
 _descriptions = weakref.WeakKeyDictionary()
+_lock = threading.RLock()  # one describer: blocks may be called from several threads
+_describer = _describe.Describer()
+epoch = 0  # how many times a watched global changed (the process token holds it)
 
 
-@functools.lru_cache(maxsize=None)
-def _file_digest(path):
-    try:
-        with open(path, "rb") as f:
-            return hashlib.sha256(f.read()).hexdigest()
-    except OSError:
-        return None
-
-
-@functools.lru_cache(maxsize=None)
-def _package_version(top):
-    try:
-        return importlib.metadata.version(top)
-    except Exception:
-        return getattr(sys.modules.get(top), "__version__", None)
-
-
-@functools.lru_cache(maxsize=None)
-def code_identity(cls):
-    """(module, qualname, file digest, package version) of every class in cls's MRO up to
-    torch.nn.Module. torch's own classes are covered by the torch version."""
-    out = []
-    for c in cls.__mro__:
-        mod = c.__module__ or ""
-        if c is object or mod == "builtins":
-            continue
-        entry = {"class": f"{mod}.{c.__qualname__}"}
-        top = mod.split(".")[0]
-        if top != "torch":
-            try:
-                path = inspect.getsourcefile(c)
-            except (TypeError, OSError):
-                path = None
-            # A class whose source cannot be read is identified by name only: say so in the
-            # document, so such fingerprints are recognisable.
-            entry["file_sha256"] = _file_digest(path) if path else None
-            entry["package"] = [top, _package_version(top)]
-        out.append(entry)
-    return out
+def refresh():
+    """Drops every description when a global the described code reads now holds another
+    object (a monkey-patch after the first call); returns the epoch. Once per model call."""
+    global _describer, epoch
+    with _lock:
+        if _describer.changed():
+            _describer = _describe.Describer()
+            _descriptions.clear()
+            epoch += 1
+        return epoch
 
 
 _INTERNAL = None
@@ -81,7 +57,7 @@ def _internal_names():
         import torch
 
         # nn.Module's own bookkeeping, and what hooks add (kiln's or diffusers' forward
-        # replacement: described separately, by hook name).
+        # replacement; an instance forward the user set is described by fingerprint(forward=)).
         _INTERNAL = frozenset(vars(torch.nn.Module()).keys()) | {"forward", "_diffusers_hook"}
     return _INTERNAL
 
@@ -89,40 +65,6 @@ def _internal_names():
 def _tensor_meta(t):
     return {"shape": list(t.shape), "stride": list(t.stride()), "dtype": dtype_name(t.dtype),
             "layout": layout_name(t.layout), "device_type": t.device.type}
-
-
-def _tensor_value(t):
-    """SHA-256 of a tensor's bytes (small constants only: what a graph bakes in)."""
-    import torch
-
-    x = t.detach().cpu().contiguous().reshape(-1)
-    return hashlib.sha256(x.view(torch.uint8).numpy().tobytes()).hexdigest()
-
-
-def _plain(value, depth=0):
-    """A JSON description of a non-tensor attribute; None when it is not plain data."""
-    import torch
-
-    if value is None or isinstance(value, (bool, int, str)):
-        return value
-    if isinstance(value, float):
-        return {"float": repr(value)}
-    if isinstance(value, torch.dtype):
-        return {"dtype": dtype_name(value)}
-    if isinstance(value, torch.device):
-        return {"device_type": value.type}  # the index never enters a key
-    if isinstance(value, enum.Enum):
-        return {"enum": f"{type(value).__module__}.{type(value).__qualname__}.{value.name}"}
-    if isinstance(value, (tuple, list)) and depth < 4:
-        items = [_plain(v, depth + 1) for v in value]
-        return {"seq": items}
-    if isinstance(value, dict) and depth < 4 and all(isinstance(k, str) for k in value):
-        return {"map": {k: _plain(v, depth + 1) for k, v in sorted(value.items())}}
-    if callable(value) and hasattr(value, "__qualname__"):
-        return {"callable": f"{getattr(value, '__module__', '')}.{value.__qualname__}"}
-    return {"object": code_identity(type(value)),
-            "attrs": {k: _plain(v, depth + 1) for k, v in sorted(vars(value).items())} if depth < 2
-            and hasattr(value, "__dict__") else None}
 
 
 def _without_instance_names(module, name, value):
@@ -135,53 +77,83 @@ def _without_instance_names(module, name, value):
 
 
 def describe(module):
-    """The module part of the document (cached per instance: a module whose code-affecting
-    attributes change after its first call must be compiled again)."""
+    """The module part of the document (cached per instance until the state token or a
+    watched global changes). Raises Undescribable, naming the module path and attribute,
+    when any part cannot be described completely."""
+    with _lock:
+        cached = _descriptions.get(module)
+        if cached is None:
+            cached = _descriptions[module] = _describe_modules(module, _describer)
+        return cached
+
+
+def _describe_modules(module, d):
     import torch
 
-    cached = _descriptions.get(module)
-    if cached is not None:
-        return cached
     internal = _internal_names()
     modules = []
     for path, m in module.named_modules(remove_duplicate=False):
         persistent = set(m._buffers) - set(getattr(m, "_non_persistent_buffers_set", ()))
-        entry = {"path": path, "code": code_identity(type(m)), "attrs": {}, "params": [], "buffers": [],
-                 "tensors": []}
+        entry = {"path": path, "code": d.cls(type(m)), "attrs": {}, "params": [], "buffers": [], "tensors": []}
         for name, value in sorted(vars(m).items()):
-            if name in internal:
+            if name in internal or isinstance(value, torch.nn.Module):
                 continue
-            if isinstance(value, torch.Tensor):
-                entry["tensors"].append({"name": name, **_tensor_meta(value), "value": _tensor_value(value)})
-            elif not isinstance(value, torch.nn.Module):
-                entry["attrs"][name] = _plain(_without_instance_names(m, name, value))
+            try:
+                if isinstance(value, torch.Tensor):
+                    entry["tensors"].append({"name": name, **_tensor_meta(value),
+                                             "value": _describe.tensor_value(value)})
+                else:
+                    entry["attrs"][name] = d.value(_without_instance_names(m, name, value))
+            except Undescribable as ex:
+                where = f"{path}.{name}" if path else name
+                raise Undescribable(f"{type(module).__name__}.{where}: {ex}") from None
         for name, p in sorted(m._parameters.items()):
             entry["params"].append({"name": name, **(_tensor_meta(p) if p is not None else {"none": True}),
                                     "requires_grad": bool(p.requires_grad) if p is not None else None})
         for name, b in sorted(m._buffers.items()):
-            d = {"name": name, "persistent": name in persistent}
+            item = {"name": name, "persistent": name in persistent}
             if b is not None:
-                d.update(_tensor_meta(b))
+                item.update(_tensor_meta(b))
                 if name not in persistent:  # baked into the graph as a constant
-                    d["value"] = _tensor_value(b)
-            entry["buffers"].append(d)
+                    item["value"] = _describe.tensor_value(b)
+            entry["buffers"].append(item)
         entry["training"] = bool(m.training)
         entry["hooks"] = {"forward": len(m._forward_hooks), "forward_pre": len(m._forward_pre_hooks),
                           "diffusers": other_diffusers_hooks(m)}
         modules.append(entry)
-    digest = hashlib.sha256(canonical_json(modules).encode()).hexdigest()
-    _descriptions[module] = digest
-    return digest
+    return hashlib.sha256(canonical_json(modules).encode()).hexdigest()
 
 
 def forget(module):
     """Drops the cached description of `module`: its state changed (kiln.torch's state
     token, _state.py), so the next fingerprint describes it anew."""
-    _descriptions.pop(module, None)
+    with _lock:
+        _descriptions.pop(module, None)
 
 
-def fingerprint(module, signature, device):
-    """The fingerprint (64 hex) of `module` called with `signature` on `device`."""
+def process_globals():
+    """What of the process, besides the block, a trace reads: torch's default dtype and,
+    when diffusers' attention dispatch is imported, its active backend (set globally by
+    DIFFUSERS_ATTN_BACKEND or attention_backend()) and that backend's function by its code."""
+    import torch
+
+    out = {"default_dtype": dtype_name(torch.get_default_dtype())}
+    dispatch = sys.modules.get("diffusers.models.attention_dispatch")
+    registry = getattr(dispatch, "_AttentionBackendRegistry", None)
+    if registry is not None:
+        backend = getattr(registry, "_active_backend", None)
+        fn = getattr(registry, "_backends", {}).get(backend)
+        with _lock:
+            out["diffusers_attention"] = {"backend": str(getattr(backend, "value", backend)),
+                                          "checks": bool(getattr(registry, "_checks_enabled", False)),
+                                          "function": _describer.digest(fn) if fn else None}
+    return out
+
+
+def fingerprint(module, signature, device, forward=None, globals_=None):
+    """The fingerprint (64 hex) of `module` called with `signature` on `device`. forward:
+    the instance-level forward the block runs instead of its class's (None: the class's);
+    globals_: process_globals() when the caller has it. Raises Undescribable."""
     import torch
 
     document = {
@@ -191,7 +163,14 @@ def fingerprint(module, signature, device):
         "torch_git": getattr(torch.version, "git_version", None),
         "device_type": device.type,
         "module": describe(module),
+        "process": globals_ if globals_ is not None else process_globals(),
         "call": signature.call,
         "inputs": [_tensor_meta(t) for t in signature.tensors],
     }
+    if forward is not None:
+        with _lock:
+            try:
+                document["forward"] = _describer.callable(forward, _describe.HOPS)
+            except Undescribable as ex:
+                raise Undescribable(f"{type(module).__name__}'s instance forward: {ex}") from None
     return hashlib.sha256((FORMAT + "\n" + canonical_json(document)).encode()).hexdigest()

@@ -8,6 +8,7 @@ one; restore() deletes it (or puts back an instance forward that was there befor
 """
 import copy
 import functools
+import types
 
 HOOK_NAME = "kiln"
 _WRAPPER_MARK = "_kiln_wrapped_forward"
@@ -81,10 +82,16 @@ def other_diffusers_hooks(block):
     return [n for n in getattr(registry, "_hook_order", []) if n != HOOK_NAME]
 
 
-def unhooked_view(block):
-    """A shallow copy of `block` that runs its class's forward (no hook of kiln or diffusers),
-    sharing its parameters and submodules: what the miss path exports."""
+def unhooked_view(block, forward=None):
+    """A shallow copy of `block` that runs its class's forward, or `forward` (an instance-
+    level forward the user set before kiln; a method of the block is bound to the copy), with
+    no hook of kiln or diffusers, sharing its parameters and submodules: what the miss path
+    exports."""
     view = copy.copy(block)
     for name in ("forward", "_diffusers_hook"):
         view.__dict__.pop(name, None)
+    if forward is not None:
+        if isinstance(forward, types.MethodType) and forward.__self__ is block:
+            forward = types.MethodType(forward.__func__, view)
+        view.forward = forward
     return view

@@ -298,14 +298,16 @@ class Runtime:
                 return self._sources.get(fingerprint)
 
     # ---- entries ---------------------------------------------------------------------
-    def entry(self, block, signature, device, numerics=None, structure=None):
+    def entry(self, block, signature, device, numerics=None, structure=None, forward=None, process=None):
         """The Entry of this call's fingerprint, numerics flags (a _state.numerics_token;
         default: now) and device (its index too: a model split over GPUs gets each GPU's
         package), created (and started) on first sight. `structure` (_state.structure at
-        the call) is checked again when the block is exported."""
+        the call) and `process` (_state.process_token) are checked again when the block is
+        exported; `forward`: the instance-level forward the block runs (None: its class's).
+        Raises _fingerprint.Undescribable when the block cannot be fingerprinted."""
         import json
 
-        fp = _fingerprint.fingerprint(block, signature, device)
+        fp = _fingerprint.fingerprint(block, signature, device, forward=forward)
         numerics = numerics or _state.numerics_token()
         slot = (fp, numerics, device_index(device))
         with self._lock:
@@ -315,7 +317,7 @@ class Runtime:
             e = Entry(type(block).__name__, fp, describe_signature(signature))
             e.numerics = json.loads(numerics)
             self.entries[slot] = e
-        job = Job(e, block, signature, device, structure)
+        job = Job(e, block, signature, device, structure, forward, process)
         if self.on_miss == "wait":
             # The export and the build request in the calling thread, the wait for the build
             # at the end of the model's call (wait_for_builds): every signature the call
@@ -588,8 +590,8 @@ class Runtime:
         if model_hash is None:
             e.set("exporting")
             with tempfile.TemporaryDirectory(prefix="kiln-export-") as workdir:
-                path, model_hash = EXPORTER(_hooks.unhooked_view(job.block), job.args, job.kwargs, workdir,
-                                            job.still_as_called)
+                path, model_hash = EXPORTER(_hooks.unhooked_view(job.block, job.forward), job.args, job.kwargs,
+                                            workdir, job.still_as_called)
                 model_hash = self.register_source(model_hash, path, e.fingerprint)
             with self._lock:
                 self._sources[e.fingerprint] = model_hash
@@ -711,9 +713,13 @@ class Runtime:
 
 def block_constants(block):
     """What a package of the block's class is given as user-managed constants: the block's
-    own parameters and buffers, by name."""
+    own parameters and buffers, and its modules' plain tensor attributes (lifted by the
+    export as constants; the package names them through _aoti.read_constant_names), by
+    name."""
     consts = dict(block.named_parameters())
     consts.update(dict(block.named_buffers()))
+    for path, t in _state.plain_tensors(block):
+        consts[path] = t
     return consts
 
 
@@ -749,23 +755,27 @@ def device_index(device):
 
 class Job:
     """What the miss path needs: the entry, the block, the call's inputs (kept only until
-    the export), the device, and the block's structure at the call (_state.structure)."""
+    the export), the device, the block's structure and the process token at the call
+    (_state.structure, _state.process_token), and its instance-level forward (or None)."""
 
-    def __init__(self, entry, block, signature, device, structure=None):
+    def __init__(self, entry, block, signature, device, structure=None, forward=None, process=None):
         self.entry, self.block, self.signature, self.device = entry, block, signature, device
         self.args, self.kwargs = signature.args, signature.kwargs
-        self.structure = structure
+        self.structure, self.forward, self.process = structure, forward, process
 
     def still_as_called(self):
-        """Whether the block's LoRA state and tensors are still those of the call."""
-        return self.structure is None or _state.structure(self.block) == self.structure
+        """Whether the block's LoRA state and tensors, and the process globals a trace
+        reads, are still those of the call."""
+        if self.structure is not None and _state.structure(self.block) != self.structure:
+            return False
+        return self.process is None or _state.process_token() == self.process
 
     def drop_inputs(self):
         self.args, self.kwargs = (), {}
 
     def release(self):
         self.drop_inputs()
-        self.block = None
+        self.block = self.forward = None
 
 
 def last_line(text):

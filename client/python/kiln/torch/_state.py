@@ -11,11 +11,14 @@ fingerprint.md, "State between calls").
   layers back, `load_lora_weights` adds some, a user may assign a new weight; either way
   the block holds other tensors than the ones a loaded package was given.
 - The numerics flags (_node.numerics): the key holds them, and a process may change them
-  between calls.
+  between calls; and what else of the process a trace reads (default dtype, diffusers'
+  attention backend, the globals the block's code reads: process_token()).
 
-kiln.torch's call guard holds structure(block) and numerics_token(): equal values mean none
+kiln.torch's call guard holds structure(block) and process_token(): equal values mean none
 of the above changed. Both read attributes only (no tensor data).
 """
+import weakref
+
 from . import _node
 from ._signature import canonical_json
 
@@ -28,6 +31,29 @@ def _tuner_state(d):
             tuple(d["merged_adapters"]),
             bool(d.get("_disable_adapters", False)),
             tuple(active) if isinstance(active, (list, tuple)) else str(active))
+
+
+_plain = weakref.WeakKeyDictionary()  # block -> ((module, attribute, path), ...): its plain tensor attributes
+
+
+def _plain_tensor_slots(block):
+    """Where `block` holds plain tensor attributes (neither parameters nor buffers), found
+    once per block: almost always none, so structure() pays nothing for them."""
+    found = _plain.get(block)
+    if found is None:
+        import torch
+
+        internal = {"_parameters", "_buffers", "_modules"}
+        found = tuple((m, name, f"{path}.{name}" if path else name)
+                      for path, m in block.named_modules(remove_duplicate=False)
+                      for name, v in vars(m).items() if name not in internal and isinstance(v, torch.Tensor))
+        _plain[block] = found
+    return found
+
+
+def plain_tensors(block):
+    """[(path, tensor)] of the block's plain tensor attributes, as they are now."""
+    return [(path, m.__dict__[name]) for m, name, path in _plain_tensor_slots(block) if name in m.__dict__]
 
 
 def structure(block):
@@ -49,6 +75,8 @@ def structure(block):
             order = tuple(getattr(registry, "_hook_order", ())) if registry is not None else ()
             hooks.append((m is block, len(d["_forward_pre_hooks"]), len(d["_forward_hooks"]), order))
         stack.extend(d["_modules"].values())
+    for m, name, _ in _plain_tensor_slots(block):  # a plain tensor attribute replaced: other constants
+        ids.append(id(m.__dict__.get(name)))
     return tuple(ids), tuple(tuners), tuple(hooks)
 
 
@@ -72,3 +100,31 @@ def hook_problem(structure_token, kiln_hook_name="kiln"):
 def numerics_token():
     """The numerics flags as canonical text (what the key's compile_options hold)."""
     return canonical_json(_node.numerics())
+
+
+def process_token():
+    """(numerics flags, process globals, watch epoch) as one hashable value, read once per
+    model call: the numerics the key holds, what else of the process a trace reads (default
+    dtype, diffusers' attention backend: _fingerprint.process_globals) and whether a global
+    the described code reads was replaced since (_fingerprint.refresh). Equal tokens: none
+    of it changed. numerics_of(token) is the first part."""
+    from . import _fingerprint
+
+    epoch = _fingerprint.refresh()
+    return numerics_token(), canonical_json(_fingerprint.process_globals()), epoch
+
+
+def numerics_of(token):
+    return token[0]
+
+
+def autocast_problem():
+    """Why a call must run eager under autocast, or None: autocast is thread-local state the
+    background export does not run under, so a package would compute in other dtypes than
+    the eager call it replaces."""
+    import torch
+
+    for device_type in ("cuda", "cpu"):
+        if torch.is_autocast_enabled(device_type):
+            return f"torch.autocast is enabled ({device_type}): kiln runs blocks eager under autocast"
+    return None
