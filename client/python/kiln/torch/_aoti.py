@@ -6,6 +6,11 @@ wrapper .so unless the C++ compiler's libstdc++ is in the process's global symbo
 user's process, so this module puts that libstdc++ into the global scope in-process, by
 dlopen with RTLD_GLOBAL, once, before the first package is loaded.
 
+Before anything of a package is loaded, its key (the one kilnd stored it under) and its own
+AOTI metadata are compared with this process, field by field (check_key, check_metadata:
+schema/key.md, "Node fields"); a package for another torch, CUDA, Triton, GPU or host is
+refused naming the field (PackageMismatch).
+
 Loading goes through torch._C._aoti.AOTIModelPackageLoader(path, "model",
 RUN_SINGLE_THREADED, 1, device_index): torch._inductor.aoti_load_package spends ~25 s of a
 fresh process in a device check that runs compilers; a hit must run none.
@@ -57,10 +62,14 @@ class Package:
     constants at a time, and the single-threaded run needs it).
     """
 
-    def __init__(self, path, device_index):
+    def __init__(self, path, device_index, key=None):
         import torch
         from torch.utils import _pytree as pytree
 
+        # Every check runs before the package's .so is loaded: loading it runs its code.
+        if key is not None:
+            check_key(key, device_index)
+        check_metadata(read_metadata(path), device_index, key)
         ensure_libstdcxx_global()
         self.single_threaded = RUN_SINGLE_THREADED
         try:
@@ -70,8 +79,6 @@ class Package:
                 raise
             self.single_threaded = False  # a torch without the single-threaded entry point
             self._loader = torch._C._aoti.AOTIModelPackageLoader(path, "model", False, 1, device_index)
-        if hasattr(self._loader, "get_metadata"):
-            check_metadata(dict(self._loader.get_metadata()), device_index)
         self.constant_names = list(self._loader.get_constant_fqns())
         # A plain tensor attribute of the block is the package's `_tensor_constant<n>`; the
         # worker recorded which attribute each is (schema/worker-protocol.md, aoti).
@@ -123,32 +130,100 @@ def flatten_as_exported(in_spec, tree):
 
 
 class PackageMismatch(RuntimeError):
-    """The package records another GPU or host than this process's (torch itself would only
-    log a warning and run it)."""
+    """The package is not for this process: its key or its own metadata names another torch,
+    CUDA, Triton, GPU or host than this process's (torch itself would only log a warning and
+    run it). The message names the field."""
 
 
-def check_metadata(metadata, device_index):
-    """Refuses a package whose recorded compute capability, platform or machine (torch's
-    AOTI_* metadata, written by codecache.get_device_information) differs from this
-    process's, naming the field. Fields the package does not record are not checked."""
-    import platform
-    import sys
+# The spellings schema/key.md normalizes ("Canonical forms"): a key from kilnd is canonical
+# already; this process's own values are put in the same spelling before comparing.
+_PLATFORM_ALIASES = {"Linux": "linux", "linux2": "linux", "Darwin": "darwin", "macos": "darwin", "Windows": "win32"}
+_MACHINE_ALIASES = {"amd64": "x86_64", "AMD64": "x86_64", "x64": "x86_64", "arm64": "aarch64"}
 
+
+def _canonical(field, value):
+    value = str(value or "")
+    if field == "platform":
+        return _PLATFORM_ALIASES.get(value, value)
+    if field == "machine":
+        return _MACHINE_ALIASES.get(value, value)
+    if field == "cpu_isa":
+        return value.lower()
+    if field == "gpu_arch":
+        digits = value.lower().removeprefix("sm_").removeprefix("sm").removeprefix("compute_").replace(".", "")
+        return f"sm_{digits}" if digits.isdigit() else value
+    return value
+
+
+# The node fields a loader compares exactly with this process's (_node.node_fields: the same
+# values that made this process's own keys). cpu_isa is compared by instruction set below.
+EXACT_FIELDS = ("gpu_arch", "gpu_name", "torch_version", "torch_git", "cuda_version", "triton_version", "platform",
+                "machine")
+
+
+def this_process(device_index):
+    """The node fields of this process for a package run on cuda:`device_index` (-1 or None:
+    the CPU), as kiln.torch keys its own calls (_node.node_fields)."""
     import torch
 
-    want = {"AOTI_PLATFORM": sys.platform, "AOTI_MACHINE": platform.machine()}
-    if device_index is not None and device_index >= 0:
-        major, minor = torch.cuda.get_device_capability(device_index)
-        want["AOTI_COMPUTE_CAPABILITY"] = f"{major}{minor}"
-    for name, value in want.items():
-        got = metadata.get(name)
-        if got and str(got) != value:
-            raise PackageMismatch(f"the package was built for {name}={got}, this process has {value}")
+    from . import _node
+
+    cpu = device_index is None or device_index < 0
+    return _node.node_fields(torch.device("cpu") if cpu else torch.device("cuda", device_index))
 
 
-def load_package(path, device_index):
-    """The default loader: a Package for the file at `path` on cuda:`device_index` (-1: CPU)."""
-    return Package(path, device_index)
+# What this CPU has of the vector ISA names torch writes (str(pick_vec_isa()), lower case):
+# torch's own cpuinfo queries, which run no compiler (pick_vec_isa itself test-compiles).
+def _cpu_has(name, machine):
+    import torch
+
+    cpu = torch.cpu
+    x86 = {"avx2": lambda: cpu._is_avx2_supported(), "avx512": lambda: cpu._is_avx512_supported(),
+           "avx512_vnni": lambda: cpu._is_avx512_supported() and cpu._is_vnni_supported(),
+           "amx_tile": lambda: cpu._is_amx_tile_supported()}
+    if name in ("none", "invalid_vec_isa", "default"):
+        return True  # no vector ISA: baseline code
+    if machine == "x86_64" and name in x86:
+        try:
+            return bool(x86[name]())
+        except Exception:
+            return False
+    # Advanced SIMD (NEON) is part of every AArch64 CPU.
+    return machine == "aarch64" and name in ("asimd", "neon")
+
+
+def check_cpu_isa(isa, what, machine=None):
+    """Refuses (PackageMismatch) an ISA string (`avx512 avx512_vnni`) naming an instruction set
+    this CPU lacks, or one this check cannot tell (it fails closed). `what` names the field."""
+    import platform
+
+    machine = _canonical("machine", machine or platform.machine())
+    for name in _canonical("cpu_isa", isa).split():
+        if not _cpu_has(name, machine):
+            raise PackageMismatch(f"{what} is {isa!r} but this CPU ({machine}) has no {name} (or kiln cannot tell)")
+
+
+def check_key(key, device_index):
+    """Refuses (PackageMismatch, naming the field) the key of an artifact that is not for this
+    process: another kind than aoti; a node field other than this process's own value
+    (EXACT_FIELDS: torch's version with its local part and its git revision, CUDA, Triton's
+    hash, GPU arch and name, platform, machine), or empty; a cpu_isa naming an instruction
+    set this CPU lacks. `key` is the artifact's key as kilnd stored it (Artifact.key)."""
+    if not isinstance(key, dict):
+        raise PackageMismatch(f"the artifact's key is not a key object: {key!r}")
+    if key.get("kind") != "aoti":
+        raise PackageMismatch(f"key.kind is {key.get('kind')!r}: kiln.torch loads AOTInductor packages (aoti)")
+    have = this_process(device_index)
+    for field in EXACT_FIELDS:
+        want = key.get(field)
+        if not want:
+            raise PackageMismatch(f"key.{field} is empty: the artifact does not say which {field} it is for")
+        if _canonical(field, want) != _canonical(field, have[field]):
+            raise PackageMismatch(f"this package is not for this process: key.{field} is {want!r} "
+                                  f"but this process has {have[field]!r}")
+    if not key.get("cpu_isa"):
+        raise PackageMismatch("key.cpu_isa is empty: the artifact does not say which CPU it is for")
+    check_cpu_isa(key["cpu_isa"], "key.cpu_isa", have["machine"])
 
 
 CONSTANT_NAMES = "kiln/constant_names.json"
@@ -170,3 +245,67 @@ def read_constant_names(path):
     except (OSError, zipfile.BadZipFile, ValueError):
         pass
     return {}
+
+
+def read_metadata(path):
+    """What the package at `path` records about where it may run (torch's
+    `<name>/data/aotinductor/<model>/*_metadata.json`: AOTI_PLATFORM, AOTI_MACHINE, AOTI_CPU_ISA,
+    AOTI_COMPUTE_CAPABILITY), read from the zip without loading anything; {} when it records
+    none. A file that is no zip archive raises PackageMismatch (torch could not load it)."""
+    import json
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(path) as z:
+            for name in z.namelist():
+                if "/data/aotinductor/" in name and name.endswith("_metadata.json"):
+                    doc = json.loads(z.read(name))
+                    if not isinstance(doc, dict):
+                        raise PackageMismatch(f"the package's {name} is not a JSON object")
+                    return {k: v for k, v in doc.items() if isinstance(v, str)}
+    except (OSError, zipfile.BadZipFile, ValueError) as ex:
+        raise PackageMismatch(f"the package cannot be read as an AOTInductor archive: {ex}") from None
+    return {}
+
+
+def check_metadata(metadata, device_index, key=None):
+    """Refuses a package whose recorded compute capability, platform, machine or CPU ISA
+    (torch's AOTI_* metadata, written by codecache.get_device_information) differs from this
+    process's (the ISA: names an instruction set this CPU lacks), or, given its `key`, from
+    the key's gpu_arch / platform / machine / cpu_isa; naming the field. Fields the package
+    does not record are not checked."""
+    import platform
+    import sys
+
+    import torch
+
+    want = {"AOTI_PLATFORM": ("platform", sys.platform), "AOTI_MACHINE": ("machine", platform.machine())}
+    cpu = device_index is None or device_index < 0
+    if not cpu:
+        major, minor = torch.cuda.get_device_capability(device_index)
+        want["AOTI_COMPUTE_CAPABILITY"] = ("gpu_arch", f"sm_{major}{minor}")
+    for name, (field, value) in want.items():
+        got = metadata.get(name)
+        if got and _canonical(field, got) != _canonical(field, value):
+            raise PackageMismatch(f"the package was built for {name}={got}, this process has {value}")
+    if cpu and metadata.get("AOTI_COMPUTE_CAPABILITY"):
+        raise PackageMismatch(f"the package was built for a GPU (AOTI_COMPUTE_CAPABILITY="
+                              f"{metadata['AOTI_COMPUTE_CAPABILITY']}), this block runs on the CPU")
+    if metadata.get("AOTI_CPU_ISA"):
+        check_cpu_isa(metadata["AOTI_CPU_ISA"], "the package's AOTI_CPU_ISA")
+    if key is not None:
+        for name, field in (("AOTI_PLATFORM", "platform"), ("AOTI_MACHINE", "machine"), ("AOTI_CPU_ISA", "cpu_isa"),
+                            ("AOTI_COMPUTE_CAPABILITY", "gpu_arch")):
+            got = metadata.get(name)
+            if got and _canonical(field, got) != _canonical(field, key.get(field)):
+                raise PackageMismatch(f"key.{field} is {key.get(field)!r} but the package was built for "
+                                      f"{name}={got}")
+
+
+def load_package(path, device_index, key=None):
+    """The default loader: a Package for the file at `path` on cuda:`device_index` (-1: CPU).
+    Before anything of the package is loaded, `key` (the artifact's key, Artifact.key) is
+    checked against this process (check_key) and the package's own metadata against this
+    process and the key (check_metadata); PackageMismatch names the field that differs.
+    Without a key only the package's metadata is checked."""
+    return Package(path, device_index, key)
