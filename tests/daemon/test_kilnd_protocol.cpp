@@ -286,6 +286,50 @@ TEST_CASE("well-framed but wrong messages get an error and the connection stays"
   CHECK(c.call(MsgType::stats, "{}").header.type == MsgType::ok);
 }
 
+// A plain JSON parser keeps the last of two fields and reads 2^64 and 2^64+1 as one
+// double: two different requests would reach the same artifact. kilnd reads bodies as
+// strictly as libkiln and kilnctl read keys.
+TEST_CASE("a body with a field given twice or an integer past 64 bits is refused naming it") {
+  TempDir dir;
+  KilndProcess d(dir.path(), kConfig);
+  RawClient c(d.socket());
+  c.hello();
+  const Key stored = test_key("strict-a"), other = test_key("strict-b");
+  REQUIRE(c.put(stored, "a", 1 << 20).header.type == MsgType::ok);
+  const std::string a = stored.digest()->hex(), b = other.digest()->hex();
+  auto message = [](const RawFrame& f) {
+    auto e = proto::decode<proto::ErrorBody>(f.body);
+    REQUIRE(e);
+    return e->message;
+  };
+
+  // Asked for b, then for a: not the stored a's artifact, an error naming the field.
+  auto dup = c.call(MsgType::stat, R"({"key_digest":")" + b + R"(","key_digest":")" + a + R"("})");
+  REQUIRE(dup.header.type == MsgType::error);
+  CHECK(error_code(dup) == Errc::protocol_error);
+  CHECK_MESSAGE(message(dup) == "stat.key_digest: duplicate key (each key may appear once)", message(dup));
+  // Nested too: inside the key object.
+  std::string key_json = stored.to_json();
+  auto twice = c.call(MsgType::stat, R"({"key":)" + key_json.substr(0, key_json.size() - 1) + R"(,"region":"Other"}})");
+  CHECK(error_code(twice) == Errc::protocol_error);
+  CHECK_MESSAGE(message(twice) == "stat.key.region: duplicate key (each key may appear once)", message(twice));
+
+  for (const char* big : {"18446744073709551616", "18446744073709551617", "-9223372036854775809"}) {
+    std::string with = key_json;
+    const std::string empty = R"("compile_options":{})";
+    REQUIRE(with.find(empty) != std::string::npos);
+    with.replace(with.find(empty), empty.size(), std::string(R"("compile_options":{"inductor":{"x":)") + big + "}}");
+    auto r = c.call(MsgType::stat, R"({"key":)" + with + "}");
+    CHECK(error_code(r) == Errc::protocol_error);
+    CHECK_MESSAGE(message(r) == std::string("stat.key.compile_options.inductor.x: integer ") + big +
+                                    " does not fit in 64 bits",
+                  message(r));
+  }
+  // The connection stays, and a well-formed request is answered.
+  auto ok = c.call(MsgType::stat, R"({"key_digest":")" + a + R"("})");
+  CHECK(ok.header.type == MsgType::ok);
+}
+
 TEST_CASE("a slow sender is cut off at the frame timeout while others are served") {
   TempDir dir;
   KilndProcess d(dir.path(), kConfig);  // frame_timeout_s = 1

@@ -15,6 +15,7 @@
 #include "kiln/key.hpp"
 #include "kiln/protocol/messages.hpp"
 #include "kiln/result.hpp"
+#include "../strict_json.hpp"
 
 namespace kiln::protocol::detail {
 
@@ -194,9 +195,12 @@ inline Result<json> parse_body(std::string_view text, std::string_view what) {
     return make_error(Errc::protocol_error, std::string(what) + ": body nests deeper than " +
                                                 std::to_string(kMaxJsonDepth) + " levels");
   }
-  json j = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded())
-    return make_error(Errc::protocol_error, std::string(what) + ": body is not valid JSON");
+  // Strict, as a key is read everywhere (schema/protocol.md): a duplicate field or an
+  // integer past 64 bits is refused naming where it is, never read as the last one or as a
+  // double (two requests that differ would reach the same key).
+  auto parsed = ::kiln::detail::parse_strict_json(text, std::string(what));
+  if (!parsed) return make_error(Errc::protocol_error, std::move(parsed).error().message);
+  json j = std::move(*parsed);
   if (!j.is_object()) return make_error(Errc::protocol_error, std::string(what) + ": body is not a JSON object");
   return j;
 }
