@@ -173,6 +173,9 @@ void Server::Impl::begin_drain(const char* why) {
   state.stop_waiting_for_builds();  // requests held for the build service's probes end now
   if (metrics_http) metrics_http->stop();
   if (torch_cache) torch_cache->stop();
+  // Misses waiting on the registry are answered now, so the drain ends well inside
+  // drain_timeout however the registry behaves.
+  if (state.fleet) state.fleet->stop();
   std::vector<std::shared_ptr<Connection>> live;
   {
     std::lock_guard lock(conns_mu);

@@ -6,6 +6,9 @@
 
 #include <spdlog/spdlog.h>
 
+#include "manifest_bounds.hpp"
+#include "single_flight.hpp"
+
 #include "kiln/oci/mapping.hpp"
 
 namespace kiln::fleet {
@@ -18,14 +21,44 @@ std::string_view refusal_name(Refusal r) noexcept {
     case Refusal::wrong_subject: return "wrong_subject";
     case Refusal::corrupt: return "corrupt";
     case Refusal::truncated: return "truncated";
+    case Refusal::missing: return "missing";
+    case Refusal::over_limit: return "over_limit";
+    case Refusal::unauthorized: return "unauthorized";
+    case Refusal::registry_error: return "registry_error";
+    case Refusal::timeout: return "timeout";
     case Refusal::unreachable: return "unreachable";
   }
   return "unknown";
 }
 
+Refusal refusal_of(const Error& e) noexcept {
+  if (is_over_limit(e)) return Refusal::over_limit;
+  switch (e.code) {
+    case Errc::not_found: return Refusal::missing;
+    case Errc::permission_denied: return Refusal::unauthorized;
+    case Errc::timeout: return Refusal::timeout;
+    case Errc::corrupt: return Refusal::corrupt;
+    case Errc::protocol_error: return Refusal::registry_error;  // a redirect loop
+    default: break;
+  }
+  // registry_error(): the registry answered, with an error (a 5xx is unavailable by code).
+  if (e.message.find("registry answered HTTP") != std::string::npos) return Refusal::registry_error;
+  if (e.code == Errc::unavailable || e.code == Errc::cancelled) return Refusal::unreachable;
+  if (e.code == Errc::io_error && e.message.find("response body larger") != std::string::npos) return Refusal::over_limit;
+  return Refusal::truncated;  // io_error: a transfer broke off
+}
+
+bool registry_failing(Refusal r) noexcept {
+  return r == Refusal::unreachable || r == Refusal::timeout || r == Refusal::registry_error || r == Refusal::unauthorized;
+}
+
 namespace {
 
 std::int64_t unix_now() { return static_cast<std::int64_t>(std::time(nullptr)); }
+
+std::int64_t steady_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
 
 std::string artifact_subject(const Digest& d) { return "artifact:" + d.hex(); }
 
@@ -90,9 +123,23 @@ Fleet::Fleet(FleetConfig config, storage::Store& store, std::shared_ptr<const Ht
       store_(store),
       registry_(std::move(http), config_.repository),
       key_(std::move(key)),
-      trust_(std::move(trust)) {}
+      trust_(std::move(trust)),
+      flights_(std::make_unique<SingleFlight<PullOutcome>>()) {
+  registry_ = registry_.cancelled_by(cancel_);
+}
+
+void Fleet::stop() {
+  if (cancel_->exchange(true)) return;
+  halt_ = true;
+  spdlog::info("fleet: stopping: registry requests in flight end now; queued pushes stay queued");
+  wake_pusher();
+  admin_cv_.notify_all();
+  work_cv_.notify_all();
+  push_progress_cv_.notify_all();
+}
 
 Fleet::~Fleet() {
+  stop();
   // The operator's transfer first: it may be waiting on pull workers and the pusher.
   halt_ = true;
   {
@@ -138,12 +185,38 @@ void Fleet::post(std::function<void()> job) {
   else work_cv_.notify_one();
 }
 
+bool Fleet::pull_paused() const { return steady_ms() < pull_pause_until_ms_.load(); }
+
 void Fleet::fetch(const Digest& key_digest, std::function<void(bool)> done) {
-  if (!config_.pull) {
+  if (!config_.pull || cancel_->load()) {
     done(false);
     return;
   }
-  post([this, key_digest, done = std::move(done)] { done(pull_artifact(key_digest)); });
+  if (pull_paused()) {
+    pulls_skipped_++;
+    done(false);
+    return;
+  }
+  // The miss's deadline runs from its arrival: time spent waiting for a worker is its own.
+  const auto arrived = std::chrono::steady_clock::now();
+  const auto deadline = arrived + config_.pull_timeout;
+  pulls_queued_++;
+  post([this, key_digest, arrived, deadline, done = std::move(done)] {
+    pulls_queued_--;
+    const auto now = std::chrono::steady_clock::now();
+    pull_wait_us_ += static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(now - arrived).count());
+    pull_waits_++;
+    if (cancel_->load()) return done(false);
+    if (now >= deadline) {
+      pulls_expired_++;
+      return done(false);
+    }
+    if (pull_paused()) {
+      pulls_skipped_++;
+      return done(false);
+    }
+    done(pull_artifact_outcome(key_digest, deadline).stored);
+  });
 }
 
 void Fleet::remember(std::string line) {
@@ -157,14 +230,26 @@ void Fleet::remember(std::string line) {
   while (recent_.size() > 20) recent_.pop_front();
 }
 
-void Fleet::refuse(const std::string& what, Refusal why, const std::string& detail) {
+Fleet::PullOutcome Fleet::refuse(const std::string& what, Refusal why, const std::string& detail) {
   {
     std::lock_guard lock(status_mu_);
     refusals_[std::string(refusal_name(why))] += 1;
   }
-  spdlog::warn("fleet: refused {} from the registry ({}): {}; it is not served, a local build replaces it", what,
-               refusal_name(why), detail);
+  if (registry_failing(why)) {
+    Error e{why == Refusal::timeout ? Errc::timeout : Errc::unavailable, detail};
+    note_unreachable(e);
+    // Misses leave a late or failing registry alone for a while: each would wait as long.
+    const std::int64_t now = steady_ms();
+    const std::int64_t until = pull_pause_until_ms_.exchange(now + std::chrono::duration_cast<std::chrono::milliseconds>(kPullPause).count());
+    if (until <= now) {
+      spdlog::warn("fleet: {} from the registry: {} ({}); misses answer without asking it for the next {} s", what,
+                   refusal_name(why), detail, kPullPause.count());
+    }
+  } else {
+    spdlog::warn("fleet: refused {} from the registry ({}): {}; it is not used", what, refusal_name(why), detail);
+  }
   remember("refused " + what + " (" + std::string(refusal_name(why)) + ")");
+  return {false, std::string(refusal_name(why)) + ": " + detail};
 }
 
 void Fleet::note_unreachable(const Error& e) {
@@ -179,21 +264,12 @@ void Fleet::note_reachable() {
   last_contact_ = unix_now();
 }
 
-namespace {
-
-bool is_network(const Error& e) {
-  return e.code == Errc::unavailable || e.code == Errc::timeout || e.code == Errc::permission_denied ||
-         e.code == Errc::busy;
-}
-
-}  // namespace
-
-std::optional<Fleet::Verified> Fleet::verify(const std::string& subject, const Digest& manifest_digest, Refusal& why,
-                                             std::string& detail) const {
+std::optional<Fleet::Verified> Fleet::verify(const RegistryClient& registry, const std::string& subject,
+                                             const Digest& manifest_digest, Refusal& why, std::string& detail) const {
   const std::string sig_tag = "sha256-" + manifest_digest.hex() + ".sig";
-  auto sig = registry_.get_manifest(sig_tag);
+  auto sig = registry.get_manifest(sig_tag, kMaxManifestBytes);
   if (!sig) {
-    why = is_network(sig.error()) ? Refusal::unreachable : Refusal::corrupt;
+    why = refusal_of(sig.error());
     detail = sig.error().message;
     return std::nullopt;
   }
@@ -202,9 +278,9 @@ std::optional<Fleet::Verified> Fleet::verify(const std::string& subject, const D
     detail = "no signature under " + sig_tag;
     return std::nullopt;
   }
-  auto m = oci::parse_manifest((*sig)->bytes, "signature manifest " + sig_tag);
+  auto m = parse_bounded_manifest((*sig)->bytes, "signature manifest " + sig_tag, kMaxSignatureLayers);
   if (!m) {
-    why = Refusal::corrupt;
+    why = refusal_of(m.error());
     detail = m.error().message;
     return std::nullopt;
   }
@@ -216,10 +292,11 @@ std::optional<Fleet::Verified> Fleet::verify(const std::string& subject, const D
     if (layer.media_type != kSimpleSigningType) continue;
     auto sig_text = layer.annotations.find(std::string(kSignatureAnnotation));
     if (sig_text == layer.annotations.end()) continue;
-    auto payload = registry_.get_small_blob(layer, 64 << 10);
+    auto payload = registry.get_small_blob(layer, 64 << 10);
     if (!payload) {
-      why = is_network(payload.error()) ? Refusal::unreachable : Refusal::corrupt;
+      why = refusal_of(payload.error());
       detail = payload.error().message;
+      if (registry_failing(why)) return std::nullopt;  // the next layer would wait as long
       continue;
     }
     auto fields = parse_payload(*payload);
@@ -254,51 +331,40 @@ std::optional<Fleet::Verified> Fleet::verify(const std::string& subject, const D
   return std::nullopt;
 }
 
-bool Fleet::pull_artifact(const Digest& key_digest) { return pull_artifact_outcome(key_digest).stored; }
-
-Fleet::PullOutcome Fleet::pull_artifact_outcome(const Digest& key_digest) {
-  const std::string subject = artifact_subject(key_digest);
-  std::promise<PullOutcome> promise;
-  std::shared_future<PullOutcome> fut;
-  bool leader = false;
-  {
-    std::lock_guard lock(flights_mu_);
-    auto it = flights_.find(subject);
-    if (it != flights_.end()) {
-      fut = it->second;
-    } else {
-      fut = promise.get_future().share();
-      flights_.emplace(subject, fut);
-      leader = true;
-    }
+bool Fleet::pull_artifact(const Digest& key_digest) {
+  if (!config_.pull || cancel_->load()) return false;
+  if (pull_paused()) {
+    pulls_skipped_++;
+    return false;
   }
-  if (!leader) return fut.get();
-  PullOutcome got;
-  try {
-    got = do_pull_artifact(key_digest);
-  } catch (const std::exception& e) {
-    spdlog::error("fleet: pull of {} failed: {}", key_digest.hex(), e.what());
-    got.why = e.what();
-  }
-  promise.set_value(got);
-  std::lock_guard lock(flights_mu_);
-  flights_.erase(subject);
-  return got;
+  return pull_artifact_outcome(key_digest, std::chrono::steady_clock::now() + config_.pull_timeout).stored;
 }
 
-Fleet::PullOutcome Fleet::do_pull_artifact(const Digest& key_digest) {
+Fleet::PullOutcome Fleet::pull_artifact_outcome(const Digest& key_digest, Deadline deadline) {
+  return flights_->run(artifact_subject(key_digest), [&] {
+    pulls_in_flight_++;
+    PullOutcome got;
+    try {
+      got = do_pull_artifact(key_digest, deadline);
+    } catch (const std::exception& e) {
+      spdlog::error("fleet: pull of {} failed: {}", key_digest.hex(), e.what());
+      got.why = e.what();
+    }
+    pulls_in_flight_--;
+    return got;
+  });
+}
+
+Fleet::PullOutcome Fleet::do_pull_artifact(const Digest& key_digest, Deadline deadline) {
   const std::string tag = key_digest.hex();
   const std::string what = "artifact " + tag.substr(0, 16);
   if (auto have = store_.stat(key_digest); have && *have) return {true, {}};  // stored meanwhile
-  auto manifest = registry_.get_manifest(tag);
+  // One deadline for the whole lookup: manifest, signature, config and layer.
+  const RegistryClient registry = registry_.within(deadline);
+  auto manifest = registry.get_manifest(tag, kMaxManifestBytes);
   if (!manifest) {
-    if (is_network(manifest.error())) {
-      note_unreachable(manifest.error());
-      spdlog::warn("fleet: cannot look up {} in the registry: {}", what, manifest.error().message);
-    } else {
-      refuse(what, Refusal::corrupt, manifest.error().message);
-    }
-    return {false, manifest.error().message};
+    if (manifest.error().code == Errc::cancelled) return {false, "kilnd is stopping"};
+    return refuse(what, manifest.error());
   }
   note_reachable();
   if (!*manifest) {
@@ -306,49 +372,34 @@ Fleet::PullOutcome Fleet::do_pull_artifact(const Digest& key_digest) {
     return {false, "not in the registry"};
   }
   const Digest manifest_digest = (*manifest)->digest;
-  auto m = oci::parse_manifest((*manifest)->bytes, "manifest " + tag);
-  if (!m) {
-    refuse(what, Refusal::corrupt, m.error().message);
-    return {false, std::string(refusal_name(Refusal::corrupt)) + ": " + m.error().message};
-  }
+  auto m = parse_bounded_manifest((*manifest)->bytes, "manifest " + tag, 1);
+  if (!m) return refuse(what, m.error());
   if (m->config.media_type != oci::kKeyConfigType) {
-    refuse(what, Refusal::corrupt, "its config is " + m->config.media_type + ", not a kiln key");
-    return {false, "corrupt: its config is " + m->config.media_type + ", not a kiln key"};
+    return refuse(what, Refusal::corrupt, "its config is " + m->config.media_type + ", not a kiln key");
   }
-  auto config = registry_.get_small_blob(m->config, 1 << 20);
-  if (!config) {
-    const Refusal r = is_network(config.error()) ? Refusal::unreachable : Refusal::corrupt;
-    refuse(what, r, config.error().message);
-    return {false, std::string(refusal_name(r)) + ": " + config.error().message};
-  }
+  auto config = registry.get_small_blob(m->config, 1 << 20);
+  if (!config) return refuse(what, config.error());
   auto checked = oci::check_artifact(*m, *config, tag, "manifest " + tag);
-  if (!checked) {
-    refuse(what, Refusal::corrupt, checked.error().message);
-    return {false, std::string(refusal_name(Refusal::corrupt)) + ": " + checked.error().message};
-  }
+  if (!checked) return refuse(what, Refusal::corrupt, checked.error().message);
   std::optional<Verified> verified;
   Refusal why = Refusal::unsigned_;
   std::string detail;
-  verified = verify(artifact_subject(key_digest), manifest_digest, why, detail);
+  verified = verify(registry, artifact_subject(key_digest), manifest_digest, why, detail);
   // torch's cache entries are pickles that torch loads: one from the registry is code, and
   // is taken only signed by a trusted key, whatever require_signatures says.
   if (!verified && (config_.require_signatures || checked->key.kind == ArtifactKind::torch_cache)) {
-    refuse(what, why, detail);
-    return {false, std::string(refusal_name(why)) + ": " + detail};
+    return refuse(what, why, detail);
   }
   auto stream = store_.begin_put();
   if (!stream) {
     spdlog::warn("fleet: cannot store {}: {}", what, stream.error().to_string());
     return {false, "cannot store it: " + stream.error().to_string()};
   }
-  auto got = registry_.get_blob(checked->layer, [&](std::span<const std::byte> data) { return (*stream)->write(data); });
+  auto got = registry.get_blob(checked->layer, [&](std::span<const std::byte> data) { return (*stream)->write(data); });
   if (!got) {
     // The stream is dropped uncommitted: nothing of it is stored.
-    Refusal r = got.error().code == Errc::corrupt ? Refusal::corrupt
-                : is_network(got.error())          ? Refusal::unreachable
-                                                   : Refusal::truncated;
-    refuse(what, r, got.error().message);
-    return {false, std::string(refusal_name(r)) + ": " + got.error().message};
+    if (got.error().code == Errc::cancelled) return {false, "kilnd is stopping"};
+    return refuse(what, got.error());
   }
   storage::PutMeta meta;
   meta.build_seconds = checked->meta.build_seconds.value_or(0);
@@ -361,8 +412,7 @@ Fleet::PullOutcome Fleet::do_pull_artifact(const Digest& key_digest) {
   if (info->blob_digest != checked->layer.digest || info->key_digest != key_digest) {
     // Cannot happen unless the store and the registry disagree on SHA-256; never serve it.
     (void)store_.remove(key_digest);
-    refuse(what, Refusal::corrupt, "stored bytes differ from the verified layer");
-    return {false, "corrupt: stored bytes differ from the verified layer"};
+    return refuse(what, Refusal::corrupt, "stored bytes differ from the verified layer");
   }
   if (verified) {
     if (auto st = store_.put_signature(verified->record); !st) {
@@ -377,88 +427,70 @@ Fleet::PullOutcome Fleet::do_pull_artifact(const Digest& key_digest) {
   return {true, {}};
 }
 
-bool Fleet::pull_source(const std::string& model_hash) {
-  if (!config_.pull || !oci::is_hex64(model_hash)) return false;
-  const std::string subject = "source:" + model_hash;
-  std::promise<PullOutcome> promise;
-  std::shared_future<PullOutcome> fut;
-  bool leader = false;
-  {
-    std::lock_guard lock(flights_mu_);
-    auto it = flights_.find(subject);
-    if (it != flights_.end()) {
-      fut = it->second;
-    } else {
-      fut = promise.get_future().share();
-      flights_.emplace(subject, fut);
-      leader = true;
+bool Fleet::pull_source(const std::string& model_hash) { return pull_source_outcome(model_hash).stored; }
+
+std::string Fleet::pull_source_why(const std::string& model_hash) { return pull_source_outcome(model_hash).why; }
+
+Fleet::PullOutcome Fleet::pull_source_outcome(const std::string& model_hash) {
+  if (!config_.pull || !oci::is_hex64(model_hash) || cancel_->load()) return {};
+  if (pull_paused()) {
+    pulls_skipped_++;
+    return {false, "the registry is left alone for a while after a late or failing answer"};
+  }
+  const auto deadline = std::chrono::steady_clock::now() + config_.pull_timeout;
+  return flights_->run("source:" + model_hash, [&] {
+    PullOutcome got;
+    try {
+      got = do_pull_source(model_hash, deadline);
+    } catch (const std::exception& e) {
+      spdlog::error("fleet: pull of source {} failed: {}", model_hash, e.what());
+      got.why = e.what();
     }
-  }
-  if (!leader) return fut.get().stored;
-  bool got = false;
-  try {
-    got = do_pull_source(model_hash);
-  } catch (const std::exception& e) {
-    spdlog::error("fleet: pull of source {} failed: {}", model_hash, e.what());
-  }
-  promise.set_value(PullOutcome{got, {}});
-  std::lock_guard lock(flights_mu_);
-  flights_.erase(subject);
-  return got;
+    return got;
+  });
 }
 
-bool Fleet::do_pull_source(const std::string& model_hash) {
+Fleet::PullOutcome Fleet::do_pull_source(const std::string& model_hash, Deadline deadline) {
   const std::string tag = oci::source_tag(model_hash);
   const std::string what = "source " + model_hash.substr(0, 16);
-  if (auto have = store_.stat_source(model_hash); have && *have) return true;
-  auto manifest = registry_.get_manifest(tag);
+  if (auto have = store_.stat_source(model_hash); have && *have) return {true, {}};
+  const RegistryClient registry = registry_.within(deadline);
+  auto manifest = registry.get_manifest(tag, kMaxManifestBytes);
   if (!manifest) {
-    if (is_network(manifest.error())) note_unreachable(manifest.error());
-    else refuse(what, Refusal::corrupt, manifest.error().message);
-    return false;
+    if (manifest.error().code == Errc::cancelled) return {false, "kilnd is stopping"};
+    return refuse(what, manifest.error());
   }
   note_reachable();
-  if (!*manifest) return false;
-  auto m = oci::parse_manifest((*manifest)->bytes, "manifest " + tag);
-  if (!m || m->config.media_type != oci::kSourceConfigType) {
-    refuse(what, Refusal::corrupt, m ? "its config is not a kiln source" : m.error().message);
-    return false;
-  }
-  auto config = registry_.get_small_blob(m->config, 1 << 20);
-  if (!config) {
-    refuse(what, is_network(config.error()) ? Refusal::unreachable : Refusal::corrupt, config.error().message);
-    return false;
-  }
+  if (!*manifest) return {};
+  auto m = parse_bounded_manifest((*manifest)->bytes, "manifest " + tag, 1);
+  if (!m) return refuse(what, m.error());
+  if (m->config.media_type != oci::kSourceConfigType) return refuse(what, Refusal::corrupt, "its config is not a kiln source");
+  auto config = registry.get_small_blob(m->config, 1 << 20);
+  if (!config) return refuse(what, config.error());
   auto checked = oci::check_source(*m, *config, tag, "manifest " + tag);
-  if (!checked) {
-    refuse(what, Refusal::corrupt, checked.error().message);
-    return false;
-  }
+  if (!checked) return refuse(what, Refusal::corrupt, checked.error().message);
   Refusal why = Refusal::unsigned_;
   std::string detail;
-  auto verified = verify("source:" + model_hash, (*manifest)->digest, why, detail);
-  if (!verified && config_.require_signatures) {
-    refuse(what, why, detail);
-    return false;
-  }
+  auto verified = verify(registry, "source:" + model_hash, (*manifest)->digest, why, detail);
+  if (!verified && config_.require_signatures) return refuse(what, why, detail);
   auto stream = store_.begin_put();
-  if (!stream) return false;
-  auto got = registry_.get_blob(checked->layer, [&](std::span<const std::byte> data) { return (*stream)->write(data); });
+  if (!stream) return {false, "cannot store it: " + stream.error().to_string()};
+  auto got = registry.get_blob(checked->layer, [&](std::span<const std::byte> data) { return (*stream)->write(data); });
   if (!got) {
-    refuse(what, got.error().code == Errc::corrupt ? Refusal::corrupt : Refusal::truncated, got.error().message);
-    return false;
+    if (got.error().code == Errc::cancelled) return {false, "kilnd is stopping"};
+    return refuse(what, got.error());
   }
   auto info = store_.put_source(model_hash, std::move(*stream), checked->meta.name);
   if (!info) {
     spdlog::warn("fleet: cannot store {}: {}", what, info.error().to_string());
-    return false;
+    return {false, "cannot store it: " + info.error().to_string()};
   }
   if (verified) (void)store_.put_signature(verified->record);
   sources_pulled_++;
   bytes_pulled_ += info->size;
   spdlog::info("fleet: pulled {} ({} bytes)", what, info->size);
   remember("pulled " + what);
-  return true;
+  return {true, {}};
 }
 
 }  // namespace kiln::fleet

@@ -9,6 +9,7 @@
 
 #include "kiln/fleet/fleet.hpp"
 #include "kiln/oci/mapping.hpp"
+#include "manifest_bounds.hpp"
 
 namespace kiln::fleet {
 
@@ -121,6 +122,17 @@ Result<proto::FleetPushReply> Fleet::run_push(const std::vector<Digest>& keys, b
   else note_unreachable(reachable.error());
   wake_pusher(/*urgent=*/static_cast<bool>(reachable));
   spdlog::info("fleet: operator push: {} artifact(s) queued", reply.queued);
+  // Refused credentials are a failure, not an outage: no retry succeeds until someone
+  // fixes them. The rows stay queued for then.
+  if (!reachable && reachable.error().code == Errc::permission_denied) {
+    for (auto i : waiting) {
+      reply.items[i].state = "failed";
+      reply.items[i].error = "credentials refused: " + reachable.error().message +
+                             " (fix fleet.basic_auth_file or token_file; the push stays queued)";
+      reply.failed++;
+    }
+    return reply;
+  }
   if (!wait || waiting.empty()) return reply;
   if (!reachable) {
     for (auto i : waiting) reply.items[i].error = "queued; the registry is not reachable now: " + reachable.error().message;
@@ -150,6 +162,13 @@ Result<proto::FleetPushReply> Fleet::run_push(const std::vector<Digest>& keys, b
       auto it = queued.find(subject);
       if (it == queued.end()) {
         item.state = "pushed";
+        {
+          std::lock_guard lock(status_mu_);
+          if (auto r = push_results_.find(subject); r != push_results_.end()) {
+            item.state = r->second;  // pushed, repaired, or verified (all there already)
+            push_results_.erase(r);
+          }
+        }
         if (auto info = store_.stat(item.key_digest); info && *info) item.size = (*info)->size;
         reply.pushed++;
         reply.bytes += item.size.value_or(0);
@@ -197,10 +216,10 @@ Status Fleet::for_each_artifact_manifest(
       if (!each(*digest, nullptr, nullptr)) break;
       continue;
     }
-    auto m = registry_.get_manifest(tag);
+    auto m = registry_.get_manifest(tag, kMaxManifestBytes);
     if (!m) return make_error(m.error().code, "manifest " + tag.substr(0, 16) + ": " + m.error().message);
     if (!*m) continue;  // deleted meanwhile
-    auto parsed = oci::parse_manifest((*m)->bytes, "manifest " + tag);
+    auto parsed = parse_bounded_manifest((*m)->bytes, "manifest " + tag, 1);
     if (!parsed) {
       spdlog::warn("fleet: skipping {}: {}", tag.substr(0, 16), parsed.error().message);
       continue;
@@ -251,7 +270,7 @@ Result<proto::FleetPullReply> Fleet::run_pull(const proto::FleetPullRequest& req
   set_transfer("pull", 0, wanted.size(), 0);
   for (std::size_t i = 0; i < wanted.size(); ++i) {
     post([&, i] {
-      PullOutcome o = halt_ ? PullOutcome{false, "kilnd is stopping"} : pull_artifact_outcome(wanted[i]);
+      PullOutcome o = halt_ ? PullOutcome{false, "kilnd is stopping"} : pull_artifact_outcome(wanted[i], std::chrono::steady_clock::now() + config_.pull_timeout);
       std::uint64_t size = 0;
       if (o.stored) {
         if (auto info = store_.stat(wanted[i]); info && *info) size = (*info)->size;

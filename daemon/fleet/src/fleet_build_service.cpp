@@ -97,17 +97,19 @@ class FleetBuildService final : public daemon::BuildService {
         wait->finish({});
         return;
       }
-      // A node that lacks the key's source takes it from the registry.
-      if (auto src = fleet_.store().stat_source(key.model_hash); src && !*src) (void)fleet_.pull_source(key.model_hash);
+      // A node that lacks the key's source takes it from the registry; why it could not
+      // goes to the client with the build's no_source error.
+      std::string source_why;
+      if (auto src = fleet_.store().stat_source(key.model_hash); src && !*src) source_why = fleet_.pull_source_why(key.model_hash);
       if (coordinator_) {
         if (options.wait_ms > 0) {
           coordinator_->call_at(std::chrono::steady_clock::now() + std::chrono::milliseconds(options.wait_ms),
                                 [wait, ms = options.wait_ms] { wait->expire(ms); });
         }
-        coordinator_->before_build(key, key_digest, [this, wait, key, key_digest, options](BuildDecision d) {
+        coordinator_->before_build(key, key_digest, [this, wait, key, key_digest, options, source_why](BuildDecision d) {
           switch (d.action) {
             case BuildDecision::Action::fail: wait->finish(std::move(d.failure)); return;
-            case BuildDecision::Action::build_here: build(wait, key, key_digest, options, d.ticket); return;
+            case BuildDecision::Action::build_here: build(wait, key, key_digest, options, d.ticket, source_why); return;
             case BuildDecision::Action::pull:
               // A pull is network work: on a fleet thread, not the coordinator's.
               fleet_.post([this, wait, key, key_digest, options] {
@@ -123,7 +125,7 @@ class FleetBuildService final : public daemon::BuildService {
         });
         return;
       }
-      build(wait, key, key_digest, options, 0);
+      build(wait, key, key_digest, options, 0, source_why);
     });
     return wait;
   }
@@ -140,8 +142,9 @@ class FleetBuildService final : public daemon::BuildService {
 
  private:
   // `ticket` != 0: the coordinator's build_here, whose outcome goes back to it.
+  // `source_why`: why the registry's copy of the key's source was not taken ("" if none).
   void build(const std::shared_ptr<FleetWait>& wait, const Key& key, const Digest& key_digest,
-             const daemon::EnsureOptions& options, std::uint64_t ticket) {
+             const daemon::EnsureOptions& options, std::uint64_t ticket, std::string source_why = {}) {
     BuildCoordinator* coordinator = ticket ? coordinator_ : nullptr;
     auto done = wait->withdrawn() ? nullptr : wait->take_done();
     if (!done) {
@@ -151,9 +154,12 @@ class FleetBuildService final : public daemon::BuildService {
     Fleet* fleet = &fleet_;
     daemon::EnsureOptions rest = options;
     rest.wait_ms = wait->remaining_ms(options.wait_ms);
-    auto inner = inner_.ensure(key, key_digest, rest, [fleet, coordinator, ticket, done = std::move(done)](Status st) {
+    auto inner = inner_.ensure(key, key_digest, rest, [fleet, coordinator, ticket, source_why, done = std::move(done)](Status st) {
       if (st) fleet->wake_pusher();  // the store queued the push with the artifact
       if (coordinator) coordinator->after_build(ticket, st);
+      if (!st && st.error().code == Errc::no_source && !source_why.empty()) {
+        st = make_error(Errc::no_source, st.error().message + "; the registry's copy of the source was not taken: " + source_why);
+      }
       done(std::move(st));
     });
     wait->set_inner(std::move(inner));

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <ctime>
+#include <random>
 
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
@@ -13,6 +14,7 @@
 #include "kiln/fleet/publish.hpp"
 #include "kiln/oci/mapping.hpp"
 #include "kiln/torch_cache/torch_key.hpp"
+#include "manifest_bounds.hpp"
 
 namespace kiln::fleet {
 
@@ -25,6 +27,14 @@ struct PushParts {
 namespace {
 
 std::int64_t unix_now() { return static_cast<std::int64_t>(std::time(nullptr)); }
+
+// A retry delay of `backoff` seconds, spread over [backoff/2, backoff]: after an outage
+// every node's pushes would otherwise come back in lockstep.
+std::int64_t jittered(std::int64_t backoff) {
+  if (backoff < 2) return backoff;
+  thread_local std::mt19937_64 rng{std::random_device{}()};
+  return backoff - std::uniform_int_distribution<std::int64_t>(0, backoff / 2)(rng);
+}
 
 class TempFd {
  public:
@@ -103,6 +113,8 @@ void Fleet::pusher_loop() {
         if (stopping_) return;
       }
       Status st = push_subject(item.subject);
+      // Cut short by stop(): not an attempt; the row stays queued as it was.
+      if (!st && st.error().code == Errc::cancelled) return;
       // Told after the row is dequeued or marked failed, below, by the guard's destructor.
       struct Progress {
         Fleet& f;
@@ -126,11 +138,12 @@ void Fleet::pusher_loop() {
       push_failures_++;
       // Backoff doubles per failed attempt, from push_retry_min to push_retry_max.
       const unsigned shift = std::min<unsigned>(item.attempts, 20);
-      const auto backoff = std::min<std::int64_t>(config_.push_retry_max.count(), config_.push_retry_min.count() << shift);
+      const auto backoff = jittered(std::min<std::int64_t>(config_.push_retry_max.count(), config_.push_retry_min.count() << shift));
       (void)store_.push_failed(item.subject, unix_now() + backoff, st.error().message);
       spdlog::warn("fleet: push of {} failed (attempt {}; next in {} s): {}", item.subject, item.attempts + 1, backoff,
                    st.error().to_string());
-      if (st.error().code == Errc::unavailable || st.error().code == Errc::timeout) {
+      if (st.error().code == Errc::unavailable || st.error().code == Errc::timeout ||
+          st.error().code == Errc::permission_denied) {
         note_unreachable(st.error());
         pause = std::chrono::seconds(backoff);  // the registry is down: do not churn through the rest
         break;
@@ -207,9 +220,34 @@ Result<bool> Fleet::registry_keeps(const Digest& key_digest, const storage::Arti
   auto fetched = registry_.get_manifest(tag);
   if (!fetched) return std::move(fetched).error();
   if (!*fetched) return false;  // deleted since the HEAD
-  auto m = oci::parse_manifest((*fetched)->bytes, "manifest " + tag);
+  auto m = parse_bounded_manifest((*fetched)->bytes, "manifest " + tag, 1);
   if (!m) return false;  // unreadable: this node's value replaces it
   return m->layers.size() == 1 && m->layers.front().digest == info.blob_digest;
+}
+
+Result<bool> Fleet::registry_intact(const std::string& tag) const {
+  auto fetched = registry_.get_manifest(tag, kMaxManifestBytes);
+  if (!fetched) return std::move(fetched).error();
+  if (!*fetched) return false;
+  auto m = parse_bounded_manifest((*fetched)->bytes, "manifest " + tag, 1);
+  if (!m) return false;
+  std::vector<oci::Descriptor> blobs{m->config};
+  blobs.insert(blobs.end(), m->layers.begin(), m->layers.end());
+  for (const auto& b : blobs) {
+    auto there = registry_.blob_exists(b.digest);
+    if (!there) return std::move(there).error();
+    if (!*there) {
+      spdlog::warn("fleet: the registry lost blob {} of {}; pushing it again", oci::digest_ref(b.digest), tag.substr(0, 16));
+      return false;
+    }
+  }
+  return true;
+}
+
+void Fleet::note_push_result(const std::string& subject, const char* result) {
+  std::lock_guard lock(status_mu_);
+  if (push_results_.size() > 10'000) push_results_.clear();  // nobody is reading them
+  push_results_[subject] = result;
 }
 
 Status Fleet::push_artifact(const Digest& key_digest) {
@@ -222,22 +260,30 @@ Status Fleet::push_artifact(const Digest& key_digest) {
   // the last writer wins across the fleet as on a node, so other bytes replace them.
   auto existing = registry_.head_manifest(key_digest.hex());
   if (!existing) return std::move(existing).error();
+  bool repairing = false;
   if (*existing) {
     Refusal why = Refusal::unsigned_;
     std::string detail;
-    if (verify("artifact:" + key_digest.hex(), **existing, why, detail)) {
+    if (verify(registry_, "artifact:" + key_digest.hex(), **existing, why, detail)) {
       auto keep = registry_keeps(key_digest, **info);
       if (!keep) return std::move(keep).error();
-      if (*keep) {
-        spdlog::info("fleet: {} is already in the registry; not pushed again", key_digest.hex().substr(0, 16));
+      // What the signed manifest names must be there too (a registry can lose a blob):
+      // else this node's copy goes up again, blobs, signature and tag.
+      auto intact = *keep ? registry_intact(key_digest.hex()) : Result<bool>(false);
+      if (!intact) return std::move(intact).error();
+      if (*keep && *intact) {
+        spdlog::info("fleet: {} is already in the registry, every blob there; not pushed again", key_digest.hex().substr(0, 16));
+        note_push_result("artifact:" + key_digest.hex(), "verified");
         return {};
       }
+      if (*keep) repairing = true;
       spdlog::info("fleet: replacing {} in the registry with this node's newer value (a torch cache entry torch "
                    "rewrites: the last writer wins)",
                    key_digest.hex().substr(0, 16));
     } else {
-      if (why == Refusal::unreachable) return make_error(Errc::unavailable, detail);
+      if (registry_failing(why)) return make_error(why == Refusal::unauthorized ? Errc::permission_denied : Errc::unavailable, detail);
       spdlog::warn("fleet: replacing {} in the registry ({}: {})", key_digest.hex().substr(0, 16), refusal_name(why), detail);
+      repairing = why == Refusal::missing;
     }
   }
   // The source travels first: a node that lacks it can then build related keys.
@@ -258,8 +304,10 @@ Status Fleet::push_artifact(const Digest& key_digest) {
   auto parts = oci::artifact_manifest(a.key, meta, a.blob_digest, a.size);
   if (!parts) return std::move(parts).error();
   KILN_TRY(push_parts("artifact:" + key_digest.hex(), PushParts{std::move(*parts), spool.get()}));
-  spdlog::info("fleet: pushed artifact {} ({} bytes, signed by {})", key_digest.hex().substr(0, 16), a.size, key_->name());
-  remember("pushed artifact " + key_digest.hex().substr(0, 16));
+  spdlog::info("fleet: {} artifact {} ({} bytes, signed by {})", repairing ? "repaired" : "pushed",
+               key_digest.hex().substr(0, 16), a.size, key_->name());
+  remember((repairing ? "repaired artifact " : "pushed artifact ") + key_digest.hex().substr(0, 16));
+  note_push_result("artifact:" + key_digest.hex(), repairing ? "repaired" : "pushed");
   return {};
 }
 
@@ -267,7 +315,11 @@ Status Fleet::push_source(const std::string& model_hash) {
   if (!oci::is_hex64(model_hash)) return {};
   auto existing = registry_.head_manifest(oci::source_tag(model_hash));
   if (!existing) return std::move(existing).error();
-  if (*existing) return {};
+  if (*existing) {
+    auto intact = registry_intact(oci::source_tag(model_hash));
+    if (!intact) return std::move(intact).error();
+    if (*intact) return {};
+  }
   TempFd spool(store_.options().root);
   if (spool.get() < 0) return error_from_errno(errno, "create a push spool file in " + store_.options().root.string());
   auto read = store_.read_source(model_hash, [&](std::span<const std::byte> d) { return write_all(spool.get(), d); });

@@ -41,6 +41,13 @@ std::string Fleet::status_json() const {
   j["bytes_pulled"] = bytes_pulled_.load();
   j["bytes_pushed"] = bytes_pushed_.load();
   {
+    const std::int64_t left_ms = pull_pause_until_ms_.load() - std::chrono::duration_cast<std::chrono::milliseconds>(
+                                                                  std::chrono::steady_clock::now().time_since_epoch()).count();
+    j["misses"] = {{"queued", pulls_queued_.load()},       {"in_flight", pulls_in_flight_.load()},
+                   {"skipped", pulls_skipped_.load()},     {"expired", pulls_expired_.load()},
+                   {"paused_for_ms", left_ms > 0 ? left_ms : 0}, {"timeout_ms", config_.pull_timeout.count()}};
+  }
+  {
     std::lock_guard lock(observer_mu_);
     j["coordinator"] = observer_ ? nlohmann::json::parse(observer_->status_json(), nullptr, false) : nlohmann::json(nullptr);
   }
@@ -75,14 +82,31 @@ std::string Fleet::metrics_text() const {
   out += "kiln_fleet_pending_pushes " + std::to_string(pending ? pending->size() : 0) + "\n";
   out += "# HELP kiln_fleet_registry_up Whether the last registry request got an answer.\n# TYPE kiln_fleet_registry_up gauge\n";
   out += std::string("kiln_fleet_registry_up ") + (reachable_.load() ? "1" : "0") + "\n";
+  auto gauge = [&](const char* name, const char* help, double v) {
+    out += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " gauge\n" + name + " " +
+           std::to_string(v) + "\n";
+  };
+  gauge("kiln_fleet_miss_pulls_queued", "Misses waiting for a pull worker now.", double(pulls_queued_.load()));
+  gauge("kiln_fleet_pulls_in_flight", "Registry lookups running now.", double(pulls_in_flight_.load()));
+  counter("kiln_fleet_miss_pull_wait_seconds_total", "Time misses waited for a pull worker, summed (seconds).",
+          pull_wait_us_.load() / 1'000'000);
+  counter("kiln_fleet_miss_pull_waits_total", "Misses that waited for a pull worker.", pull_waits_.load());
+  counter("kiln_fleet_miss_pulls_expired_total", "Misses answered as misses because fleet.pull_timeout_s passed while they waited for a pull worker.",
+          pulls_expired_.load());
+  counter("kiln_fleet_miss_pulls_skipped_total", "Misses answered without asking the registry, which was late or failing in the last 10 s.",
+          pulls_skipped_.load());
+  {
+    const std::int64_t left_ms = pull_pause_until_ms_.load() - std::chrono::duration_cast<std::chrono::milliseconds>(
+                                                                  std::chrono::steady_clock::now().time_since_epoch()).count();
+    gauge("kiln_fleet_pull_paused", "1 while misses leave a late or failing registry alone, else 0.", left_ms > 0 ? 1 : 0);
+  }
   {
     std::lock_guard lock(observer_mu_);
     if (observer_) out += observer_->metrics_text();
   }
   out += "# HELP kiln_fleet_refusals_total Registry content refused, by reason.\n# TYPE kiln_fleet_refusals_total counter\n";
   std::lock_guard lock(status_mu_);
-  for (Refusal r : {Refusal::unsigned_, Refusal::unknown_signer, Refusal::bad_signature, Refusal::wrong_subject,
-                    Refusal::corrupt, Refusal::truncated, Refusal::unreachable}) {
+  for (Refusal r : kRefusals) {
     auto it = refusals_.find(std::string(refusal_name(r)));
     out += "kiln_fleet_refusals_total{reason=\"" + std::string(refusal_name(r)) + "\"} " +
            std::to_string(it == refusals_.end() ? 0 : it->second) + "\n";

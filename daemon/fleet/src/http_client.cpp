@@ -15,6 +15,8 @@
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
@@ -245,6 +247,7 @@ class Client final : public HttpClient {
   Result<HttpResponse> send(const HttpRequest& request, const BodySink* sink, std::uint64_t max_body) const override {
     std::string target = request.target;
     for (int hop = 0;; ++hop) {
+      if (auto st = still_wanted(request); !st) return std::move(st).error();
       Url u;
       if (target.starts_with("http://") || target.starts_with("https://")) {
         auto parsed = parse_url(target);
@@ -262,7 +265,11 @@ class Client final : public HttpClient {
       const bool redirect = r->status == 301 || r->status == 302 || r->status == 303 || r->status == 307 || r->status == 308;
       if (!redirect || (request.method != "GET" && request.method != "HEAD")) return r;
       std::string location = r->header("location");
-      if (location.empty() || hop >= 4) return r;
+      if (location.empty()) return r;
+      if (hop >= 4) {
+        return make_error(Errc::protocol_error, request.method + " " + u.origin() + u.target.substr(0, u.target.find('?')) +
+                                                    ": a redirect loop (more than 4 redirects in a row)");
+      }
       target = location.starts_with("/") ? u.origin() + location : location;
     }
   }
@@ -287,6 +294,18 @@ class Client final : public HttpClient {
     bool reusable = false;  // the connection may serve another request
     bool stale = false;     // failed before any of the response arrived (a reused connection the server closed)
   };
+
+  // How often a request with a cancel flag looks at it.
+  static constexpr std::chrono::milliseconds kCancelPoll{50};
+
+  static Status still_wanted(const HttpRequest& req) {
+    const std::string what = req.method + " " + req.target.substr(0, req.target.find('?'));
+    if (req.cancel && req.cancel->load()) return make_error(Errc::cancelled, what + ": cancelled before it was sent");
+    if (std::chrono::steady_clock::now() >= req.deadline) {
+      return make_error(Errc::timeout, what + ": its deadline passed before it was sent");
+    }
+    return {};
+  }
 
   static constexpr std::size_t kMaxIdle = 8;
   static constexpr std::chrono::seconds kMaxIdleAge{15};
@@ -334,12 +353,12 @@ class Client final : public HttpClient {
                   std::uint64_t max_body) const {
     const bool reused = c.connected();
     HttpResponse out;
+    asio::ip::tcp::resolver resolver(c.ioc);  // here, so that the watchdog below can cancel it
     Failure f;
     std::exception_ptr eptr;
     auto run = [&]() -> asio::awaitable<void> {
       if (!c.connected()) {
         auto ex = co_await asio::this_coro::executor;
-        asio::ip::tcp::resolver resolver(ex);
         f.phase = "resolve";
         auto endpoints = co_await resolver.async_resolve(u.host, u.port, use_awaitable);
         c.tcp.emplace(ex);
@@ -362,11 +381,45 @@ class Client final : public HttpClient {
       if (c.tls) co_await exchange(*c.tls, o_, u, req, auth, sink, max_body, out, f);
       else co_await exchange(*c.tcp, o_, u, req, auth, sink, max_body, out, f);
     };
+    // The deadline and the cancel flag: a watchdog beside the exchange closes whatever the
+    // request has open once either trips (each step's own timer is io_timeout's).
+    enum class Stop { no, deadline, cancelled } stopped = Stop::no;
+    bool finished = false;
+    asio::steady_timer watch(c.ioc);
+    auto watchdog = [&]() -> asio::awaitable<void> {
+      while (!finished) {
+        const auto now = std::chrono::steady_clock::now();
+        if (stopped == Stop::no && req.cancel && req.cancel->load()) stopped = Stop::cancelled;
+        if (stopped == Stop::no && now >= req.deadline) stopped = Stop::deadline;
+        if (stopped != Stop::no) {
+          boost::system::error_code ignored;
+          resolver.cancel();
+          if (c.tcp) c.tcp->socket().close(ignored);
+          if (c.tls) beast::get_lowest_layer(*c.tls).socket().close(ignored);
+        }
+        auto next = req.deadline;
+        if (req.cancel || stopped != Stop::no) next = std::min(next, now + kCancelPoll);
+        watch.expires_at(next);
+        co_await watch.async_wait(asio::as_tuple(use_awaitable));
+      }
+    };
     c.ioc.restart();
-    asio::co_spawn(c.ioc, run(), [&](std::exception_ptr e) { eptr = e; });
+    asio::co_spawn(c.ioc, run(), [&](std::exception_ptr e) {
+      eptr = e;
+      finished = true;
+      watch.cancel();
+    });
+    if (req.cancel || req.deadline != std::chrono::steady_clock::time_point::max()) {
+      asio::co_spawn(c.ioc, watchdog(), asio::detached);
+    }
     c.ioc.run();
     Attempt a;
     const std::string where = req.method + " " + u.origin() + u.target.substr(0, u.target.find('?'));
+    if (eptr && stopped != Stop::no) {
+      a.result = stopped == Stop::cancelled ? make_error(Errc::cancelled, where + ": cancelled in " + f.phase)
+                                            : make_error(Errc::timeout, where + ": its deadline passed in " + f.phase);
+      return a;
+    }
     if (eptr) {
       a.stale = reused && out.status == 0 && (f.phase == "send" || f.phase == "response");
       try {

@@ -12,7 +12,7 @@ namespace {
 Status apply_table(FleetConfig& c, const toml_options::Table& f) {
   KILN_TRY(f.only({"registry", "repository", "basic_auth_file", "token_file", "ca_file", "client_cert_file",
                    "client_key_file", "pull", "push", "signing_key_file", "signing_key_name", "trusted_keys",
-                   "require_signatures", "connect_timeout_s", "io_timeout_s", "push_retry_min_s", "push_retry_max_s",
+                   "require_signatures", "connect_timeout_s", "io_timeout_s", "pull_timeout_s", "push_retry_min_s", "push_retry_max_s",
                    "pull_threads", "coordinator", "coordinator_prefix", "node_name", "lease_ttl_s",
                    "coordinator_timeout_ms", "poll_max_ms", "hedge_factor", "expected_build_s"}));
   using std::chrono::milliseconds;
@@ -55,6 +55,7 @@ Status apply_table(FleetConfig& c, const toml_options::Table& f) {
   KILN_TRY(f.number("hedge_factor", c.hedge_factor, 0, 1000));  // 0: never hedge
   KILN_TRY(f.duration("connect_timeout_s", c.connect_timeout, seconds(1), seconds(600)));
   KILN_TRY(f.duration("io_timeout_s", c.io_timeout, seconds(1), seconds(3600)));
+  KILN_TRY(f.duration("pull_timeout_s", c.pull_timeout, seconds(1), seconds(3600)));
   KILN_TRY(f.duration("push_retry_min_s", c.push_retry_min, seconds(1), seconds(3600)));
   KILN_TRY(f.duration("push_retry_max_s", c.push_retry_max, seconds(1), seconds(24 * 3600)));
   KILN_TRY(f.integer("pull_threads", c.pull_threads, 1, 64));

@@ -70,7 +70,21 @@ Error registry_error(const HttpResponse& r, const std::string& what) {
 RegistryClient::RegistryClient(std::shared_ptr<const HttpClient> http, std::string repository)
     : http_(std::move(http)), repository_(std::move(repository)) {}
 
+RegistryClient RegistryClient::within(std::chrono::steady_clock::time_point deadline) const {
+  RegistryClient r = *this;
+  r.deadline_ = std::min(deadline_, deadline);
+  return r;
+}
+
+RegistryClient RegistryClient::cancelled_by(std::shared_ptr<const std::atomic<bool>> cancel) const {
+  RegistryClient r = *this;
+  r.cancel_ = std::move(cancel);
+  return r;
+}
+
 Result<HttpResponse> RegistryClient::call(HttpRequest request, const BodySink* sink, std::uint64_t max_body) const {
+  request.deadline = deadline_;
+  request.cancel = cancel_;
   return http_->send(request, sink, max_body);
 }
 
@@ -165,9 +179,10 @@ Result<Digest> RegistryClient::put_manifest(const std::string& reference, std::s
   return sha256(bytes);
 }
 
-Result<std::optional<FetchedManifest>> RegistryClient::get_manifest(const std::string& reference) const {
+Result<std::optional<FetchedManifest>> RegistryClient::get_manifest(const std::string& reference,
+                                                                     std::uint64_t max_bytes) const {
   auto r = call(HttpRequest{"GET", path("manifests/" + reference), {{"Accept", kManifestAccept}}, {}, {}, 0}, nullptr,
-                4u << 20);
+                max_bytes);
   if (!r) return std::move(r).error();
   if (r->status == 404) return std::optional<FetchedManifest>();
   if (r->status != 200) return registry_error(*r, "GET manifest " + reference);
@@ -208,9 +223,20 @@ Status RegistryClient::delete_manifest(const Digest& digest) const {
 Result<std::vector<std::string>> RegistryClient::tags() const {
   std::vector<std::string> out;
   std::string target = path("tags/list?n=10000");
-  for (int page = 0; page < 1000; ++page) {
-    auto r = call(HttpRequest{"GET", target, {}, {}, {}, 0}, nullptr, 64u << 20);
+  std::uint64_t listed_bytes = 0;
+  for (int page = 0;; ++page) {
+    if (page >= kMaxTagPages) {
+      return make_error(Errc::corrupt, "over_limit: the registry's tag listing goes on past " +
+                                           std::to_string(kMaxTagPages) + " pages");
+    }
+    // Each page may use what the listing has left of kMaxTagBytes, and no more.
+    auto r = call(HttpRequest{"GET", target, {}, {}, {}, 0}, nullptr, kMaxTagBytes - listed_bytes);
+    if (!r && r.error().code == Errc::io_error && r.error().message.find("response body larger") != std::string::npos) {
+      return make_error(Errc::corrupt, "over_limit: the registry's tag listing is larger than " +
+                                           std::to_string(kMaxTagBytes >> 20) + " MiB");
+    }
     if (!r) return std::move(r).error();
+    listed_bytes += r->body.size();
     if (r->status == 404) return out;  // a repository nothing was pushed to yet
     if (r->status != 200) return registry_error(*r, "GET tags");
     auto j = nlohmann::json::parse(r->body, nullptr, false);
@@ -226,9 +252,10 @@ Result<std::vector<std::string>> RegistryClient::tags() const {
     if (link.empty() || lt == std::string::npos || gt == std::string::npos || link.find("rel=\"next\"") == std::string::npos) {
       return out;
     }
-    target = link.substr(lt + 1, gt - lt - 1);
+    std::string next = link.substr(lt + 1, gt - lt - 1);
+    if (next == target) return make_error(Errc::corrupt, "over_limit: the registry's tag listing names the same page as its next");
+    target = std::move(next);
   }
-  return out;
 }
 
 }  // namespace kiln::fleet

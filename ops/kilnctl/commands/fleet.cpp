@@ -133,9 +133,11 @@ void add_trust(CommandSet& set) {
 void add_fleet(CommandSet& set) {
   Context& ctx = set.context();
   auto prune = std::make_shared<SubcommandAction>();
-  CLI::App* fleet = set.add("fleet", "The fleet tier: status (registry reachable, pending and failing pushes, recent pulls and refusals, build claims); prune",
-                            [&ctx, prune] {
+  auto verify = std::make_shared<SubcommandAction>();
+  CLI::App* fleet = set.add("fleet", "The fleet tier: status (registry reachable, pending and failing pushes, recent pulls and refusals, build claims); prune; verify",
+                            [&ctx, prune, verify] {
     if (prune->app->parsed()) return prune->action();
+    if (verify->app->parsed()) return verify->action();
     auto f = fleet_state(ctx);
     if (!f) return ctx.fail(f.error());
     if (ctx.json) {
@@ -160,6 +162,13 @@ void add_fleet(CommandSet& set) {
     line("pulls", num("pulls") + " (" + num("registry_hits") + " hits, " + num("registry_misses") + " misses), " +
                       num("bytes_pulled") + " bytes");
     line("pushes", num("pushes") + " (" + num("push_failures") + " failed attempts), " + num("bytes_pushed") + " bytes");
+    if (const auto& m = f->contains("misses") ? (*f)["misses"] : nlohmann::json(nullptr); m.is_object()) {
+      const std::int64_t paused_ms = m.value("paused_for_ms", std::int64_t{0});
+      line("misses", std::to_string(m.value("queued", 0)) + " waiting, " + std::to_string(m.value("in_flight", 0)) +
+                         " asking the registry; " + std::to_string(m.value("skipped", 0)) + " skipped, " +
+                         std::to_string(m.value("expired", 0)) + " expired" +
+                         (paused_ms > 0 ? "; registry left alone for " + std::to_string((paused_ms + 999) / 1000) + " s" : ""));
+    }
     std::string refusals;
     for (const auto& [reason, n] : (*f)["refusals"].items()) refusals += (refusals.empty() ? "" : ", ") + reason + " " + std::to_string(n.get<int>());
     line("refusals", refusals.empty() ? "none" : refusals);
@@ -191,6 +200,7 @@ void add_fleet(CommandSet& set) {
   });
   fleet->add_subcommand("status", "Show the fleet tier's state (the default)")->fallthrough();
   *prune = add_fleet_prune(*fleet, ctx);
+  *verify = add_fleet_verify(*fleet, ctx);
 }
 
 }  // namespace kiln::ctl

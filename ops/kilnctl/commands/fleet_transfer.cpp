@@ -31,7 +31,9 @@ nlohmann::json items_json(const std::vector<protocol::FleetItem>& items) {
 // One line per artifact that did not simply go through, so an operator sees what to chase.
 void print_items(std::ostream& out, const std::vector<protocol::FleetItem>& items, bool all) {
   for (const auto& i : items) {
-    if (!all && (i.state == "pushed" || i.state == "pulled" || i.state == "local" || i.state == "pruned")) continue;
+    if (!all && (i.state == "pushed" || i.state == "verified" || i.state == "pulled" || i.state == "local" ||
+                 i.state == "pruned"))
+      continue;
     out << std::left << i.state << "  " << i.key_digest.hex().substr(0, 16);
     if (i.size) out << "  " << format_bytes(*i.size);
     if (i.error) out << "  " << *i.error;
@@ -156,6 +158,45 @@ void add_pull(CommandSet& set) {
                   "fleet status) otherwise. Filters match the key fields the registry's manifests annotate.\n"
                   "Exit code 6 when an artifact was refused or could not be pulled.\n\n") +
               sub->get_footer());
+}
+
+SubcommandAction add_fleet_verify(CLI::App& fleet, Context& ctx) {
+  auto args = std::make_shared<PushArgs>();
+  CLI::App* sub = fleet.add_subcommand(
+      "verify", "Check the registry's copy of what this node pushes (manifest, signature, every blob) and repair it");
+  sub->footer(
+      "Needs the admin role and a node whose [fleet] has push = true and a signing key. For each stored artifact\n"
+      "that did not come from the registry (all, or those --filter selects), kilnd checks the registry's manifest,\n"
+      "its signature and every blob they name (HEAD), and pushes again what the registry lost: verified, repaired\n"
+      "or pushed (it was absent). Exit code 6 when one could not be checked or repaired (it stays queued).");
+  add_filter_option(sub, args->filters);
+  sub->add_flag("--json", ctx.json, "Print one JSON document on stdout");
+  sub->add_option("--socket", ctx.socket, "kilnd's socket (default: $KILN_SOCKET, else the user's kilnd, else the system's)");
+  auto action = [&ctx, args] {
+    auto filters = parse_filters(args->filters);
+    if (!filters) return ctx.fail(filters.error());
+    protocol::FleetPushRequest req{*filters, true};
+    auto r = transfer<protocol::FleetPushReply>(ctx, protocol::MsgType::fleet_push, req, "push");
+    if (!r) return ctx.fail(r.error());
+    std::uint64_t verified = 0, repaired = 0, pushed = 0;
+    for (const auto& i : r->items) {
+      verified += i.state == "verified";
+      repaired += i.state == "repaired";
+      pushed += i.state == "pushed";
+    }
+    if (ctx.json) {
+      ctx.out << nlohmann::json{{"matched", r->matched}, {"verified", verified}, {"repaired", repaired},
+                                {"pushed", pushed},      {"failed", r->failed},  {"items", items_json(r->items)}}
+                     .dump()
+              << "\n";
+    } else {
+      print_items(ctx.out, r->items, false);
+      ctx.out << r->queued << " artifact(s) checked: " << verified << " intact, " << repaired << " repaired, " << pushed
+              << " pushed (absent from the registry), " << r->failed << " failed\n";
+    }
+    return r->failed == 0 ? 0 : kExitFailuresFound;
+  };
+  return {sub, action};
 }
 
 SubcommandAction add_fleet_prune(CLI::App& fleet, Context& ctx) {

@@ -11,5 +11,8 @@ namespace kiln::ctl {
 
 // Adds `prune` under `fleet` (commands/fleet.cpp registers `fleet` itself).
 SubcommandAction add_fleet_prune(CLI::App& fleet, Context& ctx);
+// kilnctl fleet verify: an operator's push that reports, per artifact, whether the
+// registry's copy was intact (verified), had lost blobs (repaired) or was absent (pushed).
+SubcommandAction add_fleet_verify(CLI::App& fleet, Context& ctx);
 
 }  // namespace kiln::ctl

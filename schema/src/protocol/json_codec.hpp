@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "kiln/digest.hpp"
+#include "kiln/json_depth.hpp"  // json_depth_within
 #include "kiln/key.hpp"
 #include "kiln/protocol/messages.hpp"
 #include "kiln/result.hpp"
@@ -166,28 +167,6 @@ class In {
 // Deepest nesting a message body may have. kiln's messages nest a few levels (a key's
 // input signature inside a key inside a list); anything deeper is refused before parsing.
 inline constexpr int kMaxJsonDepth = 64;
-
-// Finds the nesting depth of `text` in one pass, without building anything, and stops at
-// the first level past `max_depth`: a body of four million '[' costs microseconds to
-// refuse, not the parser's seconds and hundreds of MB. Brackets inside strings (escapes
-// honoured) do not count. Returns true when the depth stays within max_depth.
-inline bool json_depth_within(std::string_view text, int max_depth) {
-  int depth = 0;
-  bool in_string = false, escaped = false;
-  for (char c : text) {
-    if (in_string) {
-      if (escaped) escaped = false;
-      else if (c == '\\') escaped = true;
-      else if (c == '"') in_string = false;
-      continue;
-    }
-    if (c == '"') in_string = true;
-    else if (c == '[' || c == '{') {
-      if (++depth > max_depth) return false;
-    } else if (c == ']' || c == '}') --depth;
-  }
-  return true;
-}
 
 inline Result<json> parse_body(std::string_view text, std::string_view what) {
   if (text.empty()) return json::object();

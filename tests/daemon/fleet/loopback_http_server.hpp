@@ -4,16 +4,21 @@
 // and calls `answer` with the connection and the head; `answer` writes whatever it likes
 // (or nothing) and returns whether the connection stays open for another request. Request
 // bodies are not read (the tests' requests that have one get a reply and a close).
+// Serving::concurrently gives each connection a thread of its own (a registry that hangs
+// for many clients at once); the destructor then waits for every `answer` to return.
 #pragma once
 
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <functional>
+#include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include <doctest/doctest.h>
 
@@ -22,9 +27,11 @@ namespace kiln::test {
 class LoopbackHttpServer {
  public:
   using Answer = std::function<bool(int fd, const std::string& head)>;
+  enum class Serving { one_at_a_time, concurrently };
 
   // Serves at most `max_connections` connections (0: any number), then accepts no more.
-  explicit LoopbackHttpServer(Answer answer, int max_connections = 0) : answer_(std::move(answer)) {
+  explicit LoopbackHttpServer(Answer answer, int max_connections = 0, Serving serving = Serving::one_at_a_time)
+      : answer_(std::move(answer)) {
     fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
     sockaddr_in a{};
     a.sin_family = AF_INET;
@@ -34,11 +41,19 @@ class LoopbackHttpServer {
     ::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len);
     port_ = ntohs(a.sin_port);
     REQUIRE(::listen(fd_, 8) == 0);
-    thread_ = std::thread([this, max_connections] {
+    thread_ = std::thread([this, max_connections, serving] {
       for (int served = 0; max_connections == 0 || served < max_connections; ++served) {
         const int c = ::accept(fd_, nullptr, nullptr);
         if (c < 0) return;  // the destructor shut the listener down
         connections_++;
+        if (serving == Serving::concurrently) {
+          std::lock_guard lock(mu_);
+          each_.emplace_back([this, c] {
+            serve(c);
+            ::close(c);
+          });
+          continue;
+        }
         serve(c);
         ::close(c);
       }
@@ -48,6 +63,8 @@ class LoopbackHttpServer {
     ::shutdown(fd_, SHUT_RDWR);
     ::close(fd_);
     thread_.join();
+    std::lock_guard lock(mu_);
+    for (auto& t : each_) t.join();
   }
   LoopbackHttpServer(const LoopbackHttpServer&) = delete;
   LoopbackHttpServer& operator=(const LoopbackHttpServer&) = delete;
@@ -79,9 +96,23 @@ class LoopbackHttpServer {
   int port_ = 0;
   std::atomic<int> connections_{0}, requests_{0};
   std::thread thread_;
+  std::mutex mu_;
+  std::vector<std::thread> each_;  // guarded by mu_: Serving::concurrently's connections
 };
 
 // Writes `s` to the connection (a test's reply; a short write fails the client's test).
 inline void say(int fd, const std::string& s) { (void)!::write(fd, s.data(), s.size()); }
+
+// Answers nothing until the client closes the connection (true) or `release` is set (false).
+inline bool hang(int fd, const std::atomic<bool>& release) {
+  pollfd p{fd, POLLIN, 0};
+  while (!release) {
+    if (::poll(&p, 1, 20) > 0) {
+      char b[512];
+      if (::read(fd, b, sizeof b) <= 0) return true;
+    }
+  }
+  return false;
+}
 
 }  // namespace kiln::test

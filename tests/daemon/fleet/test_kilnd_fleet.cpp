@@ -343,16 +343,22 @@ void put(Conn& c, const Key& key, const std::string& bytes) {
   REQUIRE_MESSAGE(r.header.type == protocol::MsgType::ok, r.body);
 }
 
+// The registry, builder a (pushes, signs as builder-a) and b (pulls only, trusts a).
+struct BuilderAndReader {
+  test::TempDir dir;
+  test::Registry reg{dir / "registry"};
+  std::string trust_a = test::write_signing_key(dir.path(), "builder-a");
+  test::KilndProcess a{dir / "a", node_toml(reg, {true, true, dir / "builder-a.pem", {trust_a}})};
+  test::KilndProcess b{dir / "b", node_toml(reg, {false, true, {}, {trust_a}})};
+  Conn ca = connect(a);
+  Conn cb = connect(b);
+};
+
 }  // namespace
 
 TEST_CASE("KilnctlPushAndPullByFilterSeedARegistryFromANodeAndANodeFromTheRegistry") {
-  test::TempDir dir;
-  test::Registry reg(dir / "registry");
-  const std::string trust_a = test::write_signing_key(dir.path(), "builder-a");
-  test::KilndProcess a(dir / "a", node_toml(reg, {true, true, dir / "builder-a.pem", {trust_a}}));
-  test::KilndProcess b(dir / "b", node_toml(reg, {false, true, {}, {trust_a}}));
-  auto ca = connect(a);
-  auto cb = connect(b);
+  BuilderAndReader nodes;
+  auto& [dir, reg, trust_a, a, b, ca, cb] = nodes;
   // Artifacts that arrive by PUT (an import, a prewarm from elsewhere) are not pushed by
   // themselves: only builds are.
   const std::string hash(64, 'a');
@@ -475,4 +481,38 @@ TEST_CASE("FleetPruneDeletesOldManifestsWithTheirSignaturesAndLeavesNewerOnes") 
   CHECK(get(cb, new_key) == "new bytes");
   CHECK(get(ca, old_key) == "old bytes");  // the node that had it keeps it
   CHECK(kilnctl(a, "fleet prune --older-than 0s").rc == 1);
+}
+
+TEST_CASE("ALayerBlobTheRegistryLostIsAMissingMissUntilKilnctlFleetVerifyPushesItAgain") {
+  BuilderAndReader nodes;
+  auto& [dir, reg, trust_a, a, b, ca, cb] = nodes;
+  const Key k = full_key(ca, client_key(std::string(64, 'd'), "Lost"));
+  const std::string bytes = "bytes the registry loses";
+  put(ca, k, bytes);
+  REQUIRE(kilnctl(a, "push").doc["pushed"] == 1);
+
+  // Debian's docker-registry loses the layer's bytes from its storage; the manifest stays.
+  REQUIRE(fs::remove(reg.blob_file(sha256(bytes).hex())));
+  CHECK(get(cb, k).empty());
+  CHECK(status(cb)["fleet"]["refusals"]["missing"] == 1);  // not "truncated"
+  CHECK(status(cb)["fleet"]["misses"]["paused_for_ms"] == 0);  // one lost blob is not a failing registry
+
+  // kilnctl fleet verify finds the hole and fills it from this node's copy.
+  CtlRun v = kilnctl(a, "fleet verify");
+  REQUIRE_MESSAGE(v.rc == 0, v.doc.dump());
+  CHECK(v.doc["repaired"] == 1);
+  CHECK(v.doc["items"][0]["state"] == "repaired");
+  CHECK(get(cb, k) == bytes);
+  CtlRun again = kilnctl(a, "fleet verify");
+  CHECK(again.rc == 0);
+  CHECK(again.doc["verified"] == 1);
+
+  // A plain push repairs too: it no longer trusts a manifest whose blobs are gone.
+  REQUIRE(fs::remove(reg.blob_file(sha256(bytes).hex())));
+  CtlRun pushed = kilnctl(a, "push");
+  CHECK(pushed.rc == 0);
+  CHECK(pushed.doc["items"][0]["state"] == "repaired");
+  test::KilndProcess c(dir / "c", node_toml(reg, {false, true, {}, {trust_a}}));
+  auto cc = connect(c);
+  CHECK(get(cc, k) == bytes);
 }

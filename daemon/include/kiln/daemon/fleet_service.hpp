@@ -34,6 +34,10 @@ class FleetService {
   // The store's outbox has a new row (a torch cache entry stored with Publish::yes): the
   // pusher looks now rather than at its next poll (every 5 s). Cheap; never blocks.
   virtual void outbox_grew() = 0;
+  // kilnd is stopping (SIGTERM): registry work in flight ends at once, queued and later
+  // fetches answer false without asking, no registry request starts after it, and queued
+  // pushes stay queued for the next start. Returns at once; idempotent.
+  virtual void stop() {}
 
   // The fleet's state for STATUS, as a JSON object (schema/protocol.md, "fleet"). Cheap:
   // no network call (reachability is the last request's outcome).

@@ -8,13 +8,15 @@
 // could not be sent again); any other request that meets a reused connection the server
 // had closed, before any of the response arrived, is sent once more on a new one.
 // Redirects of GET and HEAD are followed (object-store backends send blob reads
-// elsewhere), without credentials when they lead to another host.
+// elsewhere), without credentials when they lead to another host; more than 4 in a row
+// is protocol_error (a redirect loop).
 //
 // Thread safety: an HttpClient's options are fixed at create(); send() may be called from
 // many threads at once (each request has a connection to itself). Callbacks run on the
 // calling thread.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
@@ -52,6 +54,12 @@ struct HttpRequest {
   // buffer it is given and returns how many bytes it wrote (0 only at the end).
   std::function<Result<std::size_t>(std::span<std::byte>)> body_source;
   std::uint64_t body_size = 0;
+  // The whole request (connect, send, every read, every redirect) ends by `deadline`
+  // (timeout), however steadily the server trickles; and within about 50 ms of `cancel`
+  // being set, from any thread (cancelled). A request whose deadline has passed or whose
+  // flag is set is not sent at all.
+  std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
+  std::shared_ptr<const std::atomic<bool>> cancel = nullptr;
 };
 
 struct HttpResponse {
@@ -81,7 +89,8 @@ class HttpClient {
   // HttpResponse::body (at most `max_body` bytes: a larger one is io_error). Non-2xx
   // bodies are kept (truncated to 4 KiB) for the caller's message. A body shorter than
   // its Content-Length is io_error. Errors: unavailable (resolve or connect failed, TLS
-  // handshake refused), timeout, io_error (connection broke mid-way); the message names
+  // handshake refused), timeout (io_timeout or the request's deadline), cancelled (its
+  // cancel flag), protocol_error (a redirect loop), io_error (connection broke mid-way); the message names
   // the host and the request's path, never a credential.
   virtual Result<HttpResponse> send(const HttpRequest& request, const BodySink* sink = nullptr,
                                     std::uint64_t max_body = 16u << 20) const = 0;

@@ -28,6 +28,10 @@ struct FleetConfig {
   bool require_signatures = true;           // refuse anything from the registry not signed by a trusted key
   std::chrono::milliseconds connect_timeout{10'000};
   std::chrono::milliseconds io_timeout{30'000};
+  // A miss's whole registry lookup (manifest, signature, config, layer), from the miss's
+  // arrival: past it the miss is answered as a miss and the lookup ends. 10 s: well inside
+  // a serving client's patience, and 2.5 MB weight-free packages need 250 KB/s.
+  std::chrono::milliseconds pull_timeout{10'000};
   std::chrono::seconds push_retry_min{1};   // backoff after a failed push, doubling...
   std::chrono::seconds push_retry_max{300}; // ...up to this
   unsigned pull_threads = 4;                // pulls at once

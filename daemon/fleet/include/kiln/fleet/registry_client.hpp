@@ -36,6 +36,10 @@ class RegistryClient {
   RegistryClient(std::shared_ptr<const HttpClient> http, std::string repository);
 
   const std::string& repository() const { return repository_; }
+  // A copy whose every request ends by `deadline` (timeout) and stops within about 50 ms
+  // of `cancel` being set (cancelled): HttpRequest's deadline and cancel.
+  RegistryClient within(std::chrono::steady_clock::time_point deadline) const;
+  RegistryClient cancelled_by(std::shared_ptr<const std::atomic<bool>> cancel) const;
   // GET /v2/: ok when reachable and the credentials are accepted.
   Status ping() const;
 
@@ -54,12 +58,16 @@ class RegistryClient {
 
   // PUT a manifest under a tag (or its digest). Returns the digest of `bytes`.
   Result<Digest> put_manifest(const std::string& reference, std::string_view media_type, std::string_view bytes) const;
-  // nullopt when the reference is unknown.
-  Result<std::optional<FetchedManifest>> get_manifest(const std::string& reference) const;
+  // nullopt when the reference is unknown. A manifest larger than `max_bytes` is io_error.
+  Result<std::optional<FetchedManifest>> get_manifest(const std::string& reference, std::uint64_t max_bytes = 4u << 20) const;
   Result<std::optional<Digest>> head_manifest(const std::string& reference) const;
   // Deletes a manifest by digest (its tags go with it). ok when absent.
   Status delete_manifest(const Digest& digest) const;
-  // Every tag of the repository (paging followed where the registry offers it).
+  // Every tag of the repository (paging followed where the registry offers it), within
+  // kMaxTagPages pages and kMaxTagBytes of listing in all: past either, or at a page that
+  // names itself as the next, corrupt ("over_limit: ...") rather than memory without bound.
+  static constexpr int kMaxTagPages = 1000;
+  static constexpr std::uint64_t kMaxTagBytes = 32u << 20;
   Result<std::vector<std::string>> tags() const;
 
  private:
@@ -68,6 +76,8 @@ class RegistryClient {
 
   std::shared_ptr<const HttpClient> http_;
   std::string repository_;
+  std::chrono::steady_clock::time_point deadline_ = std::chrono::steady_clock::time_point::max();
+  std::shared_ptr<const std::atomic<bool>> cancel_;
 };
 
 // The registry's answer as an error: status class to code, the registry's own error code
