@@ -86,6 +86,21 @@ Result<Dim> Ctx::dim(const toml::node& n, const std::string& field) const {
   return err(&n, field, msg);
 }
 
+// TOML has no null: a call's None argument is written { const = { none = true } }
+// (schema/prewarm-manifest.md) and becomes the key's {"const": null} here.
+static void none_constants(nlohmann::json& j) {
+  if (j.is_object()) {
+    auto c = j.find("const");
+    if (j.size() == 1 && c != j.end() && *c == nlohmann::json{{"none", true}}) {
+      *c = nullptr;
+      return;
+    }
+    for (auto& el : j.items()) none_constants(el.value());
+  } else if (j.is_array()) {
+    for (auto& v : j) none_constants(v);
+  }
+}
+
 Result<SignatureSpec> Ctx::signature(const toml::node& n, const std::string& field) const {
   const toml::table* t = n.as_table();
   if (t == nullptr) return err(&n, field, "must be a table with 'inputs' (and optionally 'name')");
@@ -98,6 +113,7 @@ Result<SignatureSpec> Ctx::signature(const toml::node& n, const std::string& fie
     if (!c->is_table()) return err(c, field + ".call", "must be a table { args = [...], kwargs = { ... } } (schema/key.md)");
     auto j = to_json(*c, field + ".call");
     if (!j) return std::move(j).error();
+    none_constants(*j);
     sig.call = j->dump();
   }
   const toml::array* inputs = (*t)["inputs"].as_array();

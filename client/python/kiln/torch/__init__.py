@@ -6,6 +6,7 @@
     kiln.torch.status(pipe.transformer)    # per block class and signature: hit/building/...
     kiln.torch.restore(pipe.transformer)   # eager again
     kiln.torch.use_torch_cache()           # torch.compile's own caches from kilnd (opt-in)
+    kiln.torch.manifest(pipe.transformer, "flux.toml")   # what it asked for: `kilnctl prewarm flux.toml`
 
 What happens per call of a block (each instance of each listed class):
 - The call's signature (its structure: argument names, tuples, dicts, constants such as
@@ -320,5 +321,31 @@ def wait(model: "torch.nn.Module", timeout: float = 600.0) -> bool:
         return state.runtime.wait_idle(timeout)
 
 
-__all__ = ["compile_repeated_blocks", "compile_pipeline", "restore", "status", "wait", "use_torch_cache",
+def manifest(model: "torch.nn.Module", path: str) -> Dict[str, int]:
+    """Writes the prewarm manifest (schema/prewarm-manifest.md) of every key the blocks of
+    `model` asked for in this process (each block class, call structure, signature and
+    compile options met so far; a signature still exporting is not in it yet: call
+    kiln.torch.wait(model) first), and beside it, under `sources/`, the weight-free
+    sources kilnd holds for them, named as kiln.torch looks them up. `kilnctl prewarm
+    PATH` on another node (or `--fleet`) then builds exactly these keys for that node's
+    GPU and toolchain, and a fresh process there hits from its first call. Returns
+    {"keys": n, "sources": n}. ValueError when the model is not compiled by kiln or asked
+    for no key yet."""
+    import time
+
+    from .. import _manifest
+
+    state = getattr(model, _STATE_ATTR, None)
+    if state is None:
+        raise ValueError("this model is not compiled by kiln.torch (compile_repeated_blocks first)")
+    keys = [e.key for e in list(state.runtime.entries.values())
+            if e.key is not None and e.state not in ("failed", "unsupported", "stale")]
+    if not keys:
+        raise ValueError("no block of this model has a key yet: call the model (and kiln.torch.wait(model)) first")
+    header = (f"written by kiln.torch.manifest from {type(model).__name__}, {time.strftime('%Y-%m-%d %H:%M:%S')}; "
+              f"{len(keys)} key(s) of {len({k['region'] for k in keys})} block class(es)")
+    return _manifest.write(keys, path, state.runtime.client(), header=header)
+
+
+__all__ = ["compile_repeated_blocks", "compile_pipeline", "restore", "status", "wait", "manifest", "use_torch_cache",
            "torch_cache_url"]
