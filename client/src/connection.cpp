@@ -94,18 +94,22 @@ bool Connection::peer_closed() {
   return n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR);
 }
 
+template <class Io>
+Result<std::size_t> Connection::transfer(short events, Deadline deadline, const char* what, Io&& io) {
+  for (;;) {
+    const ssize_t n = posix::retry_eintr(io);
+    if (n >= 0) return static_cast<std::size_t>(n);
+    if (errno != EAGAIN) return lost(errno, what);
+    KILN_TRY(wait(events, deadline, what));
+  }
+}
+
 Status Connection::send_all(std::span<const std::byte> data, Deadline deadline) {
   while (!data.empty()) {
-    ssize_t n = ::send(fd_.get(), data.data(), data.size(), MSG_NOSIGNAL);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      if (errno == EAGAIN) {
-        KILN_TRY(wait(POLLOUT, deadline, "sending a request"));
-        continue;
-      }
-      return lost(errno, "sending a request");
-    }
-    data = data.subspan(static_cast<std::size_t>(n));
+    auto n = transfer(POLLOUT, deadline, "sending a request",
+                      [&] { return ::send(fd_.get(), data.data(), data.size(), MSG_NOSIGNAL); });
+    if (!n) return std::move(n).error();
+    data = data.subspan(*n);
   }
   return {};
 }
@@ -117,16 +121,9 @@ Status Connection::send_all(std::span<const std::byte> head, std::span<const std
     msghdr msg{};
     msg.msg_iov = iov;
     msg.msg_iovlen = body.empty() ? 1 : 2;
-    ssize_t n = ::sendmsg(fd_.get(), &msg, MSG_NOSIGNAL);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      if (errno == EAGAIN) {
-        KILN_TRY(wait(POLLOUT, deadline, "sending a request"));
-        continue;
-      }
-      return lost(errno, "sending a request");
-    }
-    auto sent = static_cast<std::size_t>(n);
+    auto n = transfer(POLLOUT, deadline, "sending a request", [&] { return ::sendmsg(fd_.get(), &msg, MSG_NOSIGNAL); });
+    if (!n) return std::move(n).error();
+    const std::size_t sent = *n;
     if (sent < head.size()) {
       head = head.subspan(sent);
       continue;
@@ -146,15 +143,8 @@ Status Connection::recv_exact(std::span<std::byte> data, Deadline deadline, std:
     msg.msg_iovlen = 1;
     msg.msg_control = control;
     msg.msg_controllen = sizeof(control);
-    ssize_t n = ::recvmsg(fd_.get(), &msg, MSG_CMSG_CLOEXEC);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      if (errno == EAGAIN) {
-        KILN_TRY(wait(POLLIN, deadline, "waiting for a reply"));
-        continue;
-      }
-      return lost(errno, "waiting for a reply");
-    }
+    auto n = transfer(POLLIN, deadline, "waiting for a reply", [&] { return ::recvmsg(fd_.get(), &msg, MSG_CMSG_CLOEXEC); });
+    if (!n) return std::move(n).error();
     for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
       if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
       std::size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
@@ -167,8 +157,8 @@ Status Connection::recv_exact(std::span<std::byte> data, Deadline deadline, std:
     }
     if (msg.msg_flags & MSG_CTRUNC)
       return make_error(Errc::protocol_error, "kilnd sent more descriptors than one reply may carry");
-    if (n == 0) return lost(0, "waiting for a reply");
-    data = data.subspan(static_cast<std::size_t>(n));
+    if (*n == 0) return lost(0, "waiting for a reply");
+    data = data.subspan(*n);
   }
   return {};
 }

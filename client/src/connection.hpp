@@ -47,6 +47,11 @@ class Connection {
   Connection(UniqueFd fd, std::filesystem::path socket) : fd_(std::move(fd)), socket_(std::move(socket)) {}
   Status wait(short events, Deadline deadline, const char* what);
   Error lost(int err, const char* what) const;
+  // Runs `io` (a send/recv system call on the non-blocking socket) until it moves bytes:
+  // again after EINTR (kiln_posix's retry_eintr), after waiting for `events` on EAGAIN;
+  // the count it moved, or the connection lost.
+  template <class Io>
+  Result<std::size_t> transfer(short events, Deadline deadline, const char* what, Io&& io);
 
   UniqueFd fd_;
   std::filesystem::path socket_;

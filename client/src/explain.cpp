@@ -40,21 +40,7 @@ Result<Explanation> explain(Client& client, const Key& key, std::size_t limit) {
   // Empty node fields are what the daemon fills from its node: compare as it would.
   auto status = client.status();
   if (!status) return std::move(status).error();
-  NodeFields node;
-  auto get = [&](const char* name) {
-    auto it = status->node.find(name);
-    return it == status->node.end() ? std::string() : it->second;
-  };
-  node.gpu_arch = get("gpu_arch");
-  node.gpu_name = get("gpu_name");
-  node.torch_version = get("torch_version");
-  node.torch_git = get("torch_git");
-  node.cuda_version = get("cuda_version");
-  node.triton_version = get("triton_version");
-  node.platform = get("platform");
-  node.machine = get("machine");
-  node.cpu_isa = get("cpu_isa");
-  fill_node_fields(e.key, node);
+  fill_node_fields(e.key, node_fields_from(status->node));
   auto digest = e.key.digest();
   if (digest) e.key_digest = *digest;
   else e.key_error = digest.error().message;

@@ -106,17 +106,6 @@ Result<std::string> canonical_options(const std::string& options, ArtifactKind k
   return canonical_compile_options(options, kind);
 }
 
-// Appends "<name>=<byte length>:<value>\n": length-prefixed, so no value can forge the
-// boundary of another.
-void append_field(std::string& out, std::string_view name, std::string_view value) {
-  out += name;
-  out += '=';
-  out += std::to_string(value.size());
-  out += ':';
-  out += value;
-  out += '\n';
-}
-
 // ---- JSON parsing with field-named errors ----
 
 Result<std::string> get_string(const json& obj, const std::string& name, const std::string& path, bool required) {
@@ -243,6 +232,15 @@ const std::vector<std::string>& key_field_names() {
   return names;
 }
 
+void append_key_field(std::string& out, std::string_view name, std::string_view value) {
+  out += name;
+  out += '=';
+  out += std::to_string(value.size());
+  out += ':';
+  out += value;
+  out += '\n';
+}
+
 std::vector<std::string> Key::missing_fields() const {
   std::vector<std::string> out;
   for (const auto& f : kStringFields) {
@@ -280,7 +278,7 @@ Result<std::string> Key::canonical_encoding() const {
   std::string out = "kiln-key\n";
   auto flat = n.fields();
   flat["inputs"] = *inputs_text;
-  for (const auto& name : key_field_names()) append_field(out, name, flat.at(name));
+  for (const auto& name : key_field_names()) append_key_field(out, name, flat.at(name));
   return out;
 }
 
@@ -354,6 +352,13 @@ std::string* node_field(NodeFields& node, std::string_view name) {
   for (const auto& m : kNodeMembers)
     if (m.name == name) return &(node.*m.in_node);
   return nullptr;
+}
+
+NodeFields node_fields_from(const std::map<std::string, std::string>& fields) {
+  NodeFields node;
+  for (const auto& m : kNodeMembers)
+    if (auto it = fields.find(std::string(m.name)); it != fields.end()) node.*m.in_node = it->second;
+  return node;
 }
 
 bool leaves_node_fields(const Key& key) {

@@ -44,16 +44,13 @@ Result<ArtifactInfo> artifact_from_row(const sql::Stmt& st) {
   return info;
 }
 
-Result<std::vector<ArtifactInfo>> collect(sql::Stmt& st) {
-  std::vector<ArtifactInfo> out;
-  for (;;) {
-    auto row = st.step();
-    if (!row) return std::move(row).error();
-    if (!*row) return out;
-    auto info = artifact_from_row(st);
-    if (!info) return std::move(info).error();
-    out.push_back(std::move(*info));
-  }
+Result<std::vector<ArtifactInfo>> collect(sql::Stmt& st) { return sql::collect_rows<ArtifactInfo>(st, artifact_from_row); }
+
+// A blobs row selected as (digest, size, stored_size, created_at).
+Result<BlobRow> blob_from_row(const sql::Stmt& st) {
+  auto d = digest_col(st, 0, "blobs.digest");
+  if (!d) return std::move(d).error();
+  return BlobRow{*d, static_cast<std::uint64_t>(st.i64(1)), static_cast<std::uint64_t>(st.i64(2)), st.i64(3)};
 }
 
 std::int64_t i64(std::uint64_t v) { return static_cast<std::int64_t>(v); }
@@ -184,30 +181,14 @@ Result<std::vector<BlobRow>> Index::lru_blobs() {
       "SELECT b.digest, b.size, b.stored_size, b.created_at FROM artifacts a JOIN blobs b ON b.digest = a.blob_digest "
       "GROUP BY b.digest HAVING MAX(a.pinned) = 0 ORDER BY MAX(a.access_seq), b.digest");
   if (!st) return std::move(st).error();
-  std::vector<BlobRow> out;
-  for (;;) {
-    auto row = st->step();
-    if (!row) return std::move(row).error();
-    if (!*row) return out;
-    auto d = digest_col(*st, 0, "blobs.digest");
-    if (!d) return std::move(d).error();
-    out.push_back(BlobRow{*d, static_cast<std::uint64_t>(st->i64(1)), static_cast<std::uint64_t>(st->i64(2)), st->i64(3)});
-  }
+  return sql::collect_rows<BlobRow>(*st, blob_from_row);
 }
 
 Result<std::vector<Digest>> Index::artifacts_of_blob(const Digest& blob) {
   auto st = db_.prepare("SELECT key_digest FROM artifacts WHERE blob_digest = ?");
   if (!st) return std::move(st).error();
   st->bind(1, blob.hex());
-  std::vector<Digest> out;
-  for (;;) {
-    auto row = st->step();
-    if (!row) return std::move(row).error();
-    if (!*row) return out;
-    auto d = digest_col(*st, 0, blob.hex());
-    if (!d) return std::move(d).error();
-    out.push_back(*d);
-  }
+  return sql::collect_rows<Digest>(*st, [&](const sql::Stmt& row) { return digest_col(row, 0, blob.hex()); });
 }
 
 Result<std::int64_t> Index::max_access_seq() {
@@ -217,14 +198,10 @@ Result<std::int64_t> Index::max_access_seq() {
 }
 
 Result<std::optional<BlobRow>> Index::get_blob(const Digest& digest) {
-  auto st = db_.prepare("SELECT size, stored_size, created_at FROM blobs WHERE digest = ?");
+  auto st = db_.prepare("SELECT digest, size, stored_size, created_at FROM blobs WHERE digest = ?");
   if (!st) return std::move(st).error();
   st->bind(1, digest.hex());
-  auto row = st->step();
-  if (!row) return std::move(row).error();
-  if (!*row) return std::optional<BlobRow>();
-  return std::optional<BlobRow>(BlobRow{digest, static_cast<std::uint64_t>(st->i64(0)),
-                                        static_cast<std::uint64_t>(st->i64(1)), st->i64(2)});
+  return sql::first_row<BlobRow>(*st, blob_from_row);
 }
 
 Status Index::insert_blob(const BlobRow& row) {
@@ -255,16 +232,7 @@ Result<std::int64_t> Index::blob_refs(const Digest& digest) {
 Result<std::vector<BlobRow>> Index::all_blobs() {
   auto st = db_.prepare("SELECT digest, size, stored_size, created_at FROM blobs");
   if (!st) return std::move(st).error();
-  std::vector<BlobRow> out;
-  for (;;) {
-    auto row = st->step();
-    if (!row) return std::move(row).error();
-    if (!*row) return out;
-    auto d = digest_col(*st, 0, "blobs");
-    if (!d) return std::move(d).error();
-    out.push_back(BlobRow{*d, static_cast<std::uint64_t>(st->i64(1)), static_cast<std::uint64_t>(st->i64(2)),
-                          st->i64(3)});
-  }
+  return sql::collect_rows<BlobRow>(*st, blob_from_row);
 }
 
 Result<std::uint64_t> Index::stored_bytes() {

@@ -49,19 +49,15 @@ Result<std::vector<PushItem>> Index::pending_pushes(std::int64_t due_before, std
   int i = 1;
   if (due_before != 0) st->bind(i++, due_before);
   st->bind(i, limit == 0 ? std::int64_t{-1} : static_cast<std::int64_t>(limit));
-  std::vector<PushItem> out;
-  for (;;) {
-    auto row = st->step();
-    if (!row) return std::move(row).error();
-    if (!*row) return out;
+  return sql::collect_rows<PushItem>(*st, [](const sql::Stmt& row) {
     PushItem p;
-    p.subject = st->text(0);
-    p.enqueued_at = st->i64(1);
-    p.attempts = static_cast<std::uint32_t>(st->i64(2));
-    p.next_attempt_at = st->i64(3);
-    p.last_error = st->text(4);
-    out.push_back(std::move(p));
-  }
+    p.subject = row.text(0);
+    p.enqueued_at = row.i64(1);
+    p.attempts = static_cast<std::uint32_t>(row.i64(2));
+    p.next_attempt_at = row.i64(3);
+    p.last_error = row.text(4);
+    return p;
+  });
 }
 
 Status Index::erase_push(const std::string& subject) {

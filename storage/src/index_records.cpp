@@ -41,26 +41,13 @@ Result<std::optional<SourceInfo>> Index::get_source(const std::string& model_has
   auto st = db_.prepare(std::string(kSelectSource) + " WHERE model_hash = ?");
   if (!st) return std::move(st).error();
   st->bind(1, model_hash);
-  auto row = st->step();
-  if (!row) return std::move(row).error();
-  if (!*row) return std::optional<SourceInfo>();
-  auto s = source_from_row(*st);
-  if (!s) return std::move(s).error();
-  return std::optional<SourceInfo>(std::move(*s));
+  return sql::first_row<SourceInfo>(*st, source_from_row);
 }
 
 Result<std::vector<SourceInfo>> Index::list_sources() {
   auto st = db_.prepare(std::string(kSelectSource) + " ORDER BY model_hash");
   if (!st) return std::move(st).error();
-  std::vector<SourceInfo> out;
-  for (;;) {
-    auto row = st->step();
-    if (!row) return std::move(row).error();
-    if (!*row) return out;
-    auto s = source_from_row(*st);
-    if (!s) return std::move(s).error();
-    out.push_back(std::move(*s));
-  }
+  return sql::collect_rows<SourceInfo>(*st, source_from_row);
 }
 
 Result<std::optional<Digest>> Index::erase_sources_of_blob(const Digest& blob) {

@@ -7,6 +7,8 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "kiln/result.hpp"
 
@@ -77,6 +79,32 @@ class Db {
   explicit Db(sqlite3* db) : db_(db) {}
   sqlite3* db_ = nullptr;
 };
+
+// Every row `st` yields, each made by `from_row(st)` (returning T or Result<T>), in order;
+// the first error (SQLite's or from_row's) ends it. The one row loop of the index.
+template <class T, class FromRow>
+Result<std::vector<T>> collect_rows(Stmt& st, FromRow&& from_row) {
+  std::vector<T> out;
+  for (;;) {
+    auto row = st.step();
+    if (!row) return std::move(row).error();
+    if (!*row) return out;
+    Result<T> item = from_row(static_cast<const Stmt&>(st));
+    if (!item) return std::move(item).error();
+    out.push_back(std::move(*item));
+  }
+}
+
+// The first row of `st` made by `from_row(st)`, or nullopt when there is none.
+template <class T, class FromRow>
+Result<std::optional<T>> first_row(Stmt& st, FromRow&& from_row) {
+  auto row = st.step();
+  if (!row) return std::move(row).error();
+  if (!*row) return std::optional<T>();
+  Result<T> item = from_row(static_cast<const Stmt&>(st));
+  if (!item) return std::move(item).error();
+  return std::optional<T>(std::move(*item));
+}
 
 // BEGIN IMMEDIATE ... COMMIT; rolls back when destroyed without commit().
 class Transaction {

@@ -61,15 +61,6 @@ std::string options_of(std::string_view redis_key) {
   return out;
 }
 
-void append_field(std::string& out, std::string_view name, std::string_view value) {
-  out += name;
-  out += '=';
-  out += std::to_string(value.size());
-  out += ':';
-  out += value;
-  out += '\n';
-}
-
 }  // namespace
 
 Key TorchKey::kiln_key() const {
@@ -98,17 +89,17 @@ Result<TorchKey> map_torch_key(std::string_view redis_key) {
   // test holds the two equal): this runs for every GET.
   std::string enc = "kiln-key\n";
   enc.reserve(512 + 2 * redis_key.size());
-  append_field(enc, "kind", "torch_cache");
-  append_field(enc, "model_hash", sha256(redis_key).hex());
-  append_field(enc, "region", t.cache_id.empty() ? std::string_view("-") : std::string_view(t.cache_id));
+  append_key_field(enc, "kind", "torch_cache");
+  append_key_field(enc, "model_hash", sha256(redis_key).hex());
+  append_key_field(enc, "region", t.cache_id.empty() ? std::string_view("-") : std::string_view(t.cache_id));
   for (const char* f : {"gpu_arch", "gpu_name", "torch_version", "torch_git", "cuda_version", "triton_version",
                         "platform", "machine", "cpu_isa", "dtype"})
-    append_field(enc, f, "-");
-  append_field(enc, "inputs", "[]");
+    append_key_field(enc, f, "-");
+  append_key_field(enc, "inputs", "[]");
   static const std::string call = positional_call(0);  // no inputs: the empty positional call
-  append_field(enc, "call", call);
-  append_field(enc, "compile_options", options_of(redis_key));
-  append_field(enc, "format_version", std::to_string(kKeyFormatVersion));
+  append_key_field(enc, "call", call);
+  append_key_field(enc, "compile_options", options_of(redis_key));
+  append_key_field(enc, "format_version", std::to_string(kKeyFormatVersion));
   t.digest = sha256(enc);
   return t;
 }

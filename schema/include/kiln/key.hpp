@@ -137,6 +137,9 @@ bool leaves_node_fields(const Key& key);
 const std::vector<std::string>& node_field_names();
 // The member of `node` named `name` (one of node_field_names()); nullptr for another name.
 std::string* node_field(NodeFields& node, std::string_view name);
+// The node fields found in `fields` by name (a daemon's STATUS "node" map, say); a field
+// it lacks is left empty. Names that are no node field are ignored.
+NodeFields node_fields_from(const std::map<std::string, std::string>& fields);
 
 // The fields (names of key_field_names()) whose canonical values differ between a and b:
 // what EXPLAIN reports for a miss. Empty node fields compare as they are.
@@ -171,5 +174,11 @@ Result<std::string> canonical_json(std::string_view json);
 
 // Every field name the key has, in canonical order (for filters and validation).
 const std::vector<std::string>& key_field_names();
+
+// Appends one field of the canonical encoding (schema/key.md), "<name>=<byte length>:<value>\n":
+// length-prefixed, so no value can forge the boundary of another. The one writer of that
+// form: Key::canonical_encoding() and the torch cache's keys (daemon/torch_cache) both use
+// it, so their digests cannot drift apart.
+void append_key_field(std::string& out, std::string_view name, std::string_view value);
 
 }  // namespace kiln

@@ -17,6 +17,7 @@ constexpr std::string_view kFormatVersion = "org.kiln.format_version";
 constexpr std::string_view kKeyDigest = "org.kiln.key.digest";
 constexpr std::string_view kKeyFieldPrefix = "org.kiln.key.";
 constexpr std::string_view kBuildSeconds = "org.kiln.artifact.build_seconds";
+constexpr std::string_view kPinned = "org.kiln.artifact.pinned";
 constexpr std::string_view kSourceModelHash = "org.kiln.source.model_hash";
 constexpr std::string_view kSourceName = "org.kiln.source.name";
 
@@ -137,6 +138,7 @@ Result<ManifestParts> artifact_manifest(const Key& key, const ArtifactMeta& meta
     ann[std::string(kBuildSeconds)] = buf;
   }
   if (meta.created_at != 0) ann[std::string(kCreated)] = rfc3339(meta.created_at);
+  if (meta.pinned) ann[std::string(kPinned)] = "true";
   return finish_manifest(std::move(config), std::move(config_bytes), std::move(layer), kArtifactType, std::move(ann),
                          key_digest->hex());
 }
@@ -213,6 +215,7 @@ Result<CheckedArtifact> check_artifact(const ParsedManifest& m, std::string_view
     double v = std::strtod(bs.c_str(), &end);
     if (end != bs.c_str() && *end == '\0' && v >= 0) a.meta.build_seconds = v;
   }
+  a.meta.pinned = annotation(m, kPinned) == "true";
   return a;
 }
 

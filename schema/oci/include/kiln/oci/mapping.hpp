@@ -37,6 +37,7 @@ bool is_hex64(std::string_view s) noexcept;
 struct ArtifactMeta {
   std::int64_t created_at = 0;             // unix seconds; 0 = unknown (no created annotation)
   std::optional<double> build_seconds;     // nullopt = unknown
+  bool pinned = false;                     // pinned in the store it was exported from (kilnctl export)
 };
 
 struct SourceMeta {
