@@ -11,5 +11,5 @@ $SUDO apt-get update -q
 $SUDO apt-get install -y -q --no-install-recommends \
   build-essential cmake ninja-build pkg-config git ca-certificates \
   libboost1.81-dev libsqlite3-dev libzstd-dev libxxhash-dev libssl-dev \
-  nlohmann-json3-dev libfmt-dev libspdlog-dev libcli11-dev libtomlplusplus-dev \
-  python3 sqlite3 zstd
+  nlohmann-json3-dev libspdlog-dev libcli11-dev libtomlplusplus-dev \
+  python3 sqlite3 zstd help2man

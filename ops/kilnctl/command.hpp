@@ -16,6 +16,8 @@
 
 namespace kiln::ctl {
 
+struct KeyFlags;  // key_flags.hpp
+
 struct Context {
   std::ostream& out;   // human or JSON output
   std::ostream& err;   // diagnostics
@@ -26,13 +28,26 @@ struct Context {
   Result<client::Client> connect(client::Transfer transfer = client::Transfer::descriptor) const;
   // Resolves a --digest prefix against the daemon (its own connection; see key_flags.hpp).
   Result<Digest> resolve_prefix(std::string_view prefix) const;
+  // The artifact `flags` name (a key, or --digest and its prefixes), looked up without
+  // counting a hit, and the connection that found it: not_found when none is stored.
+  struct Stated;
+  Result<Stated> stat(const KeyFlags& flags) const;
   // Reports `error` ("kilnctl: <name>: <message>" on err; with --json also a JSON error
   // document on out) and returns its exit code.
   int fail(const Error& error) const;
   int usage(const std::string& message) const { return fail(make_error(Errc::invalid_argument, message)); }
 };
 
+struct Context::Stated {
+  client::Client client;
+  client::ArtifactInfo info;
+};
+
 using Action = std::function<int()>;
+
+// The options every command takes, --json and --socket, on `app` (a command, or a
+// subcommand such as `source add`, so that they may also come after it).
+void add_common_options(CLI::App& app, Context& context);
 
 class CommandSet {
  public:

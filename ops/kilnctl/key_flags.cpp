@@ -22,6 +22,9 @@ const char* field_help(std::string_view field) {
   if (field == "region") return "Block class name (e.g. FluxSingleTransformerBlock) or 'full'";
   if (field == "dtype") return "Compute dtype, e.g. bfloat16";
   if (field == "compile_options") return "Inductor configs and mode as a JSON object (default {})";
+  if (field == "call")
+    return "How the block is called, as JSON (schema/key.md), e.g. {\"args\":[{\"tensor\":0}],\"kwargs\":{}}; "
+           "default: every input positional";
   return "Node field; default: the daemon's node";
 }
 
@@ -37,11 +40,8 @@ Result<std::string> read_key_file(const std::string& path, std::istream& stdin_s
 }  // namespace
 
 bool is_node_field(const std::string& name) {
-  static const char* const kNode[] = {"gpu_arch", "gpu_name", "torch_version", "torch_git", "cuda_version",
-                                      "triton_version", "platform", "machine", "cpu_isa"};
-  for (const char* n : kNode)
-    if (name == n) return true;
-  return false;
+  NodeFields probe;
+  return node_field(probe, name) != nullptr;
 }
 
 void add_key_flags(CLI::App& app, KeyFlags& flags, DigestFlag digest) {
@@ -103,6 +103,19 @@ Result<Key> key_from_flags(const KeyFlags& flags, std::istream& stdin_stream) {
       return make_error(Errc::invalid_argument, "missing key fields: " + list + " (or give the key as --key FILE)");
     }
   }
+  // A bad value from a flag is named by the flag the user typed ("--model-hash 'abc': ..."),
+  // not by the key's field path the daemon would report. Node fields left to the node are
+  // no error yet: checked with stand-ins for them.
+  Key checked = key;
+  fill_node_fields(checked, NodeFields{"sm_90", "gpu", "0", "0", "0", "0", "linux", "x86_64", "any"});
+  if (auto encoded = checked.canonical_encoding(); !encoded) {
+    const std::string& message = encoded.error().message;
+    for (const auto& [name, value] : flags.fields) {
+      const std::string path = "key." + name + ": ";
+      if (message.rfind(path, 0) == 0)
+        return make_error(Errc::invalid_argument, flag_name(name) + " '" + value + "': " + message.substr(path.size()));
+    }
+  }
   return key;
 }
 
@@ -144,7 +157,10 @@ Result<client::Lookup> lookup_from_flags(const KeyFlags& flags, std::istream& st
       return client::Lookup(*d);
     }
     auto d = Digest::from_hex(flags.digest);
-    if (!d) return make_error(Errc::invalid_argument, "--digest: " + d.error().message);
+    if (!d)
+      return make_error(Errc::invalid_argument, "--digest '" + flags.digest +
+                                                    "': give all 64 lowercase hex digits of a key digest, or a unique "
+                                                    "prefix of 4 or more (as `kilnctl ls` shows)");
     return client::Lookup(*d);
   }
   if (!flags.any_key_given())

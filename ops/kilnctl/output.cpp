@@ -24,6 +24,10 @@ std::string format_bytes(std::uint64_t bytes) {
   return ss.str();
 }
 
+std::string count_of(std::uint64_t n, const std::string& singular, const std::string& plural) {
+  return std::to_string(n) + " " + (n == 1 ? singular : plural.empty() ? singular + "s" : plural);
+}
+
 std::string format_time(std::int64_t unix_seconds) {
   if (unix_seconds == 0) return "-";
   std::time_t t = static_cast<std::time_t>(unix_seconds);
@@ -61,7 +65,7 @@ void print_info(std::ostream& out, const client::ArtifactInfo& info) {
   line("hits", std::to_string(info.hits));
   std::ostringstream bs;
   bs << std::fixed << std::setprecision(2) << info.build_seconds << " s";
-  line("build_seconds", bs.str());
+  line("build_seconds", info.build_seconds > 0 ? bs.str() : "-");
   line("pinned", info.pinned ? "yes" : "no");
   if (!info.origin.empty()) line("origin", info.origin + (info.signer.empty() ? "" : " (signed by " + info.signer + ")"));
 }

@@ -71,10 +71,11 @@ void add_evict(CommandSet& set) {
     for (const auto& m : r->removed)
       ctx.out << (r->dry_run ? "would evict  " : "evicted  ") << m.key_digest.hex().substr(0, 12) << "  "
               << m.key.region << " " << to_string(m.key.kind) << " " << m.key.dtype << "  "
-              << format_bytes(m.stored_size) << "\n";
-    ctx.out << r->evicted << " artifact(s), " << format_bytes(r->freed_bytes)
-            << (r->dry_run ? " would be freed (dry run: nothing removed)" : " freed");
-    if (r->pinned_kept) ctx.out << "; " << r->pinned_kept << " pinned artifact(s) kept (unpin to evict them)";
+              << format_bytes(m.size) << " (" << format_bytes(m.stored_size) << " on disk)\n";  // ls's SIZE first
+    ctx.out << count_of(r->evicted, "artifact") << ", " << format_bytes(r->freed_bytes)
+            << (r->dry_run ? " of disk would be freed (dry run: nothing removed)" : " of disk freed");
+    if (r->pinned_kept)
+      ctx.out << "; " << count_of(r->pinned_kept, "pinned artifact") << " kept (unpin to evict them)";
     ctx.out << "\n";
     return 0;
   });

@@ -170,8 +170,7 @@ SubcommandAction add_fleet_verify(CLI::App& fleet, Context& ctx) {
       "its signature and every blob they name (HEAD), and pushes again what the registry lost: verified, repaired\n"
       "or pushed (it was absent). Exit code 6 when one could not be checked or repaired (it stays queued).");
   add_filter_option(sub, args->filters);
-  sub->add_flag("--json", ctx.json, "Print one JSON document on stdout");
-  sub->add_option("--socket", ctx.socket, "kilnd's socket (default: $KILN_SOCKET, else the user's kilnd, else the system's)");
+  add_common_options(*sub, ctx);
   auto action = [&ctx, args] {
     auto filters = parse_filters(args->filters);
     if (!filters) return ctx.fail(filters.error());
@@ -206,8 +205,7 @@ SubcommandAction add_fleet_prune(CLI::App& fleet, Context& ctx) {
       ->required();
   add_filter_option(sub, args->filters);
   sub->add_flag("--dry-run", args->dry_run, "List what would be deleted; delete nothing");
-  sub->add_flag("--json", ctx.json, "Print one JSON document on stdout");
-  sub->add_option("--socket", ctx.socket, "kilnd's socket (default: $KILN_SOCKET, else the user's kilnd, else the system's)");
+  add_common_options(*sub, ctx);
   sub->footer(
       "Needs the admin role and a node whose [fleet] has push = true. Deletes each matching\n"
       "artifact manifest and its signature; sources stay. A registry frees the blobs only in its\n"

@@ -6,6 +6,7 @@
 #include "kilnctl/commands/commands.hpp"
 #include "kilnctl/commands/ops_util.hpp"
 #include "kilnctl/commands/transfer.hpp"
+#include "kilnctl/output.hpp"
 
 namespace kiln::ctl {
 
@@ -14,6 +15,7 @@ namespace {
 struct ImportArgs {
   std::string path;
   bool pin = false;
+  bool keep_pins = false;
 };
 
 }  // namespace
@@ -25,7 +27,7 @@ void add_import(CommandSet& set) {
                           [&ctx, args] {
     auto client = ctx.connect();
     if (!client) return ctx.fail(client.error());
-    auto report = import_layout(*client, args->path, ImportOptions{args->pin}, [&](const ImportItem& item) {
+    auto report = import_layout(*client, args->path, ImportOptions{args->pin, args->keep_pins}, [&](const ImportItem& item) {
       if (ctx.json) return;
       ctx.err << item.outcome << (item.outcome == "present" ? "   " : "  ") << item.key_digest
               << (item.error.empty() ? "" : "  " + item.error) << "\n";
@@ -45,19 +47,20 @@ void add_import(CommandSet& set) {
                      .dump()
               << "\n";
     } else {
-      ctx.out << report->items.size() << " artifact(s): " << report->count("imported") << " imported, "
+      ctx.out << count_of(report->items.size(), "artifact") << ": " << report->count("imported") << " imported, "
               << report->count("present") << " already there, " << failed << " failed\n";
       for (const auto& s : report->skipped) ctx.out << "skipped " << s << "\n";
       if (report->sources_in_layout > 0) {
-        ctx.out << report->sources_imported << " of " << report->sources_in_layout << " source(s) registered\n";
+        ctx.out << report->sources_imported << " of " << count_of(report->sources_in_layout, "source") << " registered\n";
       }
     }
     return failed == 0 ? 0 : kExitFailuresFound;
   });
   sub->add_option("PATH", args->path, "An OCI layout folder or tar written by kilnctl export")->required();
   sub->add_flag("--pin", args->pin, "Pin every imported artifact (never evicted)");
+  sub->add_flag("--keep-pins", args->keep_pins, "Pin the artifacts that were pinned where they were exported");
   sub->footer(std::string(
-                  "Needs the write role (and admin for --pin). Every blob is hashed as it is read: a\n"
+                  "Needs the write role (and admin for --pin, --keep-pins). Every blob is hashed as it is read: a\n"
                   "damaged artifact is reported and skipped, never stored. Artifacts already stored\n"
                   "with the same bytes count as 'already there'. Exit code 6 when any artifact failed.\n\n") +
               sub->get_footer());

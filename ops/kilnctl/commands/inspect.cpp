@@ -34,15 +34,12 @@ void add_inspect(CommandSet& set) {
   auto log_lines = std::make_shared<std::size_t>(20);
   CLI::App* sub = set.add("inspect", "Show every key field, sizes, hits, pin, build time and build log of a stored artifact",
                           [&ctx, flags, log_lines] {
-    auto what = lookup_from_flags(*flags, std::cin, [&ctx](std::string_view p) { return ctx.resolve_prefix(p); });
-    if (!what) return ctx.fail(what.error());
-    auto client = ctx.connect();
-    if (!client) return ctx.fail(client.error());
-    auto info = client->stat(*what);
-    if (!info) return ctx.fail(info.error());
-    if (!*info) return ctx.fail(make_error(Errc::not_found, "no artifact stored under that key"));
-    const client::ArtifactInfo& a = **info;
-    auto log = fetch_build_log(*client, a.key_digest);
+    auto stated = ctx.stat(*flags);
+    if (!stated) return ctx.fail(stated.error());
+    const client::ArtifactInfo& a = stated->info;
+    // torch.compile's cache entries are not built from a source: their model hash is torch's key.
+    const bool has_source = a.key.kind != ArtifactKind::torch_cache;
+    auto log = fetch_build_log(stated->client, a.key_digest);
     // A daemon without builds has no logs; that is not an error for inspect.
     std::optional<protocol::BuildLog> record;
     if (log) record = std::move(*log);
@@ -50,14 +47,15 @@ void add_inspect(CommandSet& set) {
 
     if (ctx.json) {
       nlohmann::json j = {{"info", nlohmann::json::parse(client::to_json(a))},
-                          {"source", {{"model_hash", a.key.model_hash}}},
+                          {"source", has_source ? nlohmann::json{{"model_hash", a.key.model_hash}} : nlohmann::json(nullptr)},
                           {"build", record ? build_log_json(*record) : nlohmann::json(nullptr)}};
       ctx.out << j.dump() << "\n";
       return 0;
     }
     print_info(ctx.out, a);
-    ctx.out << std::left << std::setw(16) << "source" << "model hash " << a.key.model_hash
-            << " (kilnctl ls --filter model_hash=" << a.key.model_hash.substr(0, 12) << "... lists its other builds)\n";
+    if (has_source)
+      ctx.out << std::left << std::setw(16) << "source" << "model hash " << a.key.model_hash
+              << " (kilnctl ls --filter model_hash=" << a.key.model_hash.substr(0, 12) << "... lists its other builds)\n";
     if (!record) {
       ctx.out << std::setw(16) << "build" << "no build recorded on this node (put by a client or imported)\n";
       return 0;

@@ -28,21 +28,7 @@ void add_key(CommandSet& set) {
       if (!client) return ctx.fail(client.error());
       auto server = client->server_info();
       if (!server) return ctx.fail(server.error());
-      NodeFields node;
-      auto get = [&](const char* name) {
-        auto it = server->node.find(name);
-        return it == server->node.end() ? std::string{} : it->second;
-      };
-      node.gpu_arch = get("gpu_arch");
-      node.gpu_name = get("gpu_name");
-      node.torch_version = get("torch_version");
-      node.torch_git = get("torch_git");
-      node.cuda_version = get("cuda_version");
-      node.triton_version = get("triton_version");
-      node.platform = get("platform");
-      node.machine = get("machine");
-      node.cpu_isa = get("cpu_isa");
-      fill_node_fields(*key, node);
+      fill_node_fields(*key, node_fields_from(server->node));
     }
     auto missing = key->missing_fields();
     if (!missing.empty()) {

@@ -66,6 +66,16 @@ void add_ls(CommandSet& set) {
       ctx.out << client::to_json(all) << "\n";
       return 0;
     }
+    if (all.entries.empty()) {
+      // Not a bare header: say that nothing matched, and what was asked.
+      std::string asked;
+      for (const auto& f : args->filters) asked += " --filter " + f;
+      if (args->pinned) asked += " --pinned";
+      if (args->unpinned) asked += " --unpinned";
+      if (query.offset) asked += " --offset " + std::to_string(query.offset);
+      ctx.out << (asked.empty() ? "no artifacts stored\n" : "no stored artifact matches" + asked + "\n");
+      return 0;
+    }
     print_table(ctx.out, all.entries);
     if (all.next_offset) ctx.out << "(more: --offset " << *all.next_offset << ", or --all)\n";
     return 0;

@@ -1,10 +1,11 @@
 // kilnctl source add FILE [--model-hash HEX]: register a torch.export archive with kilnd as
 // the source builds of its model hash start from (PUT_SOURCE; stored in the store).
-// Without --model-hash the hash is computed by the build worker's `hash` op
-// (schema/sources.md), which needs torch on this machine. `source ls` and `source get`
-// are in source_read.cpp.
+// Without --model-hash the node computes the hash with its own build worker (PUT_SOURCE
+// without model_hash, schema/protocol.md): kilnctl never looks for a worker, so there is one
+// rule for finding it, kilnd's (beside its executable, daemon/builds). --worker WORKER runs
+// that worker's `hash` op here instead (schema/sources.md; needs torch on this machine), for
+// a node that cannot build. `source ls` and `source get` are in source_read.cpp.
 #include <chrono>
-#include <cstdlib>
 #include <filesystem>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -23,16 +24,9 @@ namespace {
 struct SourceArgs {
   std::string file;
   std::string model_hash;
-  std::string worker;  // --worker ("" = $KILN_WORKER, else the installed or source-tree worker)
+  std::string worker;  // --worker ("" = the node computes the hash)
   std::string name;
 };
-
-std::string default_worker() {
-  if (const char* env = std::getenv("KILN_WORKER"); env != nullptr && *env != '\0') return env;
-  std::error_code ec;
-  if (std::filesystem::exists(KILN_WORKER_INSTALL_DIR, ec)) return KILN_WORKER_INSTALL_DIR;
-  return KILN_WORKER_SOURCE_DIR;
-}
 
 // The last non-empty line of `text` (a Python traceback ends with the error).
 std::string last_line(const std::string& text) {
@@ -85,16 +79,22 @@ void add_source(CommandSet& set) {
       return ctx.fail(make_error(Errc::io_error, "cannot read source file " + args->file + ": not a regular file"));
     }
     std::string hash = args->model_hash;
-    if (hash.empty()) {
-      auto computed = compute_model_hash(args->worker.empty() ? default_worker() : args->worker, args->file);
+    if (hash.empty() && !args->worker.empty()) {
+      auto computed = compute_model_hash(args->worker, args->file);
       if (!computed) return ctx.fail(computed.error());
       hash = *computed;
     }
-    if (!is_hex64(hash)) return ctx.usage("--model-hash must be 64 lowercase hex digits, got '" + hash + "'");
+    // Empty: the node computes it.
+    if (!hash.empty() && !is_hex64(hash))
+      return ctx.usage("--model-hash must be 64 lowercase hex digits, got '" + hash + "'");
     auto client = ctx.connect();
     if (!client) return ctx.fail(client.error());
     std::string name = args->name.empty() ? std::filesystem::path(args->file).filename().string() : args->name;
     auto info = client->put_source(hash, name, args->file);
+    if (!info && hash.empty() && info.error().code == Errc::unsupported) {
+      return ctx.fail(make_error(Errc::unsupported, info.error().message +
+                                                        "; pass --model-hash HEX, or --worker WORKER to compute it here"));
+    }
     if (!info) return ctx.fail(info.error());
     if (ctx.json) {
       ctx.out << nlohmann::json{{"model_hash", info->model_hash},
@@ -120,14 +120,12 @@ void add_source(CommandSet& set) {
   CLI::App* add = source->add_subcommand("add", "Register FILE (a torch.export archive) as the source of its model hash");
   add->add_option("FILE", args->file, "The torch.export archive")->required();
   add->add_option("--model-hash", args->model_hash,
-                  "64 hex digits; default: computed by the build worker's hash op (needs torch here)");
+                  "64 hex digits; default: computed by kilnd with its build worker");
   add->add_option("--worker", args->worker,
-                  "The kiln_worker to compute the hash with, run as `python3 WORKER hash FILE` (default: $KILN_WORKER, "
-                  "else the installed worker)");
+                  "Compute the hash here instead, with `python3 WORKER hash FILE` (a kiln_worker folder; needs torch)");
   add->add_option("--name", args->name, "Name recorded with the source (default: the file's name)");
   // --json and --socket may also come after `add`.
-  add->add_flag("--json", ctx.json, "Print one JSON document on stdout");
-  add->add_option("--socket", ctx.socket, "kilnd's socket (default: $KILN_SOCKET, else the user's kilnd, else the system's)");
+  add_common_options(*add, ctx);
   subs->push_back({add, run_add});
   for (auto& s : add_source_read_commands(*source, ctx)) subs->push_back(std::move(s));
 }

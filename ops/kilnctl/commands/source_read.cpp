@@ -105,8 +105,7 @@ std::vector<SubcommandAction> add_source_read_commands(CLI::App& source, Context
 
   for (CLI::App* sub : {ls, get}) {
     // --json and --socket may also come after the subcommand.
-    sub->add_flag("--json", ctx.json, "Print one JSON document on stdout");
-    sub->add_option("--socket", ctx.socket, "kilnd's socket (default: $KILN_SOCKET, else the user's kilnd, else the system's)");
+    add_common_options(*sub, ctx);
   }
   return {{ls, [&ctx, ls_args] { return run_ls(ctx, *ls_args); }},
           {get, [&ctx, get_args] { return run_get(ctx, *get_args); }}};

@@ -14,17 +14,12 @@ void add_stat(CommandSet& set) {
   auto flags = std::make_shared<KeyFlags>();
   CLI::App* sub = set.add("stat", "Show a stored artifact's key, sizes, times, hits and pin; exit code 2 when not stored",
                           [&ctx, flags] {
-    auto what = lookup_from_flags(*flags, std::cin, [&ctx](std::string_view p) { return ctx.resolve_prefix(p); });
-    if (!what) return ctx.fail(what.error());
-    auto client = ctx.connect();
-    if (!client) return ctx.fail(client.error());
-    auto info = client->stat(*what);
-    if (!info) return ctx.fail(info.error());
-    if (!*info) return ctx.fail(make_error(Errc::not_found, "no artifact stored under that key"));
+    auto stated = ctx.stat(*flags);
+    if (!stated) return ctx.fail(stated.error());
     if (ctx.json) {
-      ctx.out << client::to_json(**info) << "\n";
+      ctx.out << client::to_json(stated->info) << "\n";
     } else {
-      print_info(ctx.out, **info);
+      print_info(ctx.out, stated->info);
     }
     return 0;
   });

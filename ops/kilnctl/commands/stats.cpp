@@ -1,4 +1,5 @@
 // kilnctl stats: the store's and the daemon's counters.
+#include <algorithm>
 #include <iomanip>
 #include <nlohmann/json.hpp>
 #include <ostream>
@@ -27,7 +28,9 @@ void add_stats(CommandSet& set) {
       return 0;
     }
     auto line = [&](const std::string& name, const std::string& value) {
-      ctx.out << std::left << std::setw(22) << name << value << "\n";
+      // Never run together: a name as long as the column still gets its space.
+      ctx.out << std::left << std::setw(static_cast<int>(std::max<std::size_t>(22, name.size() + 2))) << name << value
+              << "\n";
     };
     line("entries", std::to_string(s->entries));
     line("stored", format_bytes(s->stored_bytes) +

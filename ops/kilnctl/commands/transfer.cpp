@@ -140,13 +140,15 @@ Result<ExportReport> export_artifacts(client::Client& client, const client::List
     }
     const client::Artifact& a = **got;
     const client::ArtifactInfo& info = a.info();
-    oci::ArtifactMeta meta{info.created_at, info.build_seconds > 0 ? std::optional<double>(info.build_seconds) : std::nullopt};
+    oci::ArtifactMeta meta{info.created_at, info.build_seconds > 0 ? std::optional<double>(info.build_seconds) : std::nullopt,
+                           info.pinned};
     auto d = oci::write_artifact(**writer, info.key, meta, info.blob_digest, info.size,
                                  [&](const oci::ByteSink& sink) { return stream_fd(a.fd(), info.size, sink); });
     if (!d) return make_error(d.error().code, "exporting " + info.key_digest.hex() + ": " + d.error().message);
     ++report.artifacts;
     report.bytes += info.size;
-    model_hashes.insert(info.key.model_hash);
+    // A torch.compile cache entry is not built from a source: its "model hash" is torch's key.
+    if (info.key.kind != ArtifactKind::torch_cache) model_hashes.insert(info.key.model_hash);
     if (progress) progress(info.key_digest.hex() + "  " + info.key.region + " " + std::string(to_string(info.key.kind)) + " " + info.key.dtype);
   }
   std::set<std::string> written;  // one source per model hash
@@ -233,8 +235,9 @@ Result<ImportReport> import_layout(client::Client& client, const std::filesystem
       finish("failed", existing.error().to_string());
       continue;
     }
+    const bool pin = options.pin || (options.keep_pins && art.meta.pinned);
     if (*existing && (*existing)->blob_digest == art.layer.digest) {
-      if (options.pin && !(*existing)->pinned) {
+      if (pin && !(*existing)->pinned) {
         auto p = client.pin(art.key_digest);
         if (!p) return std::move(p).error();
       }
@@ -247,7 +250,7 @@ Result<ImportReport> import_layout(client::Client& client, const std::filesystem
       continue;
     }
     client::PutOptions put;
-    put.pin = options.pin;
+    put.pin = pin;
     put.build_seconds = art.meta.build_seconds.value_or(0);
     auto info = client.put_file(art.key, file.path(), put);
     if (!info) {

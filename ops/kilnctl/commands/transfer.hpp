@@ -72,7 +72,8 @@ struct ImportReport {
 };
 
 struct ImportOptions {
-  bool pin = false;
+  bool pin = false;        // pin every artifact
+  bool keep_pins = false;  // pin those pinned where they were exported (org.kiln.artifact.pinned)
 };
 
 // Reads the layout at `path`, registers its sources and stores each artifact on the node. An artifact already

@@ -6,6 +6,7 @@
 #include "kilnctl/byte_progress.hpp"
 #include "kilnctl/commands/commands.hpp"
 #include "kilnctl/commands/ops_util.hpp"
+#include "kilnctl/output.hpp"
 #include "kilnctl/status_progress.hpp"
 
 namespace kiln::ctl {
@@ -36,10 +37,10 @@ void add_verify(CommandSet& set) {
                      .dump()
               << "\n";
     } else {
-      ctx.out << "checked " << r->checked << " artifact(s): " << r->corrupt.size() << " corrupt, "
-              << r->orphans_removed << " orphan blob(s) removed, " << r->missing_removed
-              << " entr(ies) with a missing blob removed, " << r->foreign_moved
-              << " foreign file(s) moved to quarantine/\n";
+      ctx.out << "checked " << count_of(r->checked, "artifact") << ": " << r->corrupt.size() << " corrupt, "
+              << count_of(r->orphans_removed, "orphan blob") << " removed, "
+              << count_of(r->missing_removed, "entry", "entries") << " with a missing blob removed, "
+              << count_of(r->foreign_moved, "foreign file") << " moved to quarantine/\n";
       for (const auto& d : r->corrupt) ctx.out << "corrupt  " << d.hex() << "  (quarantined, no longer served)\n";
       for (const auto& d : r->missing) ctx.out << "dropped  " << d.hex() << "  (its blob file was missing)\n";
     }

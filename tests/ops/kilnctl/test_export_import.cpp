@@ -2,6 +2,7 @@
 // same keys, through a layout folder and a tar; damaged layouts refused item by item.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <nlohmann/json.hpp>
 
@@ -107,16 +108,25 @@ TEST_CASE("ExportThenImportIntoAFreshStoreIsByteIdenticalWithTheSameKeys") {
 
   Run im_tar = kilnctl({"import", (dir / "layout.tar").string()}, c.socket());
   REQUIRE_MESSAGE(im_tar.code == 0, im_tar.err);
-  CHECK(im_tar.out.find("7 artifact(s): 7 imported, 0 already there, 0 failed") != std::string::npos);
+  CHECK(im_tar.out.find("7 artifacts: 7 imported, 0 already there, 0 failed") != std::string::npos);
   check_node_holds(c, stored);
 
-  // Metadata travels: build time; pins do not (pinning is the receiving operator's call).
+  // Metadata travels: build time; pins only when the receiving operator asks (--keep-pins).
   auto cb = connect(b);
   auto info = cb.stat(stored[4].key_digest);
   REQUIRE(info);
   REQUIRE(*info);
   CHECK((*info)->build_seconds == doctest::Approx(6.0));
   CHECK(!(*info)->pinned);
+  CHECK(!cb.stat(stored[2].key_digest).value().value().pinned);
+  fs::create_directories(dir / "d");
+  test::KilndProcess dn(dir / "d");
+  REQUIRE_MESSAGE(dn.start(), dn.log());
+  Run keep = kilnctl({"import", "--keep-pins", (dir / "layout").string()}, dn.socket());
+  REQUIRE_MESSAGE(keep.code == 0, keep.err);
+  auto cd = connect(dn);
+  CHECK(cd.stat(stored[2].key_digest).value().value().pinned);  // pinned on a
+  CHECK(!cd.stat(stored[4].key_digest).value().value().pinned);
 
   // Importing again changes nothing.
   Run again = kilnctl({"import", "--json", (dir / "layout").string()}, b.socket());
@@ -261,4 +271,32 @@ TEST_CASE("SourcesKilndHasTravelByDefaultAndAFreshNodeServesThemByteIdentical") 
   Run ls_c = kilnctl({"source", "ls", "--json"}, c.socket());
   REQUIRE(ls_c.code == 0);
   CHECK(json::parse(ls_c.out)["items"].empty());
+}
+
+TEST_CASE("ATorchCacheEntryNeedsNoSourceAndInspectGivesItNoSourceHint") {
+  test::TempDir dir;
+  test::KilndProcess a(dir.path());
+  REQUIRE_MESSAGE(a.start(), a.log());
+  auto ca = connect(a);
+  Key entry = test::test_key(5);
+  entry.kind = ArtifactKind::torch_cache;
+  entry.model_hash = std::string(64, 'c');
+  entry.compile_options = R"({"torch_key":"fxgraph-abc"})";
+  auto info = ca.put(entry, as_bytes(std::string("{\"v\":1}")));
+  REQUIRE_MESSAGE(info, (info ? "" : info.error().to_string()));
+  auto aoti_info = ca.put(test::test_key(6), as_bytes(std::string("aoti")));
+  REQUIRE(aoti_info);
+
+  Run ex = kilnctl({"export", "--json", (dir / "layout").string()}, a.socket());
+  REQUIRE_MESSAGE(ex.code == 0, ex.err);
+  const json missing = json::parse(ex.out)["sources_missing"];
+  CHECK(missing.size() == 1);  // the aoti artifact's model hash only
+  CHECK(std::find(missing.begin(), missing.end(), entry.model_hash) == missing.end());
+
+  Run shown = kilnctl({"inspect", "--digest", info->key_digest.hex()}, a.socket());
+  REQUIRE_MESSAGE(shown.code == 0, shown.err);
+  CHECK(shown.out.find("ls --filter model_hash=") == std::string::npos);
+  CHECK(shown.out.find("build_seconds   -") != std::string::npos);  // a put: nothing was built
+  Run aoti = kilnctl({"inspect", "--digest", aoti_info->key_digest.hex()}, a.socket());
+  CHECK(aoti.out.find("ls --filter model_hash=") != std::string::npos);
 }

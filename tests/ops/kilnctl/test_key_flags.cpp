@@ -264,3 +264,78 @@ TEST_CASE("ErrcMapsToDocumentedExitCodes") {
   CHECK(exit_code_for(Errc::corrupt) == 5);
   CHECK(exit_code_for(Errc::protocol_error) == 5);
 }
+
+TEST_CASE("BareKilnctlListsTheCommandsAndHelpIsACommand") {
+  auto bare = run_ctl({});
+  CHECK(bare.code == kExitUsage);
+  CHECK(bare.err.find("A subcommand is required") == std::string::npos);
+  for (const char* cmd : {"prewarm", "evict", "inspect", "source", "fleet", "help"})
+    CHECK_MESSAGE(bare.err.find(std::string("\n  ") + cmd + " ") != std::string::npos, cmd);
+  CHECK(bare.err.find("kilnctl help COMMAND") != std::string::npos);
+  // Options alone are no command either.
+  CHECK(run_ctl({"--json"}).err.find("commands:") != std::string::npos);
+
+  auto help = run_ctl({"help"});
+  CHECK(help.code == 0);
+  CHECK(help.out.find("Exit codes") != std::string::npos);
+  auto pin = run_ctl({"help", "pin"});
+  CHECK(pin.code == 0);
+  CHECK(pin.out.find("--digest") != std::string::npos);
+  CHECK(run_ctl({"help", "pinn"}).code == kExitUsage);
+  CHECK(run_ctl({"help", "pinn"}).err.find("did you mean 'pin'?") != std::string::npos);
+}
+
+TEST_CASE("ACommandsHelpPointsToTheExitCodesAndSocketOnceInsteadOfRepeatingThem") {
+  auto count = [](const std::string& text, const std::string& what) {
+    std::size_t n = 0;
+    for (auto at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+    return n;
+  };
+  for (const char* cmd : {"pin", "get", "evict", "prewarm", "status"}) {
+    auto help = run_ctl({cmd, "--help"});
+    CAPTURE(cmd);
+    CHECK(help.code == 0);
+    CHECK(help.out.find("Exit codes:") == std::string::npos);
+    CHECK(help.out.find("XDG_RUNTIME_DIR") == std::string::npos);
+    CHECK(help.out.find("kilnctl --help") != std::string::npos);
+  }
+  CHECK(count(run_ctl({"pin", "--help"}).out, "\n") < 35);  // was 47
+  auto top = run_ctl({"--help"});
+  CHECK(count(top.out, "Exit codes:") == 1);
+  CHECK(count(top.out, "XDG_RUNTIME_DIR") == 1);
+  // --call is no node field: it says what it is.
+  auto get = run_ctl({"get", "--help"});
+  const auto call = get.out.find("--call");
+  REQUIRE(call != std::string::npos);
+  CHECK(get.out.substr(call, get.out.find('\n', call) - call).find("Node field") == std::string::npos);
+  CHECK(get.out.find("How the block is called") != std::string::npos);
+}
+
+TEST_CASE("ADigestTooShortSaysPrefixesOfFourOrMoreWork") {
+  TempDir dir;
+  auto r = run_ctl({"stat", "--digest", "7", "--socket", (dir / "none.sock").string()});
+  CHECK(r.code == kExitUsage);
+  CHECK(r.err.find("prefix of 4 or more") != std::string::npos);
+}
+
+TEST_CASE("ASocketPathThatIsAFolderOrAFileIsNamedAsSuch") {
+  TempDir dir;
+  std::ofstream(dir / "file").close();
+  auto folder = run_ctl({"stats", "--socket", dir.path().string()});
+  CHECK(folder.code == kExitUsage);
+  CHECK(folder.err.find("is a directory, not kilnd's socket") != std::string::npos);
+  CHECK(folder.err.find("not running") == std::string::npos);
+  auto file = run_ctl({"stats", "--socket", (dir / "file").string()});
+  CHECK(file.code == kExitUsage);
+  CHECK(file.err.find("is a regular file, not kilnd's socket") != std::string::npos);
+  // An absent path is still "kilnd is not running".
+  CHECK(run_ctl({"stats", "--socket", (dir / "none.sock").string()}).code == kExitUnavailable);
+}
+
+TEST_CASE("ABadFieldValueIsNamedByItsFlag") {
+  auto r = parse({"--kind", "aoti", "--model-hash", "abc", "--region", "full", "--dtype", "bfloat16", "--input",
+                  "bfloat16:1"});
+  REQUIRE_FALSE(r);
+  CHECK(r.error().message.rfind("--model-hash 'abc': ", 0) == 0);
+  CHECK(r.error().message.find("key.model_hash") == std::string::npos);
+}

@@ -392,3 +392,16 @@ TEST_CASE("ExportToACompressedArchiveNameIsRefusedRatherThanWritingAFolderByThat
     CHECK_FALSE(std::filesystem::exists(dir / name));
   }
 }
+
+TEST_CASE("TrustLsWithoutAFleetReportsItAndSucceedsAsFleetStatusDoes") {
+  TempDir dir;
+  KilndProcess d(dir.path(), "");
+  REQUIRE_MESSAGE(d.start(), d.log());
+  auto trust = kilnctl(cmd({"trust", "ls"}, {}, d));
+  CHECK_MESSAGE(trust.code == 0, trust.err);
+  CHECK(trust.out.find("no fleet") != std::string::npos);
+  auto as_json = kilnctl(cmd({"trust", "ls", "--json"}, {}, d));
+  CHECK(as_json.code == 0);
+  CHECK(nlohmann::json::parse(as_json.out)["trusted_keys"].empty());
+  CHECK(kilnctl(cmd({"fleet"}, {}, d)).code == 0);
+}

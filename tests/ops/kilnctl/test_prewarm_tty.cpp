@@ -124,7 +124,7 @@ TEST_CASE("LargeGetAndPutShowTheirBytesOnATerminalAndNothingOnAPipe") {
   CHECK(read_file(piped).empty());  // stderr not a terminal: no progress at all
   // verify on a terminal (its progress is read from STATUS on a second connection): the
   // report follows, the progress line is gone.
-  CHECK(screen.find("checked 1 artifact(s): 0 corrupt") != std::string::npos);
+  CHECK(screen.find("checked 1 artifact: 0 corrupt") != std::string::npos);
   CHECK(screen.find("verifying ") == std::string::npos);
   CHECK(std::filesystem::file_size(dir / "out.bin") == 50331648u);
 }

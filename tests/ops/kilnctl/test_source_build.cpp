@@ -110,7 +110,7 @@ TEST_CASE("SourceAddThenBuildStoresTheArtifactAndARememberedFailureIsRetriedOnly
   CHECK(count_lines(good_count) == 3);
 }
 
-TEST_CASE("SourceAddComputesTheHashWithTheWorkerAndSaysToPassModelHashWhenItCannot") {
+TEST_CASE("SourceAddHasTheNodeHashOrComputesWithTheNamedWorkerAndSaysToPassModelHashWhenItCannot") {
   test::TempDir dir;
   test::KilndProcess d(dir.path(), builds_toml(1));
   REQUIRE_MESSAGE(d.start(), d.log());
@@ -135,6 +135,14 @@ TEST_CASE("SourceAddComputesTheHashWithTheWorkerAndSaysToPassModelHashWhenItCann
   CHECK(no.code != 0);
   CHECK(no.err.find("No module named 'torch'") != std::string::npos);
   CHECK(no.err.find("--model-hash") != std::string::npos);
+
+  // Without --model-hash or --worker, kilnd hashes the file with its own worker (here the
+  // test worker: the program's SHA-256); kilnctl looks for no worker of its own.
+  write_file(dir.path() / "src2.json", R"({"behavior":"ok","n":2})");
+  Run by_node = kilnctl({"source", "add", "--json", (dir.path() / "src2.json").string()}, d.socket());
+  CAPTURE(by_node.err);
+  REQUIRE(by_node.code == 0);
+  CHECK(json::parse(by_node.out)["model_hash"] == sha256(R"({"behavior":"ok","n":2})").hex());
 
   // Bad input is refused before kilnd sees it.
   Run bad_hash = kilnctl({"source", "add", "--model-hash", "xyz", (dir.path() / "src.json").string()}, d.socket());

@@ -77,7 +77,7 @@ TEST_CASE("VerifyFindsEveryPlantedCorruptionAndNothingElse") {
   }
   Run after = kilnctl({"verify"}, d.socket());
   CHECK(after.code == 0);
-  CHECK(after.out.find("checked 7 artifact(s): 0 corrupt") != std::string::npos);
+  CHECK(after.out.find("checked 7 artifacts: 0 corrupt") != std::string::npos);
 }
 
 TEST_CASE("EvictRespectsPinsFiltersAgeAndSize") {
@@ -110,6 +110,23 @@ TEST_CASE("EvictRespectsPinsFiltersAgeAndSize") {
   Run dry = kilnctl({"evict", "--filter", "dtype=float16", "--dry-run"}, d.socket());
   CHECK(dry.code == 0);
   CHECK(lines_starting(dry.out, "would evict").size() == 3);
+  // The size each line names is ls's SIZE for that artifact; the disk's follows in parentheses.
+  Run listed = kilnctl({"ls", "--filter", "dtype=float16"}, d.socket());
+  for (const auto& line : lines_starting(dry.out, "would evict")) {
+    CAPTURE(line);
+    const auto open = line.rfind(" (");
+    REQUIRE(open != std::string::npos);
+    CHECK(line.find(" on disk)", open) != std::string::npos);
+    const std::string size = line.substr(line.rfind("  ", open) + 2, open - line.rfind("  ", open) - 2);
+    const std::string digest = line.substr(std::string("would evict  ").size(), 12);
+    const auto row = listed.out.find(digest);
+    REQUIRE(row != std::string::npos);
+    CHECK(listed.out.substr(row, listed.out.find('\n', row) - row).find(" " + size + " ") != std::string::npos);
+  }
+  // A filter that matches nothing says so instead of printing a bare header.
+  Run none = kilnctl({"ls", "--filter", "dtype=int8"}, d.socket());
+  CHECK(none.code == 0);
+  CHECK(none.out == "no stored artifact matches --filter dtype=int8\n");
   for (std::size_t i = 0; i < 8; ++i) CHECK(stored(i));
 
   // By filter: the three unpinned float16 entries go; the pinned one stays.
@@ -118,8 +135,8 @@ TEST_CASE("EvictRespectsPinsFiltersAgeAndSize") {
   // Each one is named, and the pinned match is mentioned as kept.
   CHECK(lines_starting(by_filter.out, "evicted  ").size() == 3);
   CHECK(by_filter.out.find(keys[1].hex().substr(0, 12)) != std::string::npos);
-  CHECK(by_filter.out.find("3 artifact(s), ") != std::string::npos);
-  CHECK(by_filter.out.find("1 pinned artifact(s) kept") != std::string::npos);
+  CHECK(by_filter.out.find("3 artifacts, ") != std::string::npos);
+  CHECK(by_filter.out.find("1 pinned artifact kept") != std::string::npos);
   CHECK(stored(0));
   for (std::size_t i : {1, 2, 3}) CHECK(!stored(i));
 
