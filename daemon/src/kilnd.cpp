@@ -3,6 +3,7 @@
 
 #include <grp.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -103,12 +104,27 @@ class JournalPriority final : public spdlog::custom_flag_formatter {
   std::unique_ptr<custom_flag_formatter> clone() const override { return std::make_unique<JournalPriority>(); }
 };
 
+// systemd.exec(5): JOURNAL_STREAM holds the device and inode ("DEV:INO") of the stream
+// systemd connected stderr to; a process whose stderr is still that stream logs to the
+// journal. Its mere presence is not enough: a child of a service inherits the variable
+// while its stderr goes elsewhere (a pipe, a file, a terminal).
+bool stderr_is_journal() {
+  const char* env = std::getenv("JOURNAL_STREAM");
+  if (env == nullptr) return false;
+  unsigned long long dev = 0, ino = 0;
+  char tail = 0;
+  if (std::sscanf(env, "%llu:%llu%c", &dev, &ino, &tail) != 2) return false;
+  struct stat st {};
+  if (::fstat(STDERR_FILENO, &st) != 0) return false;
+  return static_cast<unsigned long long>(st.st_dev) == dev && static_cast<unsigned long long>(st.st_ino) == ino;
+}
+
 void setup_logging(const std::string& level) {
   auto logger = spdlog::stderr_logger_mt("kilnd");
   spdlog::set_default_logger(logger);
   // Under systemd the journal stamps each line and reads its priority; elsewhere kilnd
   // stamps them.
-  if (std::getenv("JOURNAL_STREAM")) {
+  if (stderr_is_journal()) {
     auto formatter = std::make_unique<spdlog::pattern_formatter>();
     formatter->add_flag<JournalPriority>('*').set_pattern("%*%l %v");
     spdlog::set_formatter(std::move(formatter));
@@ -155,7 +171,7 @@ int kilnd_main(int argc, char** argv) {
     return app.exit(e) == 0 ? 0 : 2;
   }
   if (version) {
-    std::puts("kilnd 0.1.0 (protocol 1)");
+    std::printf("kilnd %s (protocol %d)\n", KILN_VERSION, static_cast<int>(protocol::kVersion));
     return 0;
   }
 

@@ -1,19 +1,70 @@
 // Prometheus text rendering of kilnd's metrics.
 #include "metrics.hpp"
 
+#include <sys/resource.h>
+#include <unistd.h>
+
 #include <charconv>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <utility>
 #include <sstream>
 
 namespace kiln::daemon {
 
 namespace {
-// The shortest text that reads back to `v` ("5e-05", not "5.0000000000000002e-05"): bucket
-// bounds are label values a person types into queries.
+// The shortest plain decimal that reads back to `v` ("0.00005", not "5e-05" nor
+// "5.0000000000000002e-05"): bucket bounds are label values a person types into queries,
+// and other exporters (Prometheus' client libraries) write them so.
 std::string num(double v) {
-  char buf[64];
-  auto r = std::to_chars(buf, buf + sizeof buf, v);
+  if (std::isinf(v)) return v > 0 ? "+Inf" : "-Inf";
+  if (std::isnan(v)) return "NaN";
+  char buf[400];  // a double's longest fixed form is under 330 characters
+  auto r = std::to_chars(buf, buf + sizeof buf, v, std::chars_format::fixed);
   return std::string(buf, r.ptr);
+}
+
+// The process_* series every Prometheus exporter has (client_golang's names and units), from
+// /proc/self: CPU time, memory, file descriptors, start time.
+void render_process(std::ostream& os) {
+  std::ifstream stat_file("/proc/self/stat");
+  std::string stat((std::istreambuf_iterator<char>(stat_file)), std::istreambuf_iterator<char>());
+  // Fields after the command name, which may hold spaces: it ends at the last ')'.
+  const auto close = stat.rfind(')');
+  if (close == std::string::npos) return;
+  std::istringstream fields(stat.substr(close + 2));
+  std::vector<std::string> f((std::istream_iterator<std::string>(fields)), std::istream_iterator<std::string>());
+  if (f.size() < 22) return;  // f[0] is field 3 (state) of proc(5)
+  const double ticks = static_cast<double>(::sysconf(_SC_CLK_TCK));
+  const double page = static_cast<double>(::sysconf(_SC_PAGESIZE));
+  const double cpu = (std::stod(f[11]) + std::stod(f[12])) / ticks;  // utime + stime
+  double boot = 0;
+  std::ifstream proc_stat("/proc/stat");
+  for (std::string word; proc_stat >> word;)
+    if (word == "btime") {
+      proc_stat >> boot;
+      break;
+    }
+  std::size_t fds = 0;
+  std::error_code ec;
+  for (auto it = std::filesystem::directory_iterator("/proc/self/fd", ec); !ec && it != std::filesystem::directory_iterator();
+       it.increment(ec))
+    ++fds;
+  struct rlimit lim {};
+  ::getrlimit(RLIMIT_NOFILE, &lim);
+  auto one = [&](const char* name, const char* type, const char* help, double v) {
+    os << "# HELP " << name << " " << help << "\n# TYPE " << name << " " << type << "\n" << name << " " << num(v) << "\n";
+  };
+  one("process_cpu_seconds_total", "counter", "Total user and system CPU time spent in seconds.", cpu);
+  one("process_resident_memory_bytes", "gauge", "Resident memory size in bytes.", std::stod(f[21]) * page);
+  one("process_virtual_memory_bytes", "gauge", "Virtual memory size in bytes.", std::stod(f[20]));
+  one("process_start_time_seconds", "gauge", "Start time of the process since unix epoch in seconds.",
+      boot + std::stod(f[19]) / ticks);
+  one("process_open_fds", "gauge", "Number of open file descriptors.", static_cast<double>(fds));
+  one("process_max_fds", "gauge", "Maximum number of open file descriptors.",
+      lim.rlim_cur == RLIM_INFINITY ? -1.0 : static_cast<double>(lim.rlim_cur));
 }
 }  // namespace
 
@@ -119,6 +170,9 @@ std::string Metrics::render(const std::vector<Gauge>& gauges) const {
     os << "# HELP " << g.name << " " << g.help << "\n# TYPE " << g.name << " " << (g.counter ? "counter" : "gauge")
        << "\n" << g.name << " " << num(g.value) << "\n";
   }
+  os << "# HELP kiln_build_info kilnd's version and wire protocol; always 1.\n# TYPE kiln_build_info gauge\n"
+     << "kiln_build_info{version=\"" KILN_VERSION "\",protocol=\"" << static_cast<int>(protocol::kVersion) << "\"} 1\n";
+  render_process(os);
   return os.str();
 }
 

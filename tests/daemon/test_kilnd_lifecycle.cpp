@@ -8,6 +8,7 @@
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -174,9 +175,32 @@ TEST_CASE("socket activation: kilnd serves the socket systemd passes") {
   std::filesystem::remove_all(sock_dir);
 }
 
+// JOURNAL_STREAM's "DEV:INO" of a file, as systemd sets it for the stream it gives a unit.
+std::string journal_stream_of(const std::filesystem::path& file) {
+  struct stat st {};
+  REQUIRE(::stat(file.c_str(), &st) == 0);
+  return std::to_string(st.st_dev) + ":" + std::to_string(st.st_ino);
+}
+
+TEST_CASE("a JOURNAL_STREAM that is not kilnd's stderr leaves the log lines stamped") {
+  // systemd.exec(5): inherited by a child whose stderr goes elsewhere, the variable names
+  // another stream; only stderr's own device and inode mean the journal.
+  TempDir dir;
+  std::ofstream(dir.path() / "kilnd.log").close();
+  std::ofstream(dir.path() / "other").close();
+  ::setenv("JOURNAL_STREAM", journal_stream_of(dir.path() / "other").c_str(), 1);
+  KilndProcess d(dir.path(), "");
+  ::unsetenv("JOURNAL_STREAM");
+  const std::string log = d.log();
+  REQUIRE_FALSE(log.empty());
+  CHECK_MESSAGE(log[0] != '<', log);
+  CHECK_MESSAGE(log.find(" info ") != std::string::npos, log);  // "2026-...Z info ..."
+}
+
 TEST_CASE("under systemd every log line carries its journal priority") {
   TempDir dir;
-  ::setenv("JOURNAL_STREAM", "8:12345", 1);  // what systemd sets for a unit's stderr
+  std::ofstream(dir.path() / "kilnd.log").close();  // kilnd's stderr (appended to), as the journal's stream
+  ::setenv("JOURNAL_STREAM", journal_stream_of(dir.path() / "kilnd.log").c_str(), 1);
   KilndProcess d(dir.path(), "[limits]\nmax_connections = 1\n");
   ::unsetenv("JOURNAL_STREAM");
   // A refused connection is a warning: `journalctl -p warning` must find it.
@@ -226,8 +250,20 @@ TEST_CASE("the metrics endpoint serves Prometheus text on loopback") {
   CHECK(page.find("kiln_get_hits_total 1") != std::string::npos);
   CHECK(page.find("kiln_get_misses_total 1") != std::string::npos);
   CHECK(page.find("kiln_request_duration_seconds_bucket{op=\"put\"") != std::string::npos);
-  // Bucket bounds as a person would write them in a query.
-  CHECK(page.find("kiln_request_duration_seconds_bucket{op=\"put\",le=\"5e-05\"}") != std::string::npos);
+  // Bucket bounds as a person would write them in a query, and as other exporters do: plain
+  // decimals, never exponents.
+  CHECK(page.find("kiln_request_duration_seconds_bucket{op=\"put\",le=\"0.00005\"}") != std::string::npos);
+  CHECK(page.find("kiln_request_duration_seconds_bucket{op=\"put\",le=\"0.0001\"}") != std::string::npos);
+  CHECK(page.find("kiln_request_duration_seconds_bucket{op=\"put\",le=\"300\"}") != std::string::npos);
+  CHECK(page.find("e-0") == std::string::npos);
+  // What every exporter has: its version, and the process_* series.
+  CHECK(page.find("kiln_build_info{version=\"0.1.0\",protocol=\"1\"} 1") != std::string::npos);
+  for (const char* series : {"process_cpu_seconds_total ", "process_resident_memory_bytes ",
+                             "process_virtual_memory_bytes ", "process_start_time_seconds ", "process_open_fds ",
+                             "process_max_fds "})
+    CHECK_MESSAGE(page.find(std::string("\n") + series) != std::string::npos, series);
+  const auto rss_at = page.find("\nprocess_resident_memory_bytes ");
+  if (rss_at != std::string::npos) CHECK(std::stod(page.substr(rss_at + 31)) > 1e6);
   for (auto at = page.find("le=\""); at != std::string::npos; at = page.find("le=\"", at + 1))
     CHECK_MESSAGE(page.find('"', at + 4) - (at + 4) <= 8, page.substr(at, 30));  // "0.00025", "+Inf"; never 17 digits
   CHECK(page.find("kiln_store_entries 1") != std::string::npos);
