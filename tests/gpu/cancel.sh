@@ -20,16 +20,8 @@ KILND=$ROOT/build-gpu/daemon/kilnd
 BENCH=$ROOT/build-gpu/tests/gpu/kiln_gpu_bench
 python3 "$ROOT/tests/gpu/prepare.py" --work "$WORK" > "$WORK/prepare.out"
 
-cat > "$WORK/kilnd.toml" <<TOML
-[builds]
-worker = ["python3", "$ROOT/ops/workers/kiln_worker"]
-build_timeout_s = 900
-TOML
-export KILN_SOCKET=$WORK/kiln.sock
-"$KILND" --socket "$KILN_SOCKET" --store "$WORK/store" --config "$WORK/kilnd.toml" > "$OUT/kilnd.log" 2>&1 &
-KILND_PID=$!
-trap 'kill $KILND_PID 2>/dev/null || true' EXIT
-for _ in $(seq 1200); do [ -S "$KILN_SOCKET" ] && break; sleep 0.1; done
+. "$ROOT/tests/gpu/carry_cmake_args.sh"
+kiln_start_kilnd "$KILND" "$WORK" "$OUT/kilnd.log" 900
 h=$(python3 -c "import json;print(json.load(open('$WORK/prepare.json'))['single']['model_hash'])")
 "$BENCH" register --hash "$h" --name single.pt2 "$WORK/sources/single.pt2" > /dev/null
 

@@ -24,8 +24,8 @@ log() { echo "[refusal_check.sh $(date -u +%H:%M:%S)] $*" >&2; }
 # ---- 1. build --------------------------------------------------------------------------
 t=$(date +%s)
 KILN_GPU_WORK=$WORK KILN_GPU_BUILD_ONLY=1 bash "$ROOT/tests/gpu/run.sh" "$OUT"
-cmake --build "$BUILD" -j"$(nproc)" --target kiln_shared >> "$OUT/build.log" 2>&1 ||
-  { grep -A6 "error" "$OUT/build.log" | head -80; exit 1; }
+. "$ROOT/tests/gpu/carry_cmake_args.sh"
+kiln_build_targets "$BUILD" "$OUT/build.log" kiln_shared
 log "kilnd, kiln_gpu_bench and libkiln.so built in $(( $(date +%s) - t )) s"
 rm -rf "$WORK" && mkdir -p "$WORK"
 
@@ -34,17 +34,7 @@ rm -rf "$WORK" && mkdir -p "$WORK"
 # records in every package, e.g. "avx512 avx512_vnni amx_tile" on the H100 machine;
 # schema/key.md), so no [node] table is needed. The first run found kilnd filling it with
 # its own coarse probe ("avx512") and storing packages that load_block then refused.
-cat > "$WORK/kilnd.toml" <<TOML
-[builds]
-worker = ["python3", "$ROOT/ops/workers/kiln_worker"]
-build_timeout_s = 600
-TOML
-export KILN_SOCKET=$WORK/kiln.sock
-"$BUILD/daemon/kilnd" --socket "$KILN_SOCKET" --store "$WORK/store" --config "$WORK/kilnd.toml" > "$OUT/kilnd.log" 2>&1 &
-KILND_PID=$!
-trap 'kill $KILND_PID 2>/dev/null || true' EXIT
-for _ in $(seq 1200); do [ -S "$KILN_SOCKET" ] && break; sleep 0.1; done
-[ -S "$KILN_SOCKET" ] || { cat "$OUT/kilnd.log"; exit 1; }
+kiln_start_kilnd "$BUILD/daemon/kilnd" "$WORK" "$OUT/kilnd.log" 600
 log "kilnd up"
 
 # ---- 3. the check ------------------------------------------------------------------------

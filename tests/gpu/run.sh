@@ -27,12 +27,10 @@ log() { echo "[run.sh $(date -u +%H:%M:%S)] $*" >&2; }
 # ---- 1. build -------------------------------------------------------------------------
 TORCH_PREFIX=$(python3 -c 'import torch;print(torch.utils.cmake_prefix_path)')
 . "$ROOT/tests/gpu/carry_cmake_args.sh"  # headers this machine lacks (see README.md)
-log "configuring"
-cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$TORCH_PREFIX" \
-  "${CARRY_CMAKE_ARGS[@]}" > "$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; exit 1; }
 log "building kilnd and kiln_gpu_bench"
 t=$(date +%s)
-cmake --build "$BUILD" -j"$(nproc)" --target kilnd kiln_gpu_bench -- -k 0 >> "$OUT/build.log" 2>&1 || { grep -A6 "error" "$OUT/build.log" | head -150; exit 1; }
+KILN_EXTRA_CMAKE_ARGS=(-DKILN_BUILD_TESTS=ON -DCMAKE_PREFIX_PATH="$TORCH_PREFIX")  # kiln_gpu_bench is a test target
+kiln_build_on_device "$ROOT" "$BUILD" "$OUT/build.log" kilnd kiln_gpu_bench
 log "built in $(( $(date +%s) - t )) s"
 KILND=$BUILD/daemon/kilnd
 BENCH=$BUILD/tests/gpu/kiln_gpu_bench
@@ -44,18 +42,8 @@ log "exporting the blocks"
 python3 "$ROOT/tests/gpu/prepare.py" --work "$WORK" > "$WORK/prepare.out"
 
 # ---- 3. kilnd -----------------------------------------------------------------------------
-cat > "$WORK/kilnd.toml" <<TOML
-[builds]
-worker = ["python3", "$ROOT/ops/workers/kiln_worker"]
-build_timeout_s = 900
-TOML
-export KILN_SOCKET=$WORK/kiln.sock
-"$KILND" --socket "$KILN_SOCKET" --store "$WORK/store" --config "$WORK/kilnd.toml" > "$OUT/kilnd.log" 2>&1 &
-KILND_PID=$!
-trap 'kill $KILND_PID 2>/dev/null || true' EXIT
 t=$(date +%s%N)
-for _ in $(seq 1200); do [ -S "$KILN_SOCKET" ] && break; sleep 0.1; done
-[ -S "$KILN_SOCKET" ] || { cat "$OUT/kilnd.log"; exit 1; }
+kiln_start_kilnd "$KILND" "$WORK" "$OUT/kilnd.log" 900
 echo $(( ($(date +%s%N) - t) / 1000000 )) > "$WORK/kilnd-start-ms.txt"
 log "kilnd up in $(cat "$WORK/kilnd-start-ms.txt") ms"
 

@@ -12,10 +12,7 @@ WORK=${KILN_GPU_WORK:-/tmp/kiln-tcf-gpu}
 BUILD=$ROOT/build-gpu
 mkdir -p "$OUT"; rm -rf "$WORK" && mkdir -p "$WORK/registry"
 . "$ROOT/tests/gpu/carry_cmake_args.sh"
-[ -x "$BUILD/daemon/kilnd" ] && [ -x "$BUILD/ops/kilnctl/kilnctl" ] || {
-  cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DKILN_BUILD_TESTS=OFF "${CARRY_CMAKE_ARGS[@]}" > "$OUT/build.log" 2>&1
-  cmake --build "$BUILD" -j"$(nproc)" --target kilnd kilnctl >> "$OUT/build.log" 2>&1 || { grep -A6 error "$OUT/build.log" | head -60; exit 1; }
-}
+[ -x "$BUILD/daemon/kilnd" ] && [ -x "$BUILD/ops/kilnctl/kilnctl" ] || kiln_build_on_device "$ROOT" "$BUILD" "$OUT/build.log" kilnd kilnctl
 KILNCTL=$BUILD/ops/kilnctl/kilnctl
 PORT=35000
 printf 'version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n    rootdirectory: %s\n  delete:\n    enabled: true\nhttp:\n  addr: 127.0.0.1:%s\n' \

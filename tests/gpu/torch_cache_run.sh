@@ -11,10 +11,7 @@ WORK=${KILN_GPU_WORK:-/tmp/kiln-tc-gpu}
 BUILD=$ROOT/build-gpu
 mkdir -p "$OUT"; rm -rf "$WORK" && mkdir -p "$WORK"
 . "$ROOT/tests/gpu/carry_cmake_args.sh"
-[ -x "$BUILD/daemon/kilnd" ] || {
-  cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DKILN_BUILD_TESTS=OFF "${CARRY_CMAKE_ARGS[@]}" > "$OUT/build.log" 2>&1
-  cmake --build "$BUILD" -j"$(nproc)" --target kilnd kilnctl >> "$OUT/build.log" 2>&1 || { grep -A6 error "$OUT/build.log" | head -60; exit 1; }
-}
+[ -x "$BUILD/daemon/kilnd" ] || kiln_build_on_device "$ROOT" "$BUILD" "$OUT/build.log" kilnd kilnctl
 printf '[builds]\nenabled = false\n[torch_cache]\nsocket = "%s"\n' "$WORK/torch-cache.sock" > "$WORK/kilnd.toml"
 "$BUILD/daemon/kilnd" --socket "$WORK/kiln.sock" --store "$WORK/store" --config "$WORK/kilnd.toml" > "$OUT/kilnd-tc.log" 2>&1 &
 KILND_PID=$!

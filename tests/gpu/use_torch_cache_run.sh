@@ -7,8 +7,7 @@ OUT=${1:?usage: use_torch_cache_run.sh OUT_DIR}
 WORK=/tmp/kiln-utc-gpu BUILD=$ROOT/build-gpu
 mkdir -p "$OUT"; rm -rf "$WORK" && mkdir -p "$WORK"
 . "$ROOT/tests/gpu/carry_cmake_args.sh"
-cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DKILN_BUILD_TESTS=OFF "${CARRY_CMAKE_ARGS[@]}" > "$OUT/build.log" 2>&1
-cmake --build "$BUILD" -j"$(nproc)" --target kilnd kilnctl kiln_shared >> "$OUT/build.log" 2>&1 || { grep -A6 error "$OUT/build.log" | head -40; exit 1; }
+kiln_build_on_device "$ROOT" "$BUILD" "$OUT/build.log" kilnd kilnctl kiln_shared
 printf '[builds]\nenabled = false\n[torch_cache]\nsocket = "%s"\n' "$WORK/tc.sock" > "$WORK/kilnd.toml"
 "$BUILD/daemon/kilnd" --socket "$WORK/kiln.sock" --store "$WORK/store" --config "$WORK/kilnd.toml" > "$OUT/kilnd.log" 2>&1 &
 trap "kill $! 2>/dev/null || true" EXIT
