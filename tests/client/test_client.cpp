@@ -1,6 +1,5 @@
 // libkiln against a real kilnd on a temporary socket: round trips, misses, metadata
 // calls, node-field filling, bad input, and what a caller sees when kilnd is absent.
-#include <doctest/doctest.h>
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -11,22 +10,7 @@
 #include <fstream>
 #include <random>
 
-#include "client_fixture.hpp"
-#include "kiln/client/client.hpp"
-#include "random_bytes.hpp"
-#include "support/kilnd_process.hpp"
-#include "temp_dir.hpp"
-
-using namespace kiln;
-using kiln::client::Client;
-using kiln::client::ConnectOptions;
-using kiln::client::Transfer;
-using kiln::test::KilndProcess;
-using kiln::test::query_filter;
-using kiln::test::query_limit;
-using kiln::test::query_pinned;
-using kiln::test::TempDir;
-using kiln::test::test_key;
+#include "client_test.hpp"
 
 namespace {
 

@@ -1,26 +1,11 @@
 // 64 clients at once, each in its own thread with its own connection, doing mixed
 // operations against one kilnd: nothing is lost, nothing is mixed up.
-#include <doctest/doctest.h>
 
 #include <atomic>
 #include <mutex>
 #include <thread>
 
-#include "client_fixture.hpp"
-#include "kiln/client/client.hpp"
-#include "random_bytes.hpp"
-#include "support/kilnd_process.hpp"
-#include "temp_dir.hpp"
-
-using namespace kiln;
-using kiln::client::Client;
-using kiln::client::ConnectOptions;
-using kiln::test::KilndProcess;
-using kiln::test::query_filter;
-using kiln::test::query_limit;
-using kiln::test::query_pinned;
-using kiln::test::TempDir;
-using kiln::test::test_key;
+#include "client_test.hpp"
 
 namespace {
 

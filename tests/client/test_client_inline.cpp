@@ -1,24 +1,13 @@
 // libkiln's default transfer (Transfer::automatic) against a real kilnd: a small hit
 // arrives inline and lives in the Artifact; its descriptor and path are made on demand
 // and behave like a daemon's (sealed, right size); large hits still come as descriptors.
-#include <doctest/doctest.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstring>
 
-#include "client_fixture.hpp"
-#include "kiln/client/client.hpp"
-#include "support/kilnd_process.hpp"
-#include "temp_dir.hpp"
-
-using namespace kiln;
-using kiln::client::Client;
-using kiln::client::ConnectOptions;
-using kiln::test::KilndProcess;
-using kiln::test::TempDir;
-using kiln::test::test_key;
+#include "client_test.hpp"
 
 namespace {
 

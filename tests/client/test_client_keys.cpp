@@ -1,21 +1,12 @@
 // Sound keys against a real kilnd: EXPLAIN names the fields that separate a miss from the
 // stored keys and says when the model hash has no source; PUT refuses an AOTI package
 // whose own metadata disagrees with its key; a model hash keeps its one source.
-#include <doctest/doctest.h>
 
 #include <fstream>
 
-#include "client_fixture.hpp"
-#include "kiln/client/client.hpp"
+#include "client_test.hpp"
 #include "kiln/client/explain.hpp"
-#include "support/kilnd_process.hpp"
-#include "temp_dir.hpp"
 #include "zip_writer.hpp"
-
-using namespace kiln;
-using kiln::client::Client;
-using kiln::test::KilndProcess;
-using kiln::test::TempDir;
 
 namespace {
 

@@ -1,21 +1,9 @@
 // A 300 MB artifact through a real kilnd: put from a file, get as a descriptor and as a
 // stream, byte-identical. Labelled "slow".
-#include <doctest/doctest.h>
 
 #include <fstream>
 
-#include "client_fixture.hpp"
-#include "kiln/client/client.hpp"
-#include "random_bytes.hpp"
-#include "support/kilnd_process.hpp"
-#include "temp_dir.hpp"
-
-using namespace kiln;
-using kiln::client::Client;
-using kiln::client::ConnectOptions;
-using kiln::test::KilndProcess;
-using kiln::test::TempDir;
-using kiln::test::test_key;
+#include "client_test.hpp"
 
 TEST_CASE("ThreeHundredMegabytesRoundTripByteIdentical") {
   TempDir dir;

@@ -1,7 +1,6 @@
 // What a libkiln caller sees when kilnd goes away, comes back, drains on SIGTERM, or
 // refuses it: fast unavailable errors, reconnection on the next call, completed
 // in-flight requests, and permission_denied with a message.
-#include <doctest/doctest.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <sys/wait.h>
@@ -12,20 +11,11 @@
 #include <cstring>
 #include <thread>
 
-#include "client_fixture.hpp"
-#include "kiln/client/client.hpp"
+#include "client_test.hpp"
 #include "kiln/protocol/frame.hpp"
 #include "kiln/protocol/messages.hpp"
-#include "support/kilnd_process.hpp"
-#include "temp_dir.hpp"
 
-using namespace kiln;
 using namespace std::chrono_literals;
-using kiln::client::Client;
-using kiln::client::ConnectOptions;
-using kiln::test::KilndProcess;
-using kiln::test::TempDir;
-using kiln::test::test_key;
 
 namespace {
 

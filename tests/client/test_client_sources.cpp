@@ -1,7 +1,6 @@
 // libkiln's source calls against a real kilnd: list_sources (prefix, pages), get_source
 // (descriptor and stream, byte-identical), a missing or damaged source, bad input refused
 // before anything is sent, the read role; and STATUS's GPUs and build slots.
-#include <doctest/doctest.h>
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -10,19 +9,9 @@
 #include <cstring>
 #include <fstream>
 
-#include "client_fixture.hpp"
-#include "kiln/client/client.hpp"
+#include "client_test.hpp"
 #include "kiln/client/json.hpp"
 #include "kiln/digest.hpp"
-#include "support/kilnd_process.hpp"
-#include "temp_dir.hpp"
-
-using namespace kiln;
-using kiln::client::Client;
-using kiln::client::ConnectOptions;
-using kiln::client::Transfer;
-using kiln::test::KilndProcess;
-using kiln::test::TempDir;
 
 namespace {
 
