@@ -177,7 +177,9 @@ asio::awaitable<Outcome> handle_build(Connection& c, const Request& r) {
       co_return fail(make_error(Errc::invalid_argument, *sub->results.front().error));
     co_return co_await reply_ok(c, r, proto::encode(reply), reply.state);
   }
-  EnsureOptions opts{req->force, req->wait_ms};
+  EnsureOptions opts;
+  opts.force = req->force;
+  opts.wait_ms = req->wait_ms;
   Key key = req->key;
   Digest digest = *d;
   auto built = co_await await_build(c, r, key, digest, opts);

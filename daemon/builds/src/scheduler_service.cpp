@@ -2,6 +2,7 @@
 #include "kiln/builds/scheduler_service.hpp"
 
 #include "kiln/daemon/artifact_meta.hpp"
+#include "kiln/daemon/submitted_key.hpp"
 
 #include <atomic>
 #include <deque>
@@ -73,9 +74,10 @@ class SchedulerService final : public daemon::BuildService {
   std::shared_ptr<daemon::BuildWait> ensure(const Key& key, const Digest&, const daemon::EnsureOptions& options,
                                             std::function<void(Status)> done) override {
     RequestOptions ro;
-    ro.priority = Priority::interactive;
+    ro.priority = options.prewarm ? Priority::prewarm : Priority::interactive;
     ro.force = options.force ? Force::yes : Force::no;
     ro.wait = options.wait_ms ? std::chrono::milliseconds(options.wait_ms) : default_wait_;
+    ro.on_start = options.on_start;
     auto wait = std::make_shared<EnsureWait>(std::move(done));
     // The callback holds `wait` until the scheduler calls or drops it (outcome, timeout,
     // leave), so done() is called even when the caller lets go of the handle.
@@ -94,36 +96,19 @@ class SchedulerService final : public daemon::BuildService {
     std::vector<std::pair<Key, Digest>> to_build;
     std::vector<proto::BuildEvent> immediate;
     for (const Key& k : keys) {
-      proto::PrewarmResult r;
-      auto d = k.digest();
-      if (!d) {
-        r.state = "invalid";
-        r.error = d.error().message;
-        reply.results.push_back(std::move(r));
-        continue;
+      daemon::SubmittedKey s = daemon::submitted_key(k, force, store_);
+      if (s.state) {
+        const Digest d = s.state->key_digest;
+        if (s.stored) {
+          immediate.push_back(proto::BuildEvent{d, "done", std::nullopt, to_meta(*s.stored)});
+        } else {
+          auto live = scheduler_.job(d);
+          s.result.state = s.state->state = live && live->state == "running" ? "running" : "queued";
+          to_build.emplace_back(k, d);
+        }
+        sub->states.push_back(std::move(*s.state));
       }
-      r.key_digest = *d;
-      proto::BuildState bs;
-      bs.key_digest = *d;
-      bs.queued_at = unix_now();
-      std::optional<storage::ArtifactInfo> present;
-      if (!force) {
-        auto st = store_.stat(*d);
-        if (st && *st) present = std::move(**st);
-      }
-      if (present) {
-        r.state = "present";
-        bs.state = "done";
-        bs.finished_at = bs.queued_at;
-        immediate.push_back(proto::BuildEvent{*d, "done", std::nullopt, to_meta(*present)});
-      } else {
-        auto live = scheduler_.job(*d);
-        r.state = live && live->state == "running" ? "running" : "queued";
-        bs.state = r.state;
-        to_build.emplace_back(k, *d);
-      }
-      sub->states.push_back(std::move(bs));
-      reply.results.push_back(std::move(r));
+      reply.results.push_back(std::move(s.result));
     }
     sub->pending = to_build.size() + immediate.size();
     remember(reply.handle, sub);

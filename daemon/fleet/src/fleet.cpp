@@ -9,6 +9,7 @@
 #include "manifest_bounds.hpp"
 #include "single_flight.hpp"
 
+#include "kiln/fleet/registry_auth.hpp"
 #include "kiln/oci/mapping.hpp"
 
 namespace kiln::fleet {
@@ -69,23 +70,7 @@ Result<std::unique_ptr<Fleet>> Fleet::start(const FleetConfig& config, storage::
   if (!valid_repository(config.repository)) {
     return make_error(Errc::invalid_argument, "fleet.repository '" + config.repository + "' is not a valid repository name");
   }
-  HttpOptions ho;
-  ho.base_url = config.registry;
-  ho.ca_file = config.ca_file;
-  ho.client_cert_file = config.client_cert_file;
-  ho.client_key_file = config.client_key_file;
-  ho.connect_timeout = config.connect_timeout;
-  ho.io_timeout = config.io_timeout;
-  if (!config.basic_auth_file.empty()) {
-    auto a = basic_authorization_from_file(config.basic_auth_file);
-    if (!a) return make_error(a.error().code, "fleet: " + a.error().message);
-    ho.authorization = std::move(*a);
-  } else if (!config.token_file.empty()) {
-    auto a = bearer_authorization_from_file(config.token_file);
-    if (!a) return make_error(a.error().code, "fleet: " + a.error().message);
-    ho.authorization = std::move(*a);
-  }
-  auto http = HttpClient::create(ho);
+  auto http = make_registry_http_client(config);
   if (!http) return make_error(http.error().code, "fleet: " + http.error().message);
   std::optional<SigningKey> key;
   if (!config.signing_key_file.empty()) {

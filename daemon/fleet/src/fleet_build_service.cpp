@@ -3,6 +3,8 @@
 
 #include <mutex>
 
+#include "fleet_submissions.hpp"
+
 namespace kiln::fleet {
 
 namespace {
@@ -130,10 +132,12 @@ class FleetBuildService final : public daemon::BuildService {
     return wait;
   }
 
+  // Prewarms go the fleet's way too (fleet_submissions.hpp): one build per key across the fleet.
   Result<protocol::PrewarmReply> submit(const std::vector<Key>& keys, bool force, EventSink on_event) override {
-    return inner_.submit(keys, force, std::move(on_event));
+    return submissions_.submit(keys, force, std::move(on_event));
   }
   Result<protocol::BuildStatusReply> status(const protocol::BuildStatusRequest& request) override {
+    if (auto mine = submissions_.status(request)) return std::move(*mine);
     return inner_.status(request);
   }
   protocol::GpuReport gpu_report() const override { return inner_.gpu_report(); }
@@ -168,6 +172,7 @@ class FleetBuildService final : public daemon::BuildService {
   daemon::BuildService& inner_;
   Fleet& fleet_;
   BuildCoordinator* coordinator_;
+  FleetSubmissions submissions_{*this, fleet_.store()};
 };
 
 }  // namespace

@@ -1,6 +1,8 @@
 // The registry's HTTP client. See kiln/fleet/http_client.hpp.
 #include "kiln/fleet/http_client.hpp"
 
+#include "http_proxy.hpp"
+
 #include <openssl/err.h>
 #include <openssl/evp.h>
 
@@ -12,6 +14,7 @@
 #include <mutex>
 #include <optional>
 #include <sstream>
+#include <stdexcept>
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -144,7 +147,28 @@ struct Failure {
   bool reusable = false;  // the whole response was read and the server keeps the connection
 };
 
-bool connect_phase(const std::string& phase) { return phase == "resolve" || phase == "connect" || phase == "TLS handshake"; }
+bool connect_phase(const std::string& phase) {
+  return phase == "resolve" || phase == "connect" || phase == "proxy CONNECT" || phase == "TLS handshake";
+}
+
+// Opens a tunnel to `to` through the proxy `stream` is connected to (RFC 9110 CONNECT).
+asio::awaitable<void> proxy_tunnel(beast::tcp_stream& stream, const Url& to, const std::string& proxy_authorization,
+                                   std::chrono::milliseconds timeout) {
+  const std::string authority = to.host + ":" + to.port;
+  http::request<http::empty_body> req{http::verb::connect, authority, 11};
+  req.set(http::field::host, authority);
+  req.set(http::field::user_agent, "kiln/0.1");
+  if (!proxy_authorization.empty()) req.set(http::field::proxy_authorization, proxy_authorization);
+  stream.expires_after(timeout);
+  co_await http::async_write(stream, req, use_awaitable);
+  beast::flat_buffer fb;
+  http::response_parser<http::empty_body> p;
+  p.skip(true);  // a CONNECT's answer has no body; the tunnel starts right after its head
+  co_await http::async_read_header(stream, fb, p, use_awaitable);
+  if (p.get().result_int() / 100 != 2) {
+    throw std::runtime_error("the proxy answered HTTP " + std::to_string(p.get().result_int()) + " to CONNECT " + authority);
+  }
+}
 
 template <class Stream>
 asio::awaitable<void> exchange(Stream& stream, const HttpOptions& o, const Url& u, const HttpRequest& req,
@@ -241,7 +265,9 @@ asio::awaitable<void> exchange(Stream& stream, const HttpOptions& o, const Url& 
 class Client final : public HttpClient {
  public:
   Client(HttpOptions o, Url base, std::unique_ptr<ssl::context> ctx)
-      : o_(std::move(o)), base_(std::move(base)), ctx_(std::move(ctx)) {}
+      : o_(std::move(o)), base_(std::move(base)), ctx_(std::move(ctx)) {
+    if (o_.proxy_from_environment) proxies_ = proxy_environment();
+  }
   const HttpOptions& options() const override { return o_; }
 
   Result<HttpResponse> send(const HttpRequest& request, const BodySink* sink, std::uint64_t max_body) const override {
@@ -352,19 +378,44 @@ class Client final : public HttpClient {
   Attempt attempt(Conn& c, const Url& u, const HttpRequest& req, const std::string& auth, const BodySink* sink,
                   std::uint64_t max_body) const {
     const bool reused = c.connected();
+    Attempt a;
     HttpResponse out;
     asio::ip::tcp::resolver resolver(c.ioc);  // here, so that the watchdog below can cancel it
     Failure f;
     std::exception_ptr eptr;
+    // Through a proxy: https tunnelled by CONNECT; http sent to it in absolute form.
+    const auto route = proxy_for(proxies_, u.tls, u.host);
+    std::optional<Url> proxy;
+    if (route) {
+      auto p = parse_url(route->url);
+      if (!p) {
+        a.result = make_error(Errc::invalid_argument, "proxy from the environment: " + p.error().message);
+        return a;
+      }
+      proxy = *p;
+    }
+    Url sent = u;
+    HttpRequest proxied;
+    if (proxy && !u.tls) {
+      sent.target = u.origin() + u.target;
+      proxied = req;
+      if (!route->authorization.empty()) proxied.headers.emplace_back("Proxy-Authorization", route->authorization);
+    }
+    const HttpRequest& r = proxy && !u.tls ? proxied : req;
     auto run = [&]() -> asio::awaitable<void> {
       if (!c.connected()) {
         auto ex = co_await asio::this_coro::executor;
         f.phase = "resolve";
-        auto endpoints = co_await resolver.async_resolve(u.host, u.port, use_awaitable);
+        const Url& peer = proxy ? *proxy : u;
+        auto endpoints = co_await resolver.async_resolve(peer.host, peer.port, use_awaitable);
         c.tcp.emplace(ex);
         f.phase = "connect";
         c.tcp->expires_after(o_.connect_timeout);
         co_await c.tcp->async_connect(endpoints, use_awaitable);
+        if (proxy && u.tls) {
+          f.phase = "proxy CONNECT";
+          co_await proxy_tunnel(*c.tcp, u, route->authorization, o_.connect_timeout);
+        }
         if (u.tls) {
           c.tls.emplace(std::move(*c.tcp), *ctx_);
           c.tcp.reset();
@@ -378,8 +429,8 @@ class Client final : public HttpClient {
           co_await c.tls->async_handshake(ssl::stream_base::client, use_awaitable);
         }
       }
-      if (c.tls) co_await exchange(*c.tls, o_, u, req, auth, sink, max_body, out, f);
-      else co_await exchange(*c.tcp, o_, u, req, auth, sink, max_body, out, f);
+      if (c.tls) co_await exchange(*c.tls, o_, sent, r, auth, sink, max_body, out, f);
+      else co_await exchange(*c.tcp, o_, sent, r, auth, sink, max_body, out, f);
     };
     // The deadline and the cancel flag: a watchdog beside the exchange closes whatever the
     // request has open once either trips (each step's own timer is io_timeout's).
@@ -413,7 +464,6 @@ class Client final : public HttpClient {
       asio::co_spawn(c.ioc, watchdog(), asio::detached);
     }
     c.ioc.run();
-    Attempt a;
     const std::string where = req.method + " " + u.origin() + u.target.substr(0, u.target.find('?'));
     if (eptr && stopped != Stop::no) {
       a.result = stopped == Stop::cancelled ? make_error(Errc::cancelled, where + ": cancelled in " + f.phase)
@@ -453,6 +503,7 @@ class Client final : public HttpClient {
   HttpOptions o_;
   Url base_;
   std::unique_ptr<ssl::context> ctx_;
+  ProxyEnvironment proxies_;  // empty unless proxy_from_environment
   mutable std::mutex pool_mu_;
   mutable std::vector<std::unique_ptr<Conn>> idle_;  // guarded by pool_mu_; newest last
 };

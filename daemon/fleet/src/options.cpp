@@ -10,7 +10,7 @@ namespace kiln::fleet {
 namespace {
 
 Status apply_table(FleetConfig& c, const toml_options::Table& f) {
-  KILN_TRY(f.only({"registry", "repository", "basic_auth_file", "token_file", "ca_file", "client_cert_file",
+  KILN_TRY(f.only({"registry", "repository", "basic_auth_file", "token_file", "identity_token_file", "ca_file", "client_cert_file",
                    "client_key_file", "pull", "push", "signing_key_file", "signing_key_name", "trusted_keys",
                    "require_signatures", "connect_timeout_s", "io_timeout_s", "pull_timeout_s", "push_retry_min_s", "push_retry_max_s",
                    "pull_threads", "coordinator", "coordinator_prefix", "node_name", "lease_ttl_s",
@@ -21,6 +21,7 @@ Status apply_table(FleetConfig& c, const toml_options::Table& f) {
   KILN_TRY(f.string("repository", c.repository));
   KILN_TRY(f.path("basic_auth_file", c.basic_auth_file));
   KILN_TRY(f.path("token_file", c.token_file));
+  KILN_TRY(f.path("identity_token_file", c.identity_token_file));
   KILN_TRY(f.path("ca_file", c.ca_file));
   KILN_TRY(f.path("client_cert_file", c.client_cert_file));
   KILN_TRY(f.path("client_key_file", c.client_key_file));
@@ -78,8 +79,9 @@ Status apply_table(FleetConfig& c, const toml_options::Table& f) {
                "needs push = true and pull = true: a node that claims a key shares what it builds, and one that "
                "waits for another node takes its build from the registry");
   }
-  if (!c.basic_auth_file.empty() && !c.token_file.empty()) {
-    return f.error("token_file", "give basic_auth_file or token_file, not both");
+  if (!c.basic_auth_file.empty() + !c.token_file.empty() + !c.identity_token_file.empty() > 1) {
+    return f.error(c.identity_token_file.empty() ? "token_file" : "identity_token_file",
+                   "give one of basic_auth_file, token_file and identity_token_file");
   }
   if (c.client_cert_file.empty() != c.client_key_file.empty()) {
     return f.error("client_key_file", "client_cert_file and client_key_file go together");

@@ -5,6 +5,7 @@
 
 #include <iomanip>
 #include <iostream>
+#include <map>
 #include <memory>
 #include <utility>
 #include <nlohmann/json.hpp>
@@ -24,7 +25,15 @@ struct PrewarmArgs {
   bool force = false;
   std::string progress = "auto";
   bool dry_run = false;
+  bool fleet = false;
 };
+
+// The node class the keys are built for: the node's own GPU, toolchain and host fields.
+std::string node_class(const std::map<std::string, std::string>& node) {
+  std::string out;
+  for (const auto& [name, value] : node) out += (out.empty() ? "" : ", ") + name + "=" + (value.empty() ? "?" : value);
+  return out;
+}
 
 // Columns and rows of the terminal on stdout (80x24 when it does not say).
 std::pair<std::size_t, std::size_t> terminal_size() {
@@ -33,15 +42,18 @@ std::pair<std::size_t, std::size_t> terminal_size() {
   return {80, 24};
 }
 
-nlohmann::json summary_json(const std::string& manifest, const PrewarmOutcome& o) {
+nlohmann::json summary_json(const std::string& manifest, const std::map<std::string, std::string>& node,
+                            const PrewarmOutcome& o) {
   nlohmann::json items = nlohmann::json::array();
   for (const auto& i : o.items) {
     nlohmann::json j = {{"label", i.label}, {"key_digest", i.key_digest}, {"outcome", progress::outcome_name(i.outcome)}};
     if (i.outcome == progress::Outcome::built) j["seconds"] = i.seconds;
     if (!i.error.empty()) j["error"] = i.error;
+    if (!i.where.empty()) j["where"] = i.where;
     items.push_back(j);
   }
   return {{"manifest", manifest},
+          {"node", node},
           {"total", o.items.size()},
           {"built", o.count(progress::Outcome::built)},
           {"present", o.count(progress::Outcome::present)},
@@ -99,6 +111,20 @@ void add_prewarm(CommandSet& set) {
 
     auto client = ctx.connect();
     if (!client) return ctx.fail(client.error());
+    auto status = client->status();
+    if (!status) return ctx.fail(status.error());
+    if (args->fleet) {
+      // --fleet promises one build per (key, node class) across the fleet: only a node
+      // with a coordinator keeps it.
+      auto f = nlohmann::json::parse(status->fleet.empty() ? "{}" : status->fleet, nullptr, false);
+      if (f.is_discarded() || !f.is_object() || !f.contains("coordinator")) {
+        return ctx.fail(make_error(Errc::unsupported,
+                                   "prewarm --fleet: kilnd at " + client->socket_path().string() +
+                                       " has no fleet coordinator ([fleet] registry and coordinator in kilnd.toml): "
+                                       "every node would build every key itself"));
+      }
+    }
+    if (plain || live) ctx.out << "node class: " << node_class(status->node) << "\n" << std::flush;
 
     progress::TerminalFrame frame;
     const auto term = terminal_size();
@@ -126,7 +152,7 @@ void add_prewarm(CommandSet& set) {
 
     std::size_t failed = outcome->count(progress::Outcome::failed);
     if (ctx.json) {
-      ctx.out << summary_json(args->manifest, *outcome).dump() << "\n";
+      ctx.out << summary_json(args->manifest, status->node, *outcome).dump() << "\n";
     } else {
       progress::Snapshot s;
       s.total = outcome->items.size();
@@ -147,11 +173,16 @@ void add_prewarm(CommandSet& set) {
   sub->add_option("--progress", args->progress, "auto (live screen on a terminal, else one line per key), live, plain, none")
       ->check(CLI::IsMember({"auto", "live", "plain", "none"}));
   sub->add_flag("--dry-run", args->dry_run, "Print the keys the manifest expands to; contact no daemon");
+  sub->add_flag("--fleet", args->fleet,
+                "Require one build per key and node class across the fleet: refuse a node without a [fleet] "
+                "coordinator (run it on every node; each builds or pulls its own class's keys)");
   sub->footer(std::string(
                   "Every key of the manifest that is not stored yet is submitted at once; kilnd builds them\n"
                   "across its GPUs (one build per GPU at a time). Sources with a path are registered first.\n"
                   "A second run finds everything stored and returns at once. Needs the write role.\n"
                   "Outcomes: built (by this run), present (already stored), failed (with the error).\n"
+                  "On a node of a fleet a missing key is pulled from the registry when there, and with a\n"
+                  "coordinator built once per node class across the fleet; each line says where it came from.\n"
                   "Exit code 6 when any key failed; 0 when every key is stored.\n"
                   "Sample: ops/manifests/flux.toml.\n\n") +
               sub->get_footer());

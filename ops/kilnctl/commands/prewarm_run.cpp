@@ -117,6 +117,7 @@ class Run {
           if (info && *info && (*info)->build_seconds > 0) seconds = (*info)->build_seconds;
         }
         for (std::size_t i : it->second) {
+          items_[i].where = b.state == "done" ? b.progress.value_or("") : "";
           if (b.state == "done") finish(i, Outcome::built, seconds, b.key_digest.hex(), "");
           else finish(i, Outcome::failed, seconds, b.key_digest.hex(), b.error.value_or("build_failed: (no error message)"));
         }
@@ -143,7 +144,9 @@ class Run {
     item.seconds = seconds;
     if (!digest.empty()) item.key_digest = std::move(digest);
     item.error = error;
-    tracker_.finished(i, o, seconds, o == Outcome::failed ? error : item.key_digest, monotonic_seconds());
+    std::string detail = o == Outcome::failed ? error : item.key_digest;
+    if (o == Outcome::built && !item.where.empty()) detail += "  " + item.where;
+    tracker_.finished(i, o, seconds, detail, monotonic_seconds());
     if (observer_.finished) observer_.finished(tracker_.finished_items().back());
   }
   PrewarmOutcome outcome() {

@@ -26,6 +26,9 @@ struct PrewarmItem {
   progress::Outcome outcome = progress::Outcome::failed;
   double seconds = 0;          // build time for built items
   std::string error;
+  // Where a built item came from, as kilnd's BUILD_STATUS says it ("built on this node", or
+  // on a node of a fleet "taken from the registry (built by another node, or before)").
+  std::string where;
 };
 
 struct PrewarmOutcome {

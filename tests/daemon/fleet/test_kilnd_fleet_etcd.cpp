@@ -18,6 +18,7 @@
 #include <fstream>
 #include <functional>
 #include <map>
+#include <mutex>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -676,4 +677,105 @@ TEST_CASE("AWaiterWhoseWaitMsRunsOutWhileAnotherNodeBuildsGetsTimeoutOnTime") {
   release(f.hold_file());
   for (const auto& [node, o] : on_a.results()) CHECK_MESSAGE(o->ok, node << ": " << o->error);
   CHECK(f.starts().size() == 1);
+}
+
+// `kilnctl prewarm` of one manifest on every node of a fleet at once (as an operator's
+// rollout does): each key is built once across the fleet, the other nodes take it from
+// the registry, and every node ends with every key. Builds are held until each key is
+// claimed by one node and the two others wait on it.
+TEST_CASE("ThreeNodesPrewarmOneManifestAtOnceOneBuildPerKeyAndEveryNodeEndsWithEveryKey") {
+  Fleet f;
+  for (const char* n : {"a", "b", "c"}) f.start({n, f.etcd().url()});
+  const std::string text = source_text(f, "ok", f.hold_file());
+  std::string hash;
+  for (const char* n : {"a", "b", "c"}) hash = register_source(f.node(n), text);
+  const std::vector<std::string> regions = {"BlockA", "BlockB", "BlockC"};
+  const fs::path manifest = f.dir() / "manifest.toml";
+  {
+    std::ofstream m(manifest);
+    m << "format = 1\n[defaults]\nkind = \"aoti\"\ndtype = \"bfloat16\"\n"
+      << "[[source]]\nname = \"blocks\"\nmodel_hash = \"" << hash << "\"\n";
+    for (const auto& r : regions)
+      m << "[[build]]\nsource = \"blocks\"\nregion = \"" << r << "\"\n  [[build.signature]]\n  inputs = [{ shape = [1, 64] }]\n";
+  }
+  std::vector<std::string> hexes;
+  for (const auto& r : regions) hexes.push_back(key_hex(f.node("a"), client_key(hash, r)));
+  auto prewarm = [&](const std::string& node) {
+    try {
+      return test::sh(std::string(KILN_KILNCTL) + " --socket " + f.node(node).socket().string() + " --json prewarm --fleet " +
+                      manifest.string());
+    } catch (const std::exception& e) {
+      return std::string(e.what());
+    }
+  };
+
+  hold(f.hold_file());
+  std::map<std::string, std::string> out;
+  std::mutex out_mu;
+  std::vector<std::thread> runs;
+  for (const char* n : {"a", "b", "c"}) {
+    runs.emplace_back([&, n] {
+      std::string o = prewarm(n);
+      std::lock_guard lock(out_mu);
+      out[n] = std::move(o);
+    });
+  }
+  struct Join {
+    std::vector<std::thread>& runs;
+    fs::path hold;
+    ~Join() {  // a failed REQUIRE lets the builds go, so that the runs end
+      release(hold);
+      for (auto& t : runs)
+        if (t.joinable()) t.join();
+    }
+  } join{runs, f.hold_file()};
+  // Builds started per node, from its metrics (a node has one build slot: while the hold
+  // lasts, one of its builds runs and the others queue).
+  auto builds_started = [&](const char* n) {
+    const std::string prom = metrics(f, n);
+    const std::string name = "\nkiln_builds_started_total ";
+    const auto at = prom.find(name);
+    return at == std::string::npos ? -1 : std::stoi(prom.substr(at + name.size()));
+  };
+  REQUIRE(wait_until([&] {
+    auto c = f.claims();
+    for (const auto& h : hexes)
+      if (!c.count(h)) return false;
+    return true;
+  }));
+  REQUIRE(wait_until([&] {
+    std::uint64_t lost = 0;
+    for (const char* n : {"a", "b", "c"}) lost += claims_count(f.node(n), "lost");
+    return lost == 6;  // each key: two nodes found it claimed and wait for it
+  }));
+  release(f.hold_file());
+  for (auto& t : runs) t.join();
+
+  int started = 0;
+  for (const char* n : {"a", "b", "c"}) {
+    MESSAGE("node " << std::string(n) << ": " << builds_started(n) << " build(s) started");
+    started += builds_started(n);
+  }
+  CHECK(started == 3);  // one per key across the fleet
+  int from_registry = 0;
+  for (const char* n : {"a", "b", "c"}) {
+    INFO(std::string(n) << ": " << out[n]);
+    const json j = json::parse(out[n], nullptr, false);
+    REQUIRE_FALSE(j.is_discarded());
+    CHECK(j["failed"] == 0);
+    CHECK(j["built"] == 3);
+    CHECK(j["node"]["gpu_arch"] == "sm_test");  // the node's class, not the operator's machine
+    for (const auto& item : j["items"]) from_registry += item.value("where", "").starts_with("taken from the registry");
+  }
+  CHECK(from_registry == 6);
+  // Every node holds every key now: a second prewarm finds them all stored.
+  for (const char* n : {"a", "b", "c"}) {
+    const std::string again = prewarm(n);
+    INFO(std::string(n) << ": " << again);
+    const json j = json::parse(again, nullptr, false);
+    REQUIRE_FALSE(j.is_discarded());
+    CHECK(j["present"] == 3);
+  }
+  for (const char* n : {"a", "b", "c"}) started -= builds_started(n);
+  CHECK(started == 0);
 }

@@ -31,6 +31,12 @@ struct EnsureOptions {
   // Give up (Errc::timeout) after this long. 0 = until the build ends (the build itself
   // is bounded by the daemon's build timeout).
   std::uint32_t wait_ms = 0;
+  // A prewarm's key (PREWARM_SUBMIT, BUILD without wait, handed to ensure() by a service in
+  // front of the scheduler, the fleet's): its build queues behind interactive ones.
+  bool prewarm = false;
+  // Called once when the build this caller waits on starts running on this node (not for
+  // a key already stored, pulled, or a build already running). Optional; any thread.
+  std::function<void()> on_start;
 };
 
 // One ensure() caller's hold on its build. The build goes on while anyone wants it (a

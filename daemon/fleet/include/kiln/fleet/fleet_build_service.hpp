@@ -3,6 +3,8 @@
 // the registry first (pull, verify, store), fetches a missing source from the registry,
 // and only then asks the inner service to build. A finished build's push was queued by
 // the store with the artifact (StoreOptions::push_outbox); this wakes the pusher.
+// Prewarms (submit: PREWARM_SUBMIT, BUILD without wait) take the same way, key by key, at
+// prewarm priority; BUILD_STATUS answers for their handles ("f<n>").
 //
 // Fleet-wide build coordination: a BuildCoordinator, when set, decides before a key the
 // registry lacks is built here (kiln/fleet/etcd_coordinator.hpp implements it with etcd).

@@ -43,6 +43,10 @@ struct HttpOptions {
   // that every read or write must make progress within io_timeout.
   std::chrono::milliseconds connect_timeout{10'000};
   std::chrono::milliseconds io_timeout{30'000};
+  // Go through HTTPS_PROXY / HTTP_PROXY unless NO_PROXY exempts the host (read at create();
+  // https through a CONNECT tunnel, http as absolute-form requests to the proxy). The
+  // registry's client does; etcd's does not (a coordinator sits next to its nodes).
+  bool proxy_from_environment = false;
 };
 
 struct HttpRequest {

@@ -17,6 +17,9 @@ struct FleetConfig {
   std::string repository = "kiln";
   std::filesystem::path basic_auth_file;    // "user:password"; "" = none
   std::filesystem::path token_file;         // a bearer token; "" = none
+  // A refresh token (Docker's identity token) exchanged for the registry's tokens
+  // (kiln/fleet/registry_auth.hpp); "" = none. At most one of the three files.
+  std::filesystem::path identity_token_file;
   std::filesystem::path ca_file;            // "" = the system's trust store
   std::filesystem::path client_cert_file;   // mTLS; "" = none
   std::filesystem::path client_key_file;
