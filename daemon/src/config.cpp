@@ -56,7 +56,8 @@ Status read_storage(Config& c, const Table& t) {
 Status read_limits(Config& c, const Table& t) {
   auto& l = c.limits;
   KILN_TRY(t.only({"max_frame_bytes", "max_connections", "max_inflight", "idle_timeout_s", "frame_timeout_s",
-                   "request_timeout_s", "drain_timeout_s", "max_artifact_bytes", "inline_max_bytes"}));
+                   "request_timeout_s", "drain_timeout_s", "max_artifact_bytes", "inline_max_bytes",
+                   "client_memory"}));
   std::uint64_t frame = l.max_frame_bytes;
   KILN_TRY(t.size("max_frame_bytes", frame));
   l.max_frame_bytes = static_cast<std::uint32_t>(std::min<std::uint64_t>(frame, UINT32_MAX));
@@ -67,6 +68,7 @@ Status read_limits(Config& c, const Table& t) {
   KILN_TRY(t.seconds("request_timeout_s", l.request_timeout));
   KILN_TRY(t.seconds("drain_timeout_s", l.drain_timeout));
   KILN_TRY(t.size("max_artifact_bytes", l.max_artifact_bytes));
+  KILN_TRY(t.size("client_memory", l.client_memory_bytes));
   std::uint64_t inline_max = l.inline_max_bytes;
   KILN_TRY(t.size("inline_max_bytes", inline_max));
   if (inline_max > (1u << 20)) return t.error("inline_max_bytes", "at most 1MiB (larger artifacts go as descriptors)");
@@ -232,6 +234,8 @@ Status validate(const Config& c) {
     return bad("torch_cache.max_value_bytes must be within 1 KiB .. 4 GiB");
   if (tc.deferred_max_bytes < 1024)
     return bad("torch_cache.deferred_max_bytes must be at least 1 KiB (the memory for values queued by "
+  if (c.limits.client_memory_bytes && c.limits.client_memory_bytes < c.limits.max_frame_bytes)
+    return bad("limits.client_memory must be 0 (no limit) or at least limits.max_frame_bytes");
                "torch_cache.durability = \"deferred\")");
   return {};
 }

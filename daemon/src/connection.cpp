@@ -14,6 +14,7 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <spdlog/spdlog.h>
 
+#include "close_log.hpp"
 #include "handlers.hpp"
 #include "handlers_common.hpp"
 #include "offload.hpp"
@@ -31,7 +32,9 @@ Connection::Connection(Socket socket, ServerState& state, PeerCred peer, std::ui
       serial_(serial),
       watchdog_timer_(socket_.get_executor()),
       write_cv_(socket_.get_executor(), Clock::time_point::max()),
-      max_frame_(state.config()->limits.max_frame_bytes) {
+      max_frame_(state.config()->limits.max_frame_bytes),
+      body_hold_(&state.metrics.client_memory) {
+  state_.metrics.client_memory.set_limit(state.config()->limits.client_memory_bytes);
   state_.metrics.connection_opened();
   state_.open_connections.fetch_add(1);
 }
@@ -63,7 +66,9 @@ void Connection::begin_drain() {
 }
 
 void Connection::force_close() {
-  asio::post(socket_.get_executor(), [self = shared_from_this()] { self->close("drain timeout reached"); });
+  asio::post(socket_.get_executor(), [self = shared_from_this()] {
+    if (!self->closed_) self->close_by_kilnd("drain_timeout_s reached with requests in flight");
+  });
 }
 
 bool Connection::cancel(std::uint32_t id) {
@@ -105,11 +110,19 @@ asio::awaitable<void> Connection::watchdog() {
     co_await watchdog_timer_.async_wait(asio::redirect_error(use_awaitable, ec));
     if (closed_) break;
     auto now = Clock::now();
+    const auto& limits = state_.config()->limits;
+    auto secs = [](std::chrono::milliseconds d) { return std::to_string(d.count() / 1000) + " s"; };
     if (now >= write_deadline_) {
-      close("timeout: the peer stopped reading replies");
+      close_by_kilnd("the client did not read its reply within limits.request_timeout_s (" +
+                     secs(limits.request_timeout) + ")");
     } else if (now >= deadline_) {
-      spdlog::info("conn {} closing: {} timeout", serial_, deadline_why_);
-      close(deadline_why_);
+      std::string why = deadline_why_;
+      if (why == "idle") why = "idle for limits.idle_timeout_s (" + secs(limits.idle_timeout) + ")";
+      else if (why == "frame incomplete")
+        why = "frame not complete within limits.frame_timeout_s (" + secs(limits.frame_timeout) + ") of its first byte";
+      else if (why == "upload stalled")
+        why = "no chunk of its upload within limits.request_timeout_s (" + secs(limits.request_timeout) + ")";
+      close_by_kilnd(why);
     }
   }
 }
@@ -128,6 +141,12 @@ void Connection::close(const char* why) {
   auto hooks = std::move(abandon_);
   abandon_.clear();
   for (auto& [id, withdraw] : hooks) withdraw();
+}
+
+void Connection::close_by_kilnd(const std::string& why) {
+  if (closed_) return;
+  log_closed_by_kilnd("connection", peer_text(), why);
+  close(why.c_str());
 }
 
 void Connection::drop_uploads() {
@@ -184,6 +203,15 @@ asio::awaitable<Result<bool>> Connection::read_frame() {
     co_return std::move(h).error();
   }
   header_ = *h;
+  // A body past what every connection keeps is held against limits.client_memory: many
+  // clients sending large frames at once cannot make kilnd hold more than that.
+  if (h->length > kKeepBody && !body_hold_.resize(h->length)) {
+    auto& budget = state_.metrics.client_memory;
+    co_return make_error(Errc::busy, "a frame of " + std::to_string(h->length) +
+                                         " bytes does not fit in what is left of kilnd's limits.client_memory (" +
+                                         std::to_string(budget.used()) + " of " + std::to_string(budget.limit()) +
+                                         " bytes held for clients); retry later");
+  }
   body_.resize(h->length);
   std::size_t have = std::min<std::size_t>(h->length, rlen_ - rpos_);
   if (have) std::memcpy(body_.data(), rbuf_.data() + rpos_, have);
@@ -215,10 +243,11 @@ asio::awaitable<void> Connection::read_loop() {
         close("peer vanished");
         break;
       }
-      state_.metrics.protocol_violation();
-      spdlog::warn("conn {} {} protocol violation, closing: {}", serial_, peer_text(), got.error().to_string());
+      // The frame's body was not read: the stream cannot be followed past it.
+      if (got.error().code == Errc::protocol_error) state_.metrics.protocol_violation();
       co_await send_error(header_.request_id, got.error());
-      close("protocol violation");
+      close_by_kilnd(got.error().code == Errc::protocol_error ? "protocol violation: " + got.error().message
+                                                               : got.error().message);
       break;
     }
     if (!*got) {
@@ -230,7 +259,12 @@ asio::awaitable<void> Connection::read_loop() {
     // The frame is complete: the frame timeout no longer applies. While its reply waits
     // on a peer that is not reading, request_timeout does (write_frames).
     set_deadline(Clock::time_point::max(), "handling a request");
-    if (!co_await handle_frame()) break;
+    bool go_on = co_await handle_frame();
+    if (body_.capacity() > kKeepBody) {  // a large body's memory goes back at once
+      std::vector<std::byte>().swap(body_);
+      body_hold_.force(0);
+    }
+    if (!go_on) break;
     arm_idle_deadline();
   }
 }
@@ -264,9 +298,10 @@ asio::awaitable<bool> Connection::handle_frame() {
     if (type != proto::MsgType::hello) {
       state_.metrics.protocol_violation();
       co_await send_error(id, make_error(Errc::protocol_error, "the first frame of a connection must be HELLO"));
-      spdlog::warn("conn {} {} sent {} before HELLO; closing", serial_, peer_text(),
-                   proto::is_known_type(static_cast<std::uint8_t>(type)) ? proto::type_name(type) : "an unknown type");
-      close("no hello");
+      close_by_kilnd(std::string("protocol violation: ") +
+                     (proto::is_known_type(static_cast<std::uint8_t>(type)) ? std::string(proto::type_name(type))
+                                                                            : std::string("an unknown type")) +
+                     " before HELLO");
       co_return false;
     }
     auto reply = handle_hello(*this, r, client_max_frame_);
@@ -324,8 +359,9 @@ asio::awaitable<bool> Connection::handle_frame() {
       co_return !closed_;
     }
   }
-  // The lambda (owned by co_spawn until the coroutine ends) keeps the request alive.
-  asio::co_spawn(socket_.get_executor(), [self = shared_from_this(), r = std::move(r)] {
+  // The lambda (owned by co_spawn until the coroutine ends) keeps the request alive, and
+  // with a large body its share of limits.client_memory: the body's copy lives as long.
+  asio::co_spawn(socket_.get_executor(), [self = shared_from_this(), r = std::move(r), hold = std::move(body_hold_)] {
     return self->run_request(r);
   }, asio::detached);
   co_return true;
@@ -483,6 +519,12 @@ asio::awaitable<bool> Connection::send(proto::FrameHeader h, std::span<const std
 }
 
 asio::awaitable<bool> Connection::send_frames(std::span<const OutFrame> frames, int fd) {
+  // A large reply counts against limits.client_memory while it waits on the peer: what
+  // clients that stop reading make kilnd hold is bounded with everything else.
+  torch_cache::MemoryHold hold(&state_.metrics.client_memory);
+  std::size_t bytes = 0;
+  for (const auto& f : frames) bytes += f.body.size();
+  if (bytes > kKeepBody) hold.force(bytes);
   while (writing_ && !closed_) {
     error_code ec;
     co_await write_cv_.async_wait(asio::redirect_error(use_awaitable, ec));

@@ -28,6 +28,7 @@
 
 #include "access.hpp"
 #include "kiln/protocol/frame.hpp"
+#include "kiln/torch_cache/memory_budget.hpp"
 #include "server_state.hpp"
 #include "upload.hpp"
 
@@ -110,6 +111,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void set_deadline(Clock::time_point t, const char* why);
   void request_done(std::uint32_t id);
   void close(const char* why);
+  // Closes on kilnd's own decision (a timeout, a limit, a protocol error): logged with the
+  // peer's uid and the reason (close_log.hpp).
+  void close_by_kilnd(const std::string& why);
   void drop_uploads();
 
   Socket socket_;
@@ -133,6 +137,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::size_t rpos_ = 0, rlen_ = 0;
   protocol::FrameHeader header_{};
   std::vector<std::byte> body_;
+  torch_cache::MemoryHold body_hold_;  // body_'s bytes past kKeepBody, from limits.client_memory
+  static constexpr std::size_t kKeepBody = 64 * 1024;  // kept between frames; larger is given back
   std::set<std::uint32_t> inflight_;             // request ids not yet answered
   std::set<std::uint32_t> cancelled_;
   std::unordered_map<std::uint32_t, std::function<void()>> abandon_;  // on_abandon hooks

@@ -70,7 +70,10 @@ asio::awaitable<Outcome> handle_verify(Connection& c, const Request& r) {
     return found;
   });
   if (!rep) co_return fail(rep.error());
+  // Neither a quarantined artifact nor one dropped for a missing blob may be served again
+  // from a copy in memory.
   for (const auto& d : rep->corrupt) s.forget_copies(d);
+  for (const auto& d : rep->missing) s.forget_copies(d);
   // The first VERIFY also reports what the store's start-up recovery repaired: those
   // findings are gone from disk by now, and an operator checking after a restart must
   // see them (kilnd logged them too).

@@ -43,7 +43,8 @@ Config file (TOML; ops/kilnd.toml documents every option with its default):
   [limits]   max_frame_bytes ("4MiB"), max_connections (1024), max_inflight (64),
              idle_timeout_s (300), frame_timeout_s (10), request_timeout_s (60),
              drain_timeout_s (30), max_artifact_bytes ("16GiB"),
-             inline_max_bytes ("64KiB": GET "auto" sends smaller artifacts inline)
+             inline_max_bytes ("64KiB": GET "auto" sends smaller artifacts inline),
+             client_memory ("1GiB": bytes held for all clients together)
   [access]   socket_mode, socket_group, trust_owner (true: kilnd's own user and root
              are admin), read_users (["*"]), read_groups, write_users, write_groups,
              admin_users, admin_groups  — names or numeric ids; "*" = anyone

@@ -12,6 +12,8 @@
 #include <utility>
 #include <sstream>
 
+#include "memory_trim.hpp"
+
 namespace kiln::daemon {
 
 namespace {
@@ -70,6 +72,10 @@ void render_process(std::ostream& os) {
 
 void Metrics::record_request(protocol::MsgType op, Errc outcome, double seconds) {
   auto o = static_cast<std::size_t>(op);
+Metrics::Metrics() {
+  client_memory.on_quiet(trim_heap_soon);
+}
+
   auto c = static_cast<std::size_t>(outcome);
   if (o >= kOps || c >= kOutcomes) return;
   requests_[o][c].fetch_add(1, std::memory_order_relaxed);
@@ -136,6 +142,20 @@ std::string Metrics::render(const std::vector<Gauge>& gauges) const {
   counter("kiln_connections_refused_total", "Connections refused (limit reached or no role).", connections_refused_);
   counter("kiln_protocol_errors_total", "Connections closed for a malformed frame.", protocol_errors_);
   os << "# HELP kiln_torch_cache_requests_total torch.compile cache (Redis protocol) GET and SET, by outcome.\n"
+  counter("kiln_connections_evicted_total",
+          "Connections closed at limits.max_connections to let a new one in: the one waiting on its peer the longest "
+          "(a stalled request or reply first, then an idle torch cache connection).",
+          connections_evicted_);
+  os << "# HELP kiln_client_memory_bytes Bytes held on behalf of clients: requests being received past each "
+        "connection's 64 KiB buffer, kiln frame bodies, replies waiting to be written.\n"
+        "# TYPE kiln_client_memory_bytes gauge\nkiln_client_memory_bytes "
+     << client_memory.used() << "\n";
+  os << "# HELP kiln_client_memory_limit_bytes limits.client_memory (0 = none).\n"
+        "# TYPE kiln_client_memory_limit_bytes gauge\nkiln_client_memory_limit_bytes "
+     << client_memory.limit() << "\n";
+  os << "# HELP kiln_client_memory_refused_total Requests refused because they did not fit in limits.client_memory.\n"
+        "# TYPE kiln_client_memory_refused_total counter\nkiln_client_memory_refused_total "
+     << client_memory.refused() << "\n";
         "# TYPE kiln_torch_cache_requests_total counter\n";
   static constexpr const char* kTorchOps[][2] = {{"get", "hit"},        {"get", "miss"}, {"set", "stored"},
                                                  {"set", "kept"},       {"set", "condition"}};

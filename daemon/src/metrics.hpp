@@ -12,11 +12,14 @@
 
 #include "kiln/protocol/frame.hpp"
 #include "kiln/result.hpp"
+#include "kiln/torch_cache/memory_budget.hpp"
 
 namespace kiln::daemon {
 
 class Metrics {
  public:
+  // client_memory's bursts, once over, give the heap back to the system (malloc_trim).
+  Metrics();
   static constexpr std::size_t kOps = 0x20;   // request types are below 0x20
   static constexpr std::size_t kOutcomes = static_cast<std::size_t>(Errc::internal) + 1;
   static constexpr std::array<double, 18> kBuckets = {0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025,
@@ -45,6 +48,15 @@ class Metrics {
   void torch_connection_opened() { torch_connections_.fetch_add(1, std::memory_order_relaxed); }
   void torch_connection_closed() { torch_connections_.fetch_sub(1, std::memory_order_relaxed); }
 
+  // Bytes held on behalf of clients on both sockets ([limits] client_memory; its limit is
+  // set from the configuration at each accept, so a reload applies; heap freed after a
+  // burst is given back to the system). Rendered as
+  // kiln_client_memory_bytes, _limit_bytes and kiln_client_memory_refused_total.
+  torch_cache::MemoryBudget client_memory;
+  // Connections closed to make room for a new one at limits.max_connections: the one
+  // stalled (or idle) the longest.
+  void connection_evicted() { connections_evicted_.fetch_add(1, std::memory_order_relaxed); }
+
   std::uint64_t connections() const { return connections_.load(std::memory_order_relaxed); }
   std::uint64_t requests() const;
   std::uint64_t bytes_served() const { return bytes_served_.load(std::memory_order_relaxed); }
@@ -64,7 +76,7 @@ class Metrics {
   std::array<Counter, kOps> latency_count_{};
   std::array<std::atomic<double>, kOps> latency_sum_{};
   Counter hits_{0}, misses_{0}, hot_hits_{0}, bytes_served_{0};
-  Counter connections_{0}, connections_total_{0}, connections_refused_{0}, protocol_errors_{0};
+  Counter connections_{0}, connections_total_{0}, connections_refused_{0}, connections_evicted_{0}, protocol_errors_{0};
   std::array<Counter, static_cast<std::size_t>(TorchOp::kCount)> torch_{};
   Counter torch_connections_{0};
 };

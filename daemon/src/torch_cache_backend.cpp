@@ -7,6 +7,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "close_log.hpp"
 #include "offload.hpp"
 
 namespace kiln::daemon {
@@ -332,7 +333,7 @@ void TorchCacheBackend::note_late_get(const std::string& key) {
 
 void TorchCacheBackend::closed_on_error(const std::string& peer, const std::string& why) {
   state_.metrics.record_torch(TorchOp::closed_on_error);
-  spdlog::warn("torch cache connection from {} closed: {}", peer, why);
+  log_closed_by_kilnd("torch cache connection", peer, why);
 }
 
 }  // namespace kiln::daemon

@@ -10,6 +10,8 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <spdlog/spdlog.h>
 
+#include "close_log.hpp"
+#include "make_room.hpp"
 #include "unix_listener.hpp"
 
 namespace kiln::daemon {
@@ -88,10 +90,25 @@ void TorchCacheListener::stop() {
 
 void TorchCacheListener::serve(torch_cache::Socket socket, const PeerCred* cred, std::string peer) {
   auto cfg = state_.config();
+  state_.metrics.client_memory.set_limit(cfg->limits.client_memory_bytes);
   if (open_.load() >= cfg->limits.max_connections) {
-    state_.metrics.connection_refused();
-    spdlog::warn("torch cache connection from {} refused: {} open (limits.max_connections)", peer, open_.load());
-    return;  // closed by the socket's destructor
+    // Room is made by closing whoever has kept kilnd waiting longest (this client is served
+    // at once; the count is one over until that one's loop has closed it); a new client is
+    // refused only when no connection has kept kilnd waiting long enough (make_room.hpp).
+    auto victim = pick_eviction(conns_mu_, conns_, /*idle_too=*/true, std::chrono::steady_clock::now());
+    if (!victim) {
+      state_.metrics.connection_refused();
+      log_closed_by_kilnd("torch cache connection", peer,
+                          "refused: " + std::to_string(open_.load()) +
+                              " connections open (limits.max_connections), none of them waiting on its client");
+      return;  // closed by the socket's destructor
+    }
+    state_.metrics.connection_evicted();
+    auto wait = victim->peer_wait();
+    auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - wait.since);
+    victim->close(std::string(wait.state == torch_cache::PeerWait::State::idle ? "idle" : "stalled") + " for " +
+                  std::to_string(ms.count()) + " ms while limits.max_connections (" +
+                  std::to_string(cfg->limits.max_connections) + ") were open: closed to let a new client in");
   }
   PeerCred anonymous{0, static_cast<uid_t>(-1), static_cast<gid_t>(-1), {}};
   auto role = state_.access()->role_of(cred ? *cred : anonymous);
@@ -102,6 +119,7 @@ void TorchCacheListener::serve(torch_cache::Socket socket, const PeerCred* cred,
   o.limits.max_bulk_bytes = cfg->torch_cache.max_value_bytes;
   o.idle_timeout = cfg->limits.idle_timeout;
   o.request_timeout = cfg->limits.request_timeout;
+  o.memory = &state_.metrics.client_memory;
   ++open_;
   state_.metrics.torch_connection_opened();
   spdlog::debug("torch cache connection from {} (role {})", peer, protocol::role_name(role));

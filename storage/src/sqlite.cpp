@@ -1,6 +1,8 @@
 #include "sqlite.hpp"
 
 #include <sqlite3.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
 
 #include <cctype>
 #include <cerrno>
@@ -8,6 +10,26 @@
 #include <utility>
 
 namespace kiln::storage::sql {
+
+namespace {
+
+// Why writing `file` (or its folder, where SQLite makes its journal) would fail now:
+// EROFS, ENOSPC, EACCES, or 0 when none of these holds.
+int cause_of_write_failure(const char* file) {
+  std::string dir(file);
+  auto slash = dir.rfind('/');
+  dir = slash == std::string::npos ? "." : dir.substr(0, slash == 0 ? 1 : slash);
+  struct statvfs fs {};
+  if (::statvfs(dir.c_str(), &fs) == 0) {
+    if (fs.f_flag & ST_RDONLY) return EROFS;
+    if (fs.f_bavail == 0) return ENOSPC;
+  }
+  for (const char* path : {file, dir.c_str()})
+    if (::access(path, W_OK) != 0 && (errno == EACCES || errno == EROFS)) return errno;
+  return 0;
+}
+
+}  // namespace
 
 Error error_from_sqlite(int rc, sqlite3* db, std::string_view what) {
   Errc code = Errc::io_error;
@@ -25,15 +47,19 @@ Error error_from_sqlite(int rc, sqlite3* db, std::string_view what) {
     case SQLITE_RANGE: code = Errc::internal; break;
     default: break;
   }
-  // SQLite reports a read-only or full file system as a generic I/O or open failure; the
-  // errno it saw says which, and the operator needs to know.
-  if (db != nullptr && code == Errc::io_error) {
-    const int sys = sqlite3_system_errno(db);
-    if (sys == EROFS) code = Errc::read_only;
-    if (sys == ENOSPC || sys == EDQUOT) code = Errc::no_space;
-  }
   // Name the index file: a store's error must say which disk is full or failing.
   const char* file = db != nullptr ? sqlite3_db_filename(db, "main") : nullptr;
+  // SQLite reports a read-only or full file system, or a file kilnd may not write, as a
+  // generic I/O or open failure. The errno it keeps is the last system call's, often not
+  // the failed one's (a COMMIT on a file system remounted read-only said "disk I/O
+  // error"), so the file system itself is asked too; the operator needs to know which.
+  if (db != nullptr && (code == Errc::io_error || (rc & 0xff) == SQLITE_CANTOPEN)) {
+    const int sys = file != nullptr && *file != '\0' ? cause_of_write_failure(file) : 0;
+    const int last = sqlite3_system_errno(db);
+    if (sys == EROFS || last == EROFS) code = Errc::read_only;
+    else if (sys == ENOSPC || last == ENOSPC || last == EDQUOT) code = Errc::no_space;
+    else if (sys == EACCES || last == EACCES) code = Errc::permission_denied;
+  }
   std::string msg = "index";
   if (file != nullptr && *file != '\0') {
     msg += " ";
@@ -45,9 +71,14 @@ Error error_from_sqlite(int rc, sqlite3* db, std::string_view what) {
   msg += db != nullptr ? sqlite3_errmsg(db) : sqlite3_errstr(rc);
   msg += " (SQLite code " + std::to_string(rc) + ")";
   if (code == Errc::read_only) {
-    msg += "; the file system holding the store is read-only: writes are refused, stored artifacts stay readable";
+    msg += "; the file system holding the store is read-only (EROFS): writes are refused, stored artifacts stay "
+           "readable; remount it read-write";
   } else if (code == Errc::no_space) {
-    msg += "; free space on the disk holding the store: writes fail until then, stored artifacts stay readable";
+    msg += "; no space left on the disk holding the store (ENOSPC): free space on it; writes fail until then, "
+           "stored artifacts stay readable";
+  } else if (code == Errc::permission_denied) {
+    msg += "; permission denied (EACCES): kilnd's user may not write the index or its folder; check their owner "
+           "and mode";
   } else if (code == Errc::io_error && (rc & 0xff) == SQLITE_IOERR) {
     msg += "; the disk failed an I/O operation (see the kernel log); the store keeps what was committed";
   }

@@ -180,6 +180,13 @@ Status StoreImpl::recover_locked(bool remove_temporaries, VerifyReport& report) 
   {
     auto txn = sql::Transaction::begin(index_.db());
     if (!txn) return std::move(txn).error();
+    {  // named in the report as well as counted: an operator must learn which keys are gone
+      auto st = index_.db().prepare("SELECT key_digest FROM artifacts WHERE blob_digest NOT IN (SELECT digest FROM blobs)");
+      if (!st) return std::move(st).error();
+      auto gone = sql::collect_rows<Digest>(*st, [](const sql::Stmt& row) { return Digest::from_hex(row.text(0)); });
+      if (!gone) return std::move(gone).error();
+      report.missing.insert(report.missing.end(), gone->begin(), gone->end());
+    }
     KILN_TRY(index_.db().exec("DELETE FROM artifacts WHERE blob_digest NOT IN (SELECT digest FROM blobs)"));
     report.missing_removed += static_cast<std::uint64_t>(index_.db().changes());
     KILN_TRY(index_.db().exec("DELETE FROM sources WHERE blob_digest NOT IN (SELECT digest FROM blobs)"));

@@ -442,25 +442,13 @@ TEST_CASE("a put whose chunk headers and bodies arrive in separate reads is stor
   }
 }
 
-namespace {
-// kilnd's peak resident memory so far (VmHWM), in KiB.
-long peak_rss_kib(pid_t pid) {
-  std::ifstream f("/proc/" + std::to_string(pid) + "/status");
-  std::string line;
-  while (std::getline(f, line)) {
-    if (line.rfind("VmHWM:", 0) == 0) return std::stol(line.substr(6));
-  }
-  return -1;
-}
-}  // namespace
-
 TEST_CASE("deeply nested bodies are refused cheaply; the peer that sends them harms no one else") {
   TempDir dir;
   KilndProcess d(dir.path(), kConfig);
   RawClient good(d.socket());
   good.hello();
   REQUIRE(good.call(MsgType::stats, "{}").header.type == MsgType::ok);
-  const long before = peak_rss_kib(d.pid());
+  const long before = process_memory_kib(d.pid(), "VmHWM");
   REQUIRE(before > 0);
 
   const std::string deep((4u << 20) - 1024, '[');
@@ -483,7 +471,7 @@ TEST_CASE("deeply nested bodies are refused cheaply; the peer that sends them ha
     CHECK(good.call(MsgType::stats, "{}").header.type == MsgType::ok);
   }
   // Parsing one such body took 1.2 s and hundreds of MB; refusing it keeps only the frame.
-  const long after = peak_rss_kib(d.pid());
+  const long after = process_memory_kib(d.pid(), "VmHWM");
   INFO("kilnd peak RSS " << before << " KiB -> " << after << " KiB");
   CHECK(after - before < 64 * 1024);
 }

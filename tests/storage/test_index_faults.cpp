@@ -5,8 +5,11 @@
 #include <doctest/doctest.h>
 
 #include <sqlite3.h>
+#include <sys/mount.h>
 
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <fstream>
 #include <thread>
 
@@ -14,6 +17,7 @@
 #include "kiln/storage/store.hpp"
 #include "store_test_util.hpp"
 #include "temp_dir.hpp"
+#include "tmpfs_mount.hpp"
 
 using namespace kiln;
 using namespace kiln::storage;
@@ -390,4 +394,40 @@ TEST_CASE("a store opens and serves hits when its index cannot take writes, even
   }
   std::map<int, std::vector<std::byte>> expect{{0, bytes}};
   check_whole_after_reopen(dir.path(), expect);
+}
+
+namespace {
+
+// `dir` made read-only where it stands (a read-only bind mount on itself) while files
+// opened before stay writable: a file system that turned read-only under an open store.
+// Undone when destroyed.
+struct ReadOnlyBind {
+  fs::path dir;
+  explicit ReadOnlyBind(fs::path d) : dir(std::move(d)) {
+    if (::mount(dir.c_str(), dir.c_str(), nullptr, MS_BIND, nullptr) != 0 ||
+        ::mount(nullptr, dir.c_str(), nullptr, MS_REMOUNT | MS_BIND | MS_RDONLY, nullptr) != 0)
+      throw std::runtime_error("read-only bind mount of " + dir.string() + ": " + std::strerror(errno));
+  }
+  ~ReadOnlyBind() { ::umount2(dir.c_str(), MNT_DETACH); }
+};
+
+}  // namespace
+
+TEST_CASE("an index write refused because the file system turned read-only says EROFS, not a failing disk") {
+  Faults f;
+  kiln::test::TmpfsMount tmpfs(64u << 20);
+  const auto root = tmpfs.path() / "store";
+  auto store = open_store(root);
+  auto info = store->put_bytes(make_key(1), make_bytes(1000, 1));
+  REQUIRE(info);
+  ReadOnlyBind ro(tmpfs.path());
+  // What the kernel answers SQLite's next write once the mount is read-only; the errno
+  // SQLite keeps by then is not always EROFS.
+  f.vfs.fail(SqliteFile::wal, SqliteOp::write, SQLITE_IOERR_WRITE);
+  auto rm = store->remove(info->key_digest);
+  REQUIRE_FALSE(rm);
+  INFO(rm.error().message);
+  CHECK(rm.error().code == Errc::read_only);
+  CHECK(rm.error().message.find("read-only (EROFS)") != std::string::npos);
+  CHECK(rm.error().message.find("the disk failed") == std::string::npos);
 }

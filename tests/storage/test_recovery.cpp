@@ -1,6 +1,8 @@
 // Recovery on open and verify(): leftovers of crashes, missing, truncated, foreign files.
 #include <doctest/doctest.h>
 
+#include <sqlite3.h>
+
 #include <fstream>
 
 #include "kiln/storage/store.hpp"
@@ -149,4 +151,32 @@ TEST_CASE("a blob damaged in place is replaced by a later put of the same conten
   CHECK(reopened->recovery_report().corrupt.empty());
   CHECK(**reopened->get_bytes(a.key_digest) == data);
   CHECK(**reopened->get_bytes(b->key_digest) == data);
+}
+
+TEST_CASE("every artifact dropped is named: a blob deleted under an open store, a row whose blob row is gone") {
+  kiln::test::TempDir dir;
+  ArtifactInfo keep, deleted, unlinked;
+  {
+    auto store = open_store(dir.path());
+    keep = *store->put_bytes(make_key(1), make_bytes(5000, 1));
+    deleted = *store->put_bytes(make_key(2), make_bytes(5000, 2));
+    unlinked = *store->put_bytes(make_key(3), make_bytes(5000, 3));
+    std::filesystem::remove(store->blob_path(deleted.blob_digest));
+    auto v = store->verify();
+    REQUIRE(v);
+    CHECK(v->missing_removed == 1);
+    CHECK(v->missing == std::vector<Digest>{deleted.key_digest});
+  }
+  // Damage to the index itself: the artifact's row is left pointing at no blob row.
+  sqlite3* db = nullptr;
+  REQUIRE(sqlite3_open((dir.path() / "index.sqlite").c_str(), &db) == SQLITE_OK);
+  const std::string sql = "DELETE FROM blobs WHERE digest = '" + unlinked.blob_digest.hex() + "'";
+  CHECK(sqlite3_exec(db, sql.c_str(), nullptr, nullptr, nullptr) == SQLITE_OK);
+  CHECK(sqlite3_changes(db) == 1);
+  sqlite3_close(db);
+  auto store = open_store(dir.path());
+  const auto& r = store->recovery_report();
+  CHECK(r.missing_removed == 1);
+  CHECK(r.missing == std::vector<Digest>{unlinked.key_digest});
+  CHECK(**store->get_bytes(keep.key_digest) == make_bytes(5000, 1));
 }

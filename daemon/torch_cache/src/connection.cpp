@@ -21,9 +21,12 @@ namespace {
 // exactly what a larger request needs once its size is known (a 10 MB SET needs it whole),
 // compacted between reads. A SET's value that fills nearly all of the buffer is handed over
 // with it (take_value): the buffer then belongs to the value's holders, and reading goes on in a
-// fresh one. Small requests allocate nothing.
+// fresh one. Small requests allocate nothing. What the buffer holds past kKeep is drawn
+// from the connection's MemoryBudget, up to the request's end (a value handed over stays
+// counted until its SET is answered).
 class InBuffer {
  public:
+  explicit InBuffer(MemoryBudget* budget) : hold_(budget) {}
   std::string_view data() const { return {buf_.get() + begin_, end_ - begin_}; }
   void consume(std::size_t n) {
     begin_ += n;
@@ -35,6 +38,7 @@ class InBuffer {
   // Room for at least `want` more bytes after the data; more when the buffer has it. Grows
   // to the data plus `want` exactly, when that is more than kMinRoom: asking for the rest
   // of a request never grows the buffer past it (nor copies what was read of it again).
+  // Empty (data() nullptr) when growing would pass the memory budget.
   std::span<char> room(std::size_t want) {
     if (cap_ - end_ < want) {
       std::size_t used = end_ - begin_;
@@ -42,8 +46,8 @@ class InBuffer {
         std::memmove(buf_.get(), buf_.get() + begin_, used);
         begin_ = 0;
         end_ = used;
-      } else {
-        replace(std::max(kKeep, used + std::max(want, kMinRoom)));
+      } else if (!replace(std::max(kKeep, used + std::max(want, kMinRoom)))) {
+        return {};
       }
     }
     return {buf_.get() + end_, cap_ - end_};
@@ -68,8 +72,10 @@ class InBuffer {
  private:
   static constexpr std::size_t kKeep = 64u << 10;
   static constexpr std::size_t kMinRoom = 16u << 10;
-  // A new buffer of `cap` bytes holding the data.
-  void replace(std::size_t cap) {
+  // A new buffer of `cap` bytes holding the data; false (nothing changed) when the budget
+  // cannot give it.
+  bool replace(std::size_t cap) {
+    if (!hold_.resize(cap - kKeep)) return false;
     std::size_t used = end_ - begin_;
     auto next = std::make_shared_for_overwrite<char[]>(cap);  // uninitialised: it is read into
     if (used) std::memcpy(next.get(), buf_.get() + begin_, used);
@@ -78,11 +84,18 @@ class InBuffer {
     begin_ = 0;
     end_ = used;
     given_ = false;
+    return true;
   }
   std::shared_ptr<char[]> buf_ = std::make_shared_for_overwrite<char[]>(kKeep);
   std::size_t cap_ = kKeep, begin_ = 0, end_ = 0;
   bool given_ = false;  // buf_ holds a value handed over: never written before end_ again
+  MemoryHold hold_;     // cap_ - kKeep
 };
+
+std::string seconds_text(std::chrono::milliseconds d) {
+  auto ms = d.count();
+  return ms % 1000 ? std::to_string(ms) + " ms" : std::to_string(ms / 1000) + " s";
+}
 
 }  // namespace
 
@@ -95,7 +108,10 @@ Connection::Connection(Socket socket, Backend& backend, ConnectionOptions option
       parser_(options_.limits),
       session_(options_.session),
       peer_(std::move(peer)),
-      on_close_(std::move(on_close)) {}
+      on_close_(std::move(on_close)),
+      reply_hold_(options_.memory) {
+  set_wait(PeerWait::State::idle, Clock::now());
+}
 
 Connection::~Connection() = default;
 
@@ -106,9 +122,11 @@ void Connection::start() {
   asio::co_spawn(socket_.get_executor(), [self] { return self->watchdog(); }, asio::detached);
 }
 
-void Connection::close() {
+void Connection::close(std::string why) {
   auto self = shared_from_this();
-  asio::post(socket_.get_executor(), [self] {
+  wait_state_.store(static_cast<int>(PeerWait::State::busy), std::memory_order_relaxed);  // not chosen twice
+  asio::post(socket_.get_executor(), [self, why = std::move(why)]() mutable {
+    if (self->close_why_.empty()) self->close_why_ = std::move(why);
     error_code ec;
     self->socket_.close(ec);
     self->timer_.cancel();
@@ -118,6 +136,18 @@ void Connection::close() {
 void Connection::arm(std::chrono::milliseconds timeout) { deadline_ = Clock::now() + timeout; }
 
 void Connection::disarm() { deadline_ = Clock::time_point::max(); }
+
+void Connection::set_wait(PeerWait::State state, Clock::time_point since) {
+  wait_since_.store(since.time_since_epoch().count(), std::memory_order_relaxed);
+  wait_state_.store(static_cast<int>(state), std::memory_order_relaxed);
+}
+
+PeerWait Connection::peer_wait() const {
+  PeerWait w;
+  w.state = static_cast<PeerWait::State>(wait_state_.load(std::memory_order_relaxed));
+  w.since = Clock::time_point(Clock::duration(wait_since_.load(std::memory_order_relaxed)));
+  return w;
+}
 
 // One timer per connection, re-armed when it fires: moving the deadline is a store,
 // not a timer operation (a 4 KiB hit costs tens of microseconds; two timer updates per
@@ -153,23 +183,38 @@ asio::awaitable<bool> Connection::flush() {
   }
   error_code ec;
   arm(options_.request_timeout);
+  timed_out_in_ = "write";
+  set_wait(PeerWait::State::stalled, Clock::now());  // the peer's only once it lasts
   co_await asio::async_write(socket_, out, asio::redirect_error(asio::use_awaitable, ec));
   disarm();
+  set_wait(PeerWait::State::busy, Clock::now());
   pieces_.clear();
   pending_text_.clear();
   pending_bytes_ = 0;
+  reply_hold_.force(0);
   co_return !ec;
 }
 
 asio::awaitable<void> Connection::run() {
-  InBuffer in;
+  InBuffer in(options_.memory);
   std::string why;  // set when kilnd ends the connection on its own decision
+  // The first byte of the request being received arrived with the read at `began`: its
+  // deadline counts from there, not from the latest byte (a sender of one byte a second
+  // must not hold its connection for ever).
+  std::optional<Clock::time_point> began;
+  Clock::time_point last_read = Clock::now();
   // Appends text replies: merged into the last piece when that is text too.
   auto add_text = [this](const std::string& text) {
     if (pieces_.empty() || pieces_.back().value) pieces_.push_back({pending_text_.size(), pending_text_.size(), {}});
     pending_text_ += text;
     pieces_.back().text_end = pending_text_.size();
     pending_bytes_ += text.size();
+  };
+  // Why a write failed: kilnd's decision when its deadline passed, else the peer's close.
+  auto unread_why = [this]() -> std::string {
+    if (!timed_out_) return {};
+    return "the client did not read its replies within limits.request_timeout_s (" +
+           seconds_text(options_.request_timeout) + ")";
   };
   bool open = true;
   while (open) {
@@ -186,10 +231,12 @@ asio::awaitable<void> Connection::run() {
         open = false;
         break;
       }
+      began.reset();
       if (parsed.args.empty()) {
         in.consume(parsed.consumed);
         continue;
       }
+      set_wait(PeerWait::State::busy, Clock::now());
       Step step = session_.handle(parsed.args);
       if (step.kind == Step::Kind::close) {
         why = std::move(step.why);
@@ -221,6 +268,7 @@ asio::awaitable<void> Connection::run() {
             append_bulk_header(head, (*got)->bytes.size());
             add_text(head);
             pending_bytes_ += (*got)->size();
+            reply_hold_.force(reply_hold_.size() + (*got)->size());
             pieces_.push_back({0, 0, std::move(**got)});
           }
         } else {
@@ -239,32 +287,62 @@ asio::awaitable<void> Connection::run() {
       in.consume(parsed.consumed);
       if (!open) break;
       if (pending_bytes_ >= options_.max_pending_reply_bytes && !co_await flush()) {
+        why = unread_why();
         open = false;
         break;
       }
     }
     // Replies go out before closing too (QUIT's +OK, and those before a refused request).
-    if (!co_await flush() || !open) break;
+    if (!co_await flush()) {
+      if (why.empty()) why = unread_why();
+      break;
+    }
+    if (!open) break;
     in.shrink();
     // The rest of the request when its size is known, else any byte: a read takes what
     // the buffer has room for.
-    auto room = in.room(need > in.data().size() ? need - in.data().size() : 1);
+    const std::size_t want = need > in.data().size() ? need - in.data().size() : 1;
+    auto room = in.room(want);
+    if (!room.data()) {
+      why = "a request of " + std::to_string(in.data().size() + want) +
+            " bytes does not fit in what is left of limits.client_memory (" +
+            std::to_string(options_.memory->used()) + " of " + std::to_string(options_.memory->limit()) +
+            " bytes held for clients)";
+      break;
+    }
     error_code ec;
-    arm(in.data().empty() ? options_.idle_timeout : options_.request_timeout);
+    if (in.data().empty()) {
+      began.reset();
+      arm(options_.idle_timeout);
+      timed_out_in_ = "idle";
+      set_wait(PeerWait::State::idle, Clock::now());
+    } else {
+      if (!began) began = last_read;
+      deadline_ = *began + options_.request_timeout;
+      timed_out_in_ = "request";
+      set_wait(PeerWait::State::stalled, *began);
+    }
     std::size_t n = co_await socket_.async_read_some(asio::buffer(room.data(), room.size()),
                                                      asio::redirect_error(asio::use_awaitable, ec));
     disarm();
+    last_read = Clock::now();
     if (ec) {
-      if (timed_out_ && !in.data().empty()) why = "request not completed in time";
+      if (timed_out_ && std::string_view(timed_out_in_) == "request")
+        why = "request not complete within limits.request_timeout_s (" + seconds_text(options_.request_timeout) +
+              ") of its first byte";
+      else if (timed_out_)
+        why = "idle for limits.idle_timeout_s (" + seconds_text(options_.idle_timeout) + ")";
       break;
     }
     in.commit(n);
   }
+  if (why.empty()) why = std::move(close_why_);
   if (!why.empty()) backend_.closed_on_error(peer_, why);
   error_code ec;
   socket_.shutdown(asio::socket_base::shutdown_both, ec);
   socket_.close(ec);
   timer_.cancel();
+  reply_hold_.force(0);
   if (on_close_) on_close_();
 }
 

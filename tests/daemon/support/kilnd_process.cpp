@@ -164,4 +164,13 @@ double process_cpu_ms(pid_t pid) {
   return ticks * 1000.0 / static_cast<double>(::sysconf(_SC_CLK_TCK));
 }
 
+long process_memory_kib(pid_t pid, std::string_view field) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(f, line))
+    if (line.size() > field.size() && line.compare(0, field.size(), field) == 0 && line[field.size()] == ':')
+      return std::stol(line.substr(field.size() + 1));
+  return -1;
+}
+
 }  // namespace kiln::test

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace kiln::test {
@@ -46,6 +47,10 @@ class KilndProcess {
 // CPU time (user + system) process `pid` has used so far, in milliseconds, from
 // /proc/PID/stat (clock ticks: 10 ms steps); -1 when it cannot be read.
 double process_cpu_ms(pid_t pid);
+
+// A memory figure of process `pid` from /proc/PID/status, in KiB: "VmRSS" (resident now),
+// "VmHWM" (peak resident); -1 when it cannot be read.
+long process_memory_kib(pid_t pid, std::string_view field);
 
 // Path of the kilnd binary under test (set by CMake).
 std::string kilnd_binary();

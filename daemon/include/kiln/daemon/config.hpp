@@ -38,7 +38,8 @@ struct LimitsConfig {
   std::uint32_t max_inflight = 64;                 // requests per connection
   std::chrono::milliseconds idle_timeout{300'000};  // no frame and nothing in flight
   std::chrono::milliseconds frame_timeout{10'000};  // a begun frame must complete
-  std::chrono::milliseconds request_timeout{60'000};  // gap between a put's chunks
+  // Gap between a put's chunks; a reply's write; a torch cache request, from its first byte.
+  std::chrono::milliseconds request_timeout{60'000};
   std::chrono::milliseconds drain_timeout{30'000};  // SIGTERM: then close what is left
   std::uint64_t max_artifact_bytes = 16ull << 30;
   // GET "auto" sends artifacts up to this size inline instead of as a descriptor.
@@ -56,6 +57,10 @@ struct StoreConfig {
 // read, SET write); the socket file gets access.socket_mode and access.socket_group.
 struct TorchCacheConfig {
   std::filesystem::path socket;        // Unix socket; "" = none
+  // Bytes held on behalf of clients on both sockets, all together (requests being
+  // received, replies waiting to be written; kiln/torch_cache/memory_budget.hpp): a
+  // request past it is refused. 0 = no limit. Reloadable.
+  std::uint64_t client_memory_bytes = 1ull << 30;
   std::string listen;                  // "127.0.0.1:6379"; "" = none; loopback only. TCP
                                        // peers have no credentials: they get the roles
                                        // [access] gives "*"

@@ -168,7 +168,7 @@ struct VerifyReport {
   std::vector<Digest> corrupt;        // key digests whose blob failed; quarantined and unindexed
   std::uint64_t orphans_removed = 0;  // blob files no row referenced
   std::uint64_t missing_removed = 0;  // rows whose blob was missing
-  std::vector<Digest> missing;        // their key digests (artifacts; sources are not listed)
+  std::vector<Digest> missing;        // every one of their key digests (artifacts; sources are not listed)
   std::uint64_t foreign_moved = 0;    // files in blobs/ that are not kiln blobs, moved to quarantine/
 
   bool found_anything() const {
