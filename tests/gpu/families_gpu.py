@@ -39,6 +39,10 @@ row's output (another process, same seed) is recorded too.
 
 KILN_FAMILIES_DEADLINE_S: a row is not started past this many seconds since `run` began
 (recorded in WORK/rows/skipped-*.json); the miss processes' wait ends before it.
+KILN_FAMILIES_WHEEL=1 (families_run.sh installed kiln's wheel): a row's process gets no
+KILN_* variable but KILN_SOCKET, as in a serving container; the driver's KILN_FAMILIES_*
+settings reach it as FAMILIES_* (setting()). miss and hit rows record where `kiln` was
+imported from, the KILN_* variables and PYTHONPATH they saw.
 """
 import time
 
@@ -54,6 +58,28 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 MODES = ("eager", "regional", "miss", "hit")
 STEP_WARMUP, STEP_REPEATS, STEP_N = 3, 3, 5
+
+
+WHEEL = os.environ.get("KILN_FAMILIES_WHEEL") == "1"
+
+
+def setting(name, default=None):
+    """The driver's KILN_FAMILIES_<name>; in a row of a wheel run, FAMILIES_<name>."""
+    return os.environ.get("KILN_FAMILIES_" + name, os.environ.get("FAMILIES_" + name, default))
+
+
+def row_env(env):
+    """A row's environment; for a wheel run, as a serving container's: no KILN_* variable but
+    the socket (the driver's settings renamed FAMILIES_*)."""
+    if not WHEEL:
+        return env
+    out = {}
+    for k, v in env.items():
+        if k.startswith("KILN_FAMILIES_"):
+            out["FAMILIES_" + k[len("KILN_FAMILIES_"):]] = v
+        elif not k.startswith("KILN_") or k == "KILN_SOCKET":
+            out[k] = v
+    return out
 
 
 def row_path(work, mode, family):
@@ -143,7 +169,7 @@ def _child(mode, family, work, result):
     fam = cfg.FAMILIES[family]
     result.update({"torch": torch.__version__, "diffusers": diffusers.__version__, "python": sys.version.split()[0],
                    "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu",
-                   "kiln_commit": os.environ.get("KILN_FAMILIES_COMMIT"),
+                   "kiln_commit": setting("COMMIT"),
                    "depth": fam.depth, "real_depth": fam.real_depth, "size": fam.size, "checkpoint": fam.checkpoint,
                    "block_classes": cfg.block_classes(family)})
     seed = 0
@@ -163,6 +189,11 @@ def _child(mode, family, work, result):
     elif mode in ("miss", "hit"):
         import kiln.torch as kiln_torch
 
+        import kiln
+
+        result.update({"kiln_package": os.path.dirname(kiln.__file__),
+                       "kiln_env": sorted(k for k in os.environ if k.startswith("KILN_")),
+                       "pythonpath": os.environ.get("PYTHONPATH", "")})
         t = time.monotonic()
         kiln_torch.compile_repeated_blocks(model, block_classes=fam.block_classes)
         result["compile_call_s"] = time.monotonic() - t
@@ -227,7 +258,7 @@ def wait_for_takeover(kiln_torch, model, result):
     """After a miss's first call: waits (kiln.torch.wait, 1 s slices; exports run meanwhile)
     until no block is exporting or building, polling status; records when each entry
     turned hit or failed and when all had (seconds since process start)."""
-    deadline = float(os.environ.get("KILN_FAMILIES_MISS_UNTIL_UNIX", "0")) or (time.time() + 1500)
+    deadline = float(setting("MISS_UNTIL_UNIX", "0")) or (time.time() + 1500)
     first_done = time.monotonic() - T0
     seen, transitions = {}, []
     while True:
@@ -292,7 +323,7 @@ def run(work, phases, families):
         return redo or not os.path.exists(row_path(work, mode, fam))
 
     def start(mode, fam, env=None):
-        e = dict(os.environ, **(env or {}))
+        e = row_env(dict(os.environ, **(env or {})))
         logf = open(os.path.join(work, "logs", f"{mode}-{fam}.log"), "w")
         p = subprocess.Popen([sys.executable, os.path.abspath(__file__), "row", mode, fam, work], env=e,
                              stdout=logf, stderr=subprocess.STDOUT)

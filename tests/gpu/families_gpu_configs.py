@@ -28,7 +28,7 @@ import dataclasses
 import os
 from typing import Callable
 
-TINY = os.environ.get("KILN_FAMILIES_TINY") == "1"
+TINY = "1" in (os.environ.get("KILN_FAMILIES_TINY"), os.environ.get("FAMILIES_TINY"))  # FAMILIES_: a wheel run's row
 DEVICE = "cpu" if TINY else "cuda"
 
 

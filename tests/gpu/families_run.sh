@@ -34,8 +34,16 @@
 # KILN_FAMILIES_SRC=DIR: build kilnd and libkiln, and take client/python and the worker, from
 # DIR (e.g. .carry/src, a `git archive` of a commit, with its hash in DIR/COMMIT) instead of
 # this working tree: a fixed tree while others edit this one. Default: this tree.
+# Run from DIR itself (DIR/tests/gpu/families_run.sh, ROOT = DIR), carry DIR only in the
+# first call of a warm machine: carrying it again replaces the machine's copy, build-gpu
+# included, and the next call builds and starts kilnd afresh.
 # KILN_FAMILIES_CALL_S (default 590): the call's limit; rows that would end past it are
 # left out (and said so), the tar and report are written before it.
+# KILN_FAMILIES_WHEEL=1: kiln as a serving container has it: the wheel that
+# client/python/make_wheel.py makes of the libkiln.so built here, installed with
+# `pip install --no-deps` into this machine's python3; the rows then run with no
+# client/python on PYTHONPATH, no KILN_LIBRARY or KILN_CACHE_DIR, and no KILN_* variable but
+# KILN_SOCKET (families_gpu.py hands its own settings to them as FAMILIES_*).
 set -uo pipefail
 START=$(date +%s)
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -103,9 +111,20 @@ TOML
   log "kilnd starting (pid $KILND_PID); it probes its worker meanwhile"
 fi
 
-export KILN_LIBRARY=$BUILD/client/libkiln.so
-export KILN_CACHE_DIR=$WORK/kiln-cache
-export PYTHONPATH=$SRC/client/python:/tmp/pylib:$ROOT/tests/gpu${PYTHONPATH:+:$PYTHONPATH}
+if [ "${KILN_FAMILIES_WHEEL:-0}" = 1 ]; then
+  rm -rf "$WORK/dist"
+  whl=$(python3 "$SRC/client/python/make_wheel.py" --libkiln "$BUILD/client/libkiln.so" --out "$WORK/dist") &&
+    python3 -m pip install -q --no-index --no-deps --force-reinstall "$whl" ||
+    { log "the kiln wheel was not built or not installed"; exit 1; }
+  unset KILN_LIBRARY KILN_CACHE_DIR
+  log "kiln: $(basename "$whl"), pip install --no-deps; python3 imports $(cd / && env -u PYTHONPATH python3 -c \
+    'import kiln, kiln._capi as c; c.lib(); print(kiln.__file__, "with", c.candidates()[0])')"
+  export PYTHONPATH=/tmp/pylib:$ROOT/tests/gpu${PYTHONPATH:+:$PYTHONPATH}
+else
+  export KILN_LIBRARY=$BUILD/client/libkiln.so
+  export KILN_CACHE_DIR=$WORK/kiln-cache
+  export PYTHONPATH=$SRC/client/python:/tmp/pylib:$ROOT/tests/gpu${PYTHONPATH:+:$PYTHONPATH}
+fi
 export PYTHONUNBUFFERED=1
 unset KILN_WORKER  # kilnd hashes sources itself; nothing of the worker in the user's process
 left=$(( CALL_S - ($(date +%s) - START) ))
