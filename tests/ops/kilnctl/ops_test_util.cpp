@@ -8,57 +8,80 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 
 namespace kiln::ops_test {
 
-Run kilnctl(std::vector<std::string> args, const std::filesystem::path& socket) {
-  if (!socket.empty()) {
-    args.push_back("--socket");
-    args.push_back(socket.string());
-  }
-  int out[2], err[2];
+Run run_kilnctl(const std::vector<std::string>& args, const std::string& input, const std::vector<std::string>& env) {
+  int in[2], out[2], err[2];
+  REQUIRE(::pipe2(in, O_CLOEXEC) == 0);
   REQUIRE(::pipe2(out, O_CLOEXEC) == 0);
   REQUIRE(::pipe2(err, O_CLOEXEC) == 0);
   const std::string bin = kiln::test::kilnctl_path().string();
   pid_t pid = ::fork();
   REQUIRE(pid >= 0);
   if (pid == 0) {
-    int devnull = ::open("/dev/null", O_RDONLY);
-    ::dup2(devnull, 0);
+    ::dup2(in[0], 0);
     ::dup2(out[1], 1);
     ::dup2(err[1], 2);
+    for (const auto& e : env) ::putenv(const_cast<char*>(e.c_str()));
     std::vector<char*> argv{const_cast<char*>(bin.c_str())};
-    for (auto& a : args) argv.push_back(a.data());
+    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
     argv.push_back(nullptr);
     ::execv(bin.c_str(), argv.data());
     ::_exit(127);
   }
+  ::close(in[0]);
   ::close(out[1]);
   ::close(err[1]);
+  // Feed stdin and drain both outputs together so that no pipe fills up.
   Run r;
-  pollfd fds[2] = {{out[0], POLLIN, 0}, {err[0], POLLIN, 0}};
-  int open_fds = 2;
+  std::size_t fed = 0;
+  if (input.empty()) {
+    ::close(in[1]);
+    in[1] = -1;
+  }
+  pollfd fds[3] = {{out[0], POLLIN, 0}, {err[0], POLLIN, 0}, {in[1], POLLOUT, 0}};
+  int open_outputs = 2;
   char buf[1 << 16];
-  while (open_fds > 0) {
-    ::poll(fds, 2, -1);
+  while (open_outputs > 0) {
+    fds[2].fd = in[1];
+    ::poll(fds, 3, -1);
     for (int i = 0; i < 2; ++i) {
       if (fds[i].fd < 0 || !(fds[i].revents & (POLLIN | POLLHUP))) continue;
-      ssize_t n = ::read(fds[i].fd, buf, sizeof buf);
+      ssize_t n = ::read(fds[i].fd, buf, sizeof(buf));
       if (n <= 0) {
         ::close(fds[i].fd);
         fds[i].fd = -1;
-        --open_fds;
+        --open_outputs;
       } else {
         (i == 0 ? r.out : r.err).append(buf, static_cast<std::size_t>(n));
       }
     }
+    if (in[1] >= 0 && (fds[2].revents & (POLLOUT | POLLERR))) {
+      ssize_t n = ::write(in[1], input.data() + fed, std::min<std::size_t>(input.size() - fed, sizeof(buf)));
+      if (n > 0) fed += static_cast<std::size_t>(n);
+      if (n < 0 || fed == input.size()) {
+        ::close(in[1]);
+        in[1] = -1;
+      }
+    }
   }
+  if (in[1] >= 0) ::close(in[1]);
   int status = 0;
   ::waitpid(pid, &status, 0);
   r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   return r;
+}
+
+Run kilnctl(std::vector<std::string> args, const std::filesystem::path& socket) {
+  if (!socket.empty()) {
+    args.push_back("--socket");
+    args.push_back(socket.string());
+  }
+  return run_kilnctl(args);
 }
 
 std::string builds_toml(int slots, int failure_ttl_s) {

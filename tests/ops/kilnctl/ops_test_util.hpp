@@ -20,7 +20,11 @@ struct Run {
   std::string out, err;
 };
 
-// Runs kilnctl with `args` (and --socket when `socket` is not empty); stdin is empty.
+// Runs the kilnctl binary with `args`, feeding `input` on its stdin and adding `env`
+// ("NAME=value") to its environment; collects stdout, stderr and the exit code.
+Run run_kilnctl(const std::vector<std::string>& args, const std::string& input = "",
+                const std::vector<std::string>& env = {});
+// The same with --socket `socket` added when it is not empty; stdin is empty.
 Run kilnctl(std::vector<std::string> args, const std::filesystem::path& socket = {});
 
 // kilnd config enabling builds with the test worker on `slots` fake GPUs matching the

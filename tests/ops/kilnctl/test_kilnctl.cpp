@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "kiln/client/client.hpp"
+#include "ops_test_util.hpp"
 #include "random_bytes.hpp"
 #include "support/kilnd_process.hpp"
 #include "temp_dir.hpp"
@@ -22,78 +23,16 @@
 using namespace kiln;
 using kiln::test::KilndProcess;
 using kiln::test::TempDir;
+using kiln::ops_test::Run;
 
 namespace {
 
 const std::string kHash = "3fa2bd6e2c3c6bb1a1f0ff7c6e4d3b2a1908f7e6d5c4b3a29180f7e6d5c4b3a2";
 
-struct Run {
-  int code = -1;
-  std::string out, err;
-};
-
-// Runs kilnctl with `args`, feeding `input` on stdin; collects stdout and stderr.
+// kilnctl with `args`, `input` on stdin, `env` added (tests/ops/kilnctl/ops_test_util.hpp).
 Run kilnctl(const std::vector<std::string>& args, const std::string& input = "",
             const std::vector<std::string>& env = {}) {
-  int in[2], out[2], err[2];
-  REQUIRE(::pipe2(in, O_CLOEXEC) == 0);
-  REQUIRE(::pipe2(out, O_CLOEXEC) == 0);
-  REQUIRE(::pipe2(err, O_CLOEXEC) == 0);
-  const std::string bin = kiln::test::kilnctl_path().string();
-  pid_t pid = ::fork();
-  REQUIRE(pid >= 0);
-  if (pid == 0) {
-    ::dup2(in[0], 0);
-    ::dup2(out[1], 1);
-    ::dup2(err[1], 2);
-    for (const auto& e : env) ::putenv(const_cast<char*>(e.c_str()));
-    std::vector<char*> argv{const_cast<char*>(bin.c_str())};
-    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    ::execv(bin.c_str(), argv.data());
-    ::_exit(127);
-  }
-  ::close(in[0]);
-  ::close(out[1]);
-  ::close(err[1]);
-  // Feed stdin and drain both outputs together so that no pipe fills up.
-  Run r;
-  std::size_t fed = 0;
-  if (input.empty()) {
-    ::close(in[1]);
-    in[1] = -1;
-  }
-  pollfd fds[3] = {{out[0], POLLIN, 0}, {err[0], POLLIN, 0}, {in[1], POLLOUT, 0}};
-  int open_outputs = 2;
-  char buf[1 << 16];
-  while (open_outputs > 0) {
-    fds[2].fd = in[1];
-    ::poll(fds, 3, -1);
-    for (int i = 0; i < 2; ++i) {
-      if (fds[i].fd < 0 || !(fds[i].revents & (POLLIN | POLLHUP))) continue;
-      ssize_t n = ::read(fds[i].fd, buf, sizeof(buf));
-      if (n <= 0) {
-        ::close(fds[i].fd);
-        fds[i].fd = -1;
-        --open_outputs;
-      } else {
-        (i == 0 ? r.out : r.err).append(buf, static_cast<std::size_t>(n));
-      }
-    }
-    if (in[1] >= 0 && (fds[2].revents & (POLLOUT | POLLERR))) {
-      ssize_t n = ::write(in[1], input.data() + fed, std::min<std::size_t>(input.size() - fed, sizeof(buf)));
-      if (n > 0) fed += static_cast<std::size_t>(n);
-      if (n < 0 || fed == input.size()) {
-        ::close(in[1]);
-        in[1] = -1;
-      }
-    }
-  }
-  if (in[1] >= 0) ::close(in[1]);
-  int status = 0;
-  ::waitpid(pid, &status, 0);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  return r;
+  return kiln::ops_test::run_kilnctl(args, input, env);
 }
 
 std::vector<std::string> key_flags(const std::string& region) {
