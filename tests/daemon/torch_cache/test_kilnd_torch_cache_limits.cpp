@@ -68,8 +68,7 @@ int count_of(const std::string& text, const std::string& what) {
 
 TEST_CASE("a request's deadline counts from its first byte: a one-byte-at-a-time sender is closed, and logged") {
   Node n("[limits]\nrequest_timeout_s = 1\nidle_timeout_s = 60\n");
-  auto& t = n.t;
-  auto& d = n.d;
+  auto& [dir, t, d] = n;
   RespClient slow(t.torch_sock);
   REQUIRE(slow.send_raw(kSlowSet.substr(0, 1)));
   // A byte every 100 ms: each gap is far inside request_timeout_s, the request is not.
@@ -88,8 +87,7 @@ TEST_CASE("a request's deadline counts from its first byte: a one-byte-at-a-time
 
 TEST_CASE("200 slow senders against max_connections 8: a well-behaved client is served every time") {
   Node n("[limits]\nmax_connections = 8\nrequest_timeout_s = 30\nidle_timeout_s = 60\n");
-  auto& t = n.t;
-  auto& d = n.d;
+  auto& [dir, t, d] = n;
   std::vector<std::unique_ptr<RespClient>> slow;
   for (int i = 0; i < 200; ++i) {
     slow.push_back(std::make_unique<RespClient>(t.torch_sock));
@@ -118,8 +116,7 @@ TEST_CASE("200 slow senders against max_connections 8: a well-behaved client is 
 
 TEST_CASE("limits.client_memory bounds RSS while 40 clients announce 12 MiB values; others are still served") {
   Node n("[limits]\nclient_memory = \"32MiB\"\nrequest_timeout_s = 60\n");
-  auto& t = n.t;
-  auto& d = n.d;
+  auto& [dir, t, d] = n;
   {
     RespClient warm(t.torch_sock);
     REQUIRE(warm.call({"SET", "pt2:fx-graph-v1::warm:c1", std::string(100000, 'w')}));
@@ -151,8 +148,7 @@ TEST_CASE("limits.client_memory bounds RSS while 40 clients announce 12 MiB valu
 
 TEST_CASE("a client that stops reading its replies is closed after request_timeout_s, with a log line") {
   Node n("[limits]\nrequest_timeout_s = 1\n");
-  auto& t = n.t;
-  auto& d = n.d;
+  auto& [dir, t, d] = n;
   RespClient c(t.torch_sock);
   const std::string key = "pt2:fx-graph-v1::big:c1";
   REQUIRE(c.call({"SET", key, std::string(4u << 20, 'r')}));
@@ -165,8 +161,7 @@ TEST_CASE("a client that stops reading its replies is closed after request_timeo
 
 TEST_CASE("closes kilnd decides on are logged at a bounded rate, and the unlogged ones are counted") {
   Node n;
-  auto& t = n.t;
-  auto& d = n.d;
+  auto& [dir, t, d] = n;
   for (int i = 0; i < 100; ++i) {
     RespClient bad(t.torch_sock);
     REQUIRE(bad.send_raw("*x\r\n"));
