@@ -8,6 +8,7 @@
 #include <sys/utsname.h>
 
 #include <ATen/cuda/CUDAContext.h>
+#include <caffe2/core/common.h>
 #include <torch/csrc/inductor/aoti_package/model_package_loader.h>
 #include <torch/nn/module.h>
 #include <torch/version.h>
@@ -42,21 +43,83 @@ Status build(client::Client& c, const Key& key, const LoadOptions& o) {
   return {};
 }
 
+std::string build_option(const char* name) {
+  const auto& options = caffe2::GetBuildOptions();  // the libtorch this process runs, not its headers
+  auto it = options.find(name);
+  return it == options.end() ? std::string() : it->second;
+}
+
+// Whether torch.__version__ of this libtorch's Python twin would be `version`. libtorch
+// records its release ("2.11.0") but not the local part torch.__version__ adds, so that
+// part is checked against what it stands for: "+cu130" against the CUDA libtorch was built
+// with, "+cpu" against none, "+git<sha>" against its commit. Any other local part (a ROCm
+// or XPU build, a vendor's suffix) cannot be checked: refused. An empty string when it is,
+// else what differs.
+std::string torch_version_differs(const std::string& version) {
+  const std::string release = build_option("TORCH_VERSION");
+  const std::string cuda = build_option("CUDA_VERSION");
+  const auto plus = version.find('+');
+  if (version.substr(0, plus) != release) return "libtorch " + release;
+  if (plus == std::string::npos) return {};
+  const std::string local = version.substr(plus + 1);
+  std::string cuda_tag = "cu";
+  for (char c : cuda)
+    if (c != '.') cuda_tag += c;
+  if (local == "cpu") return cuda.empty() ? std::string() : "libtorch " + release + " built with CUDA " + cuda;
+  if (local.rfind("cu", 0) == 0 && local.size() > 2 && local.find_first_not_of("0123456789", 2) == std::string::npos)
+    return !cuda.empty() && local == cuda_tag ? std::string()
+                                              : "libtorch " + release + " built with CUDA " + (cuda.empty() ? "none" : cuda);
+  const std::string sha = build_option("COMMIT_SHA");
+  if (local.rfind("git", 0) == 0 && local.size() > 3 && sha.rfind(local.substr(3), 0) == 0) return {};
+  return "libtorch " + release + " (commit " + sha + "), whose local version part +" + local + " kiln cannot check";
+}
+
+// Whether this CPU has the vector instruction set `name` (torch's ISA names, schema/key.md);
+// false for a name kiln cannot check here (fail closed).
+bool cpu_has(const std::string& name) {
+  if (name == "none" || name == "default" || name == "invalid_vec_isa") return true;
+#if defined(__x86_64__)
+  __builtin_cpu_init();
+  if (name == "avx2") return __builtin_cpu_supports("avx2");
+  if (name == "avx512") return __builtin_cpu_supports("avx512f");
+  if (name == "avx512_vnni") return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vnni");
+  if (name == "amx_tile") return __builtin_cpu_supports("amx-tile");
+#elif defined(__aarch64__)
+  if (name == "asimd" || name == "neon") return true;  // part of every AArch64 CPU
+#endif
+  return false;
+}
+
+const char* this_platform() {
+#if defined(__linux__)
+  return "linux";
+#elif defined(__APPLE__)
+  return "darwin";
+#else
+  return "unknown";
+#endif
+}
+
 // A package is run only by the process it was built for (DESIGN.md: torch itself only
-// warns): its recorded GPU and host, and the key's GPU and toolchain, against this
-// process's libtorch and device. invalid_argument naming the field.
+// warns): every node field of its key against this process's libtorch, device and host
+// (the header lists them and the one this process cannot know), then the package's own
+// metadata against its key and this process. invalid_argument naming the field. Reads
+// the package's bytes only; nothing of it is loaded.
 Status check_this_process(const Key& key, client::Artifact& artifact, int device_index) {
   auto refuse = [](const std::string& field, const std::string& want, const std::string& have) {
     return make_error(Errc::invalid_argument, "this package is not for this process: " + field + " is " + want +
                                                   " but this process has " + have);
   };
-  const std::string torch_version = TORCH_VERSION;  // "2.11.0"; torch.__version__ adds "+cu130"
-  if (key.torch_version.rfind(torch_version, 0) != 0 ||
-      (key.torch_version.size() > torch_version.size() && key.torch_version[torch_version.size()] != '+'))
-    return refuse("key.torch_version", key.torch_version, "libtorch " + torch_version);
+  if (auto differs = torch_version_differs(key.torch_version); !differs.empty())
+    return refuse("key.torch_version", key.torch_version, differs);
+  if (const std::string sha = build_option("COMMIT_SHA"); key.torch_git != sha)
+    return refuse("key.torch_git", key.torch_git, "libtorch of commit " + (sha.empty() ? "unknown" : sha));
+  if (std::string cuda = build_option("CUDA_VERSION"); key.cuda_version != (cuda.empty() ? "none" : cuda))
+    return refuse("key.cuda_version", key.cuda_version, "libtorch built with CUDA " + (cuda.empty() ? "none" : cuda));
   // A CPU block's key says "cpu" for both (schema/key.md); no CUDA call is made for it.
   const bool cpu = key.gpu_arch == "cpu";
   std::string arch = "cpu", name = "cpu";
+  if (!cpu && !at::cuda::is_available()) return refuse("key.gpu_arch", key.gpu_arch, "no GPU");
   if (!cpu) {
     const cudaDeviceProp* prop = at::cuda::getDeviceProperties(device_index);
     arch = "sm_" + std::to_string(prop->major) + std::to_string(prop->minor);
@@ -64,20 +127,39 @@ Status check_this_process(const Key& key, client::Artifact& artifact, int device
   }
   if (canonical_node_value("gpu_arch", key.gpu_arch) != arch) return refuse("key.gpu_arch", key.gpu_arch, arch);
   if (key.gpu_name != name) return refuse("key.gpu_name", key.gpu_name, name);
+  if (canonical_node_value("platform", key.platform) != this_platform())
+    return refuse("key.platform", key.platform, this_platform());
+  struct utsname u {};
+  const std::string machine = ::uname(&u) == 0 ? canonical_node_value("machine", u.machine) : "unknown";
+  if (canonical_node_value("machine", key.machine) != machine) return refuse("key.machine", key.machine, machine);
+  auto lacks = [](const std::string& isa) {
+    std::string word;
+    for (std::size_t at = 0; at <= isa.size(); ++at) {
+      if (at < isa.size() && isa[at] != ' ') {
+        word += isa[at];
+        continue;
+      }
+      if (!word.empty() && !cpu_has(word)) return word;
+      word.clear();
+    }
+    return std::string();
+  };
+  const std::string isa = canonical_node_value("cpu_isa", key.cpu_isa);
+  if (auto missing = lacks(isa); !missing.empty() || isa.empty())
+    return refuse("key.cpu_isa", key.cpu_isa.empty() ? "empty" : key.cpu_isa,
+                  "a CPU without " + (missing.empty() ? std::string("a known ISA") : missing) + " (or kiln cannot tell)");
   auto bytes = artifact.map();
   if (!bytes) return std::move(bytes).error();
   auto meta = read_aoti_metadata(*bytes);
   if (!meta) return std::move(meta).error();
   if (*meta) {
     KILN_TRY(check_aoti_metadata(key, **meta));  // the package agrees with its key ...
-    auto cc = (**meta).find("AOTI_COMPUTE_CAPABILITY");  // ... and with this GPU
+    auto cc = (**meta).find("AOTI_COMPUTE_CAPABILITY");  // ... and with this GPU and host
     if (cc != (**meta).end() && !cc->second.empty() && (cpu || canonical_node_value("gpu_arch", cc->second) != arch))
       return refuse("the package's AOTI_COMPUTE_CAPABILITY", cc->second, arch);
-    struct utsname u {};
     auto m = (**meta).find("AOTI_MACHINE");
-    if (::uname(&u) == 0 && m != (**meta).end() && !m->second.empty() &&
-        canonical_node_value("machine", m->second) != canonical_node_value("machine", u.machine))
-      return refuse("the package's AOTI_MACHINE", m->second, u.machine);
+    if (m != (**meta).end() && !m->second.empty() && canonical_node_value("machine", m->second) != machine)
+      return refuse("the package's AOTI_MACHINE", m->second, machine);
   }
   return {};
 }

@@ -18,10 +18,25 @@
 // false; invalid_argument when the key is not kind aoti or the weights lack a constant the
 // package needs (the message lists them) or name one it does not have; internal with
 // libtorch's message when the package cannot be loaded or the weights not attached;
-// invalid_argument naming the field when the package is not for this process: the key's
-// torch_version is not this libtorch's, its gpu_arch or gpu_name not this device's, or the
-// package's own metadata (AOTI_COMPUTE_CAPABILITY, AOTI_MACHINE, ...) disagrees with the
-// key or this host (torch itself only warns and loads it). No exception leaves this library.
+// invalid_argument naming the field when the package is not for this process, checked
+// before anything of it is loaded (torch itself only warns and loads it):
+//   - key.torch_version: its release is not this libtorch's (caffe2::GetBuildOptions(), the
+//     library this process runs), or its local part says another build: "+cu128" against a
+//     libtorch built with CUDA 13.0, "+cpu" against a CUDA build, "+git<sha>" against
+//     another commit; any other local part (ROCm, XPU, a vendor's) cannot be checked here
+//     and is refused;
+//   - key.torch_git is not this libtorch's COMMIT_SHA; key.cuda_version not the CUDA it was
+//     built with ("none" without);
+//   - key.gpu_arch / gpu_name not this device's ("cpu" for a CPU block; a GPU key in a
+//     process without a GPU is refused);
+//   - key.platform / machine not this host's; key.cpu_isa names an instruction set this CPU
+//     lacks, or one this check does not know (fail closed: the exact ISA torch would pick
+//     takes compiling test programs, which a load does not do);
+//   - the package's own metadata (AOTI_COMPUTE_CAPABILITY, AOTI_MACHINE, AOTI_CPU_ISA, ...)
+//     disagrees with the key or this host.
+// Not checked, because libtorch cannot know it: key.triton_version (Triton is a Python
+// package; a package's kernels are compiled already, and a C++ process runs no Triton).
+// No exception leaves this library.
 //
 // Thread safety: load_block may be called from several threads, each with its own
 // Client (a Client serializes its calls). A LoadedBlock's run() is as thread-safe as
