@@ -220,6 +220,8 @@ Status validate(const Config& c) {
   if (c.store.empty()) return bad("store path is empty");
   if (c.limits.max_frame_bytes < 64 * 1024 || c.limits.max_frame_bytes > protocol::kHardMaxFrame)
     return bad("limits.max_frame_bytes must be within 64 KiB .. 64 MiB");
+  if (c.limits.client_memory_bytes && c.limits.client_memory_bytes < c.limits.max_frame_bytes)
+    return bad("limits.client_memory must be 0 (no limit) or at least limits.max_frame_bytes");
   static const std::set<std::string> levels{"trace", "debug", "info", "warn", "error", "critical", "off"};
   if (!levels.count(c.log_level)) return bad("log_level must be one of trace, debug, info, warn, error, off");
   KILN_TRY(check_loopback("metrics_listen", c.metrics_listen, "127.0.0.1:9464"));
@@ -234,8 +236,6 @@ Status validate(const Config& c) {
     return bad("torch_cache.max_value_bytes must be within 1 KiB .. 4 GiB");
   if (tc.deferred_max_bytes < 1024)
     return bad("torch_cache.deferred_max_bytes must be at least 1 KiB (the memory for values queued by "
-  if (c.limits.client_memory_bytes && c.limits.client_memory_bytes < c.limits.max_frame_bytes)
-    return bad("limits.client_memory must be 0 (no limit) or at least limits.max_frame_bytes");
                "torch_cache.durability = \"deferred\")");
   return {};
 }

@@ -44,6 +44,10 @@ struct LimitsConfig {
   std::uint64_t max_artifact_bytes = 16ull << 30;
   // GET "auto" sends artifacts up to this size inline instead of as a descriptor.
   std::uint32_t inline_max_bytes = 64u << 10;
+  // Bytes held on behalf of clients on both sockets, all together (requests being
+  // received, replies waiting to be written; kiln/torch_cache/memory_budget.hpp): a
+  // request past it is refused. 0 = no limit. Reloadable.
+  std::uint64_t client_memory_bytes = 1ull << 30;
 };
 
 struct StoreConfig {
@@ -57,10 +61,6 @@ struct StoreConfig {
 // read, SET write); the socket file gets access.socket_mode and access.socket_group.
 struct TorchCacheConfig {
   std::filesystem::path socket;        // Unix socket; "" = none
-  // Bytes held on behalf of clients on both sockets, all together (requests being
-  // received, replies waiting to be written; kiln/torch_cache/memory_budget.hpp): a
-  // request past it is refused. 0 = no limit. Reloadable.
-  std::uint64_t client_memory_bytes = 1ull << 30;
   std::string listen;                  // "127.0.0.1:6379"; "" = none; loopback only. TCP
                                        // peers have no credentials: they get the roles
                                        // [access] gives "*"
