@@ -70,12 +70,12 @@ void render_process(std::ostream& os) {
 }
 }  // namespace
 
-void Metrics::record_request(protocol::MsgType op, Errc outcome, double seconds) {
-  auto o = static_cast<std::size_t>(op);
 Metrics::Metrics() {
   client_memory.on_quiet(trim_heap_soon);
 }
 
+void Metrics::record_request(protocol::MsgType op, Errc outcome, double seconds) {
+  auto o = static_cast<std::size_t>(op);
   auto c = static_cast<std::size_t>(outcome);
   if (o >= kOps || c >= kOutcomes) return;
   requests_[o][c].fetch_add(1, std::memory_order_relaxed);
@@ -140,8 +140,6 @@ std::string Metrics::render(const std::vector<Gauge>& gauges) const {
   counter("kiln_bytes_served_total", "Uncompressed artifact bytes handed over (descriptor or stream).", bytes_served_);
   counter("kiln_connections_total", "Connections accepted.", connections_total_);
   counter("kiln_connections_refused_total", "Connections refused (limit reached or no role).", connections_refused_);
-  counter("kiln_protocol_errors_total", "Connections closed for a malformed frame.", protocol_errors_);
-  os << "# HELP kiln_torch_cache_requests_total torch.compile cache (Redis protocol) GET and SET, by outcome.\n"
   counter("kiln_connections_evicted_total",
           "Connections closed at limits.max_connections to let a new one in: the one waiting on its peer the longest "
           "(a stalled request or reply first, then an idle torch cache connection).",
@@ -156,6 +154,8 @@ std::string Metrics::render(const std::vector<Gauge>& gauges) const {
   os << "# HELP kiln_client_memory_refused_total Requests refused because they did not fit in limits.client_memory.\n"
         "# TYPE kiln_client_memory_refused_total counter\nkiln_client_memory_refused_total "
      << client_memory.refused() << "\n";
+  counter("kiln_protocol_errors_total", "Connections closed for a malformed frame.", protocol_errors_);
+  os << "# HELP kiln_torch_cache_requests_total torch.compile cache (Redis protocol) GET and SET, by outcome.\n"
         "# TYPE kiln_torch_cache_requests_total counter\n";
   static constexpr const char* kTorchOps[][2] = {{"get", "hit"},        {"get", "miss"}, {"set", "stored"},
                                                  {"set", "kept"},       {"set", "condition"}};
