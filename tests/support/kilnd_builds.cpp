@@ -9,6 +9,9 @@ std::filesystem::path test_worker_path() { return KILN_TEST_WORKER; }
 std::string builds_toml(const BuildsToml& o) {
   std::ostringstream t;
   t << "[builds]\nworker = [\"" << test_worker_path().string() << "\"]\nprobe_gpus = false\n";
+  t << "worker_env = [\"KILN_TEST_WORKER_TOOLCHAIN\", \"KILN_TEST_WORKER_TOOLCHAIN_GATE\"";
+  for (const auto& name : o.worker_env) t << ", \"" << name << "\"";
+  t << "]\n";
   if (o.failure_ttl_s) t << "failure_ttl_s = " << *o.failure_ttl_s << "\n";
   if (o.build_timeout_s) t << "build_timeout_s = " << *o.build_timeout_s << "\n";
   if (o.source_check_timeout_s) t << "source_check_timeout_s = " << *o.source_check_timeout_s << "\n";

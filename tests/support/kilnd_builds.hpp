@@ -24,9 +24,12 @@ struct BuildsToml {
   std::optional<int> build_timeout_s = {};    // nullopt: kilnd's default
   std::optional<int> source_check_timeout_s = {};  // nullopt: kilnd's default
   std::optional<int> probe_timeout_s = {};    // nullopt: kilnd's default
+  // worker_env: the test worker's own switches (KILN_TEST_WORKER_TOOLCHAIN, ..._GATE), which
+  // tests set in kilnd's environment, and these.
+  std::vector<std::string> worker_env = {};
 };
 
-// "[builds]" with worker = [the test worker], probe_gpus = false, and the build slots; the
+// "[builds]" with worker = [the test worker], worker_env, probe_gpus = false, and the build slots; the
 // text ends in a newline, so more tables may follow.
 std::string builds_toml(const BuildsToml& options = {});
 

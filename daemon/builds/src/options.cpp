@@ -1,6 +1,7 @@
 // The [builds] section of kilnd.toml. See kiln/builds/options.hpp.
 #include "kiln/builds/options.hpp"
 
+#include "kiln/builds/worker_process.hpp"
 #include "kiln/toml/options.hpp"
 
 namespace kiln::build {
@@ -12,12 +13,19 @@ using toml_options::Table;
 Status apply_table(BuildsConfig& c, const Table& b) {
   KILN_TRY(b.only({"enabled", "worker", "work_dir", "probe_gpus", "builds_per_gpu", "build_timeout_s",
                    "probe_timeout_s", "source_check_timeout_s", "failure_ttl_s", "max_log_bytes",
-                   "keep_failed_work", "cancel_unwanted", "slots"}));
+                   "keep_failed_work", "cancel_unwanted", "slots", "worker_env"}));
   using std::chrono::seconds;
   SchedulerOptions& s = c.scheduler;
   KILN_TRY(b.boolean("enabled", c.enabled));
   KILN_TRY(b.strings("worker", s.worker.argv,
                      {.expected = "a non-empty array of strings (program and arguments)", .non_empty = true}));
+  KILN_TRY(b.strings("worker_env", s.worker.pass_env, {.expected = "an array of environment variable names"}));
+  for (const auto& name : s.worker.pass_env) {
+    if (name.empty() || name.find_first_of("= \t") != std::string::npos)
+      return b.error("worker_env", "\"" + name + "\" is not an environment variable name");
+    if (is_scrubbed_env_var(name))  // kilnd would build what the key does not say
+      return b.error("worker_env", name + " changes what a worker builds without being in the key; it cannot be passed");
+  }
   KILN_TRY(b.path("work_dir", s.work_dir));
   KILN_TRY(b.boolean("probe_gpus", s.probe_gpus));
   KILN_TRY(b.integer("builds_per_gpu", s.builds_per_slot, 1, 64));

@@ -11,6 +11,7 @@
 
 #include <array>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 
 extern char** environ;
@@ -37,16 +38,20 @@ void close_fd(int& fd) {
   fd = -1;
 }
 
-std::vector<std::string> build_env(const std::map<std::string, std::string>& extra) {
+// The worker's whole environment is an allowlist (schema/worker-protocol.md,
+// "Environment"): a variable of kilnd's own environment reaches it only when named here or
+// in `pass` ([builds] worker_env). CXX, CC, PYTHONPATH, LD_PRELOAD, ... change what the worker
+// compiles or loads without being in the key (CXX was the compiler of the package's wrapper).
+std::vector<std::string> build_env(const std::map<std::string, std::string>& extra,
+                                   const std::vector<std::string>& pass) {
+  std::map<std::string, std::string> env{{"PATH", std::string(kWorkerPath)}, {"LANG", "C.UTF-8"}};
+  for (const char* name : {"HOME", "TMPDIR"})
+    if (const char* v = std::getenv(name)) env[name] = v;
+  for (const auto& name : pass)
+    if (const char* v = std::getenv(name.c_str())) env[name] = v;
+  for (const auto& [k, v] : extra) env[k] = v;
   std::vector<std::string> out;
-  for (char** e = environ; e && *e; ++e) {
-    std::string_view kv(*e);
-    auto eq = kv.find('=');
-    if (eq != std::string_view::npos && extra.count(std::string(kv.substr(0, eq)))) continue;
-    if (is_scrubbed_env_var(kv.substr(0, eq))) continue;
-    out.emplace_back(kv);
-  }
-  for (const auto& [k, v] : extra) out.push_back(k + "=" + v);
+  for (const auto& [k, v] : env) out.push_back(k + "=" + v);
   return out;
 }
 
@@ -58,7 +63,9 @@ bool is_scrubbed_env_var(std::string_view name) {
     if (name.substr(0, prefix.size()) == prefix) return true;
   }
   for (std::string_view exact : {"TORCH_CUDA_ARCH_LIST", "NVIDIA_TF32_OVERRIDE", "TORCH_ALLOW_TF32_CUBLAS_OVERRIDE",
-                                 "CUBLAS_WORKSPACE_CONFIG"}) {
+                                 "CUBLAS_WORKSPACE_CONFIG", "CXX", "CC", "CXXFLAGS", "CFLAGS", "LDFLAGS", "CPPFLAGS",
+                                 "PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "LD_PRELOAD", "LD_AUDIT",
+                                 "KILN_WORKER_PRELOADED"}) {
     if (name == exact) return true;
   }
   return false;
@@ -159,7 +166,7 @@ WorkerExit run_worker(const WorkerCommand& command, const PendingRequest& pendin
   posix_spawnattr_setsigdefault(&attr, &all);
   posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
 
-  std::vector<std::string> env = build_env(command.env);
+  std::vector<std::string> env = build_env(command.env, command.pass_env);
   std::vector<char*> argv, envp;
   for (const auto& a : command.argv) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);

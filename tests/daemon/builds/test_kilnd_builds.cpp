@@ -113,6 +113,40 @@ TEST_CASE("SixteenClientsOfKilndGetOneBuildOfAMissingArtifact") {
   CHECK(l["record"]["log"].get<std::string>().find("test worker: building Block") != std::string::npos);
 }
 
+// CXX in kilnd's environment was the compiler of every package's wrapper, PYTHONPATH and
+// LD_PRELOAD what the worker's Python and loader loaded: none of it is in the key.
+TEST_CASE("AWorkerGetsAnAllowlistedEnvironmentNotTheOneKilndWasStartedWith") {
+  test::TempDir dir;
+  const std::vector<std::pair<const char*, const char*>> started_with = {
+      {"CXX", "/bin/false"}, {"CC", "/bin/false"}, {"PYTHONPATH", "/nonexistent/kiln-site"},
+      {"LD_PRELOAD", "/nonexistent/libkiln-test-preload.so"}, {"KILN_WORKER_PRELOADED", "1"},
+      {"KILN_TEST_NOT_LISTED", "no"}, {"KILN_TEST_LISTED", "yes"}, {"LANG", "de_DE.ISO-8859-1"}};
+  for (const auto& [k, v] : started_with) ::setenv(k, v, 1);
+  test::BuildsToml toml;
+  toml.worker_env = {"KILN_TEST_LISTED"};
+  test::KilndProcess process(dir.path(), test::builds_toml(toml));
+  for (const auto& [k, v] : started_with) ::unsetenv(k);
+  auto c = test::connect_client(process.socket());
+  const std::string hash = register_source(c, dir, "ok.json", {{"behavior", "ok"}});
+  const Key key = test::source_key(hash);
+  auto built = c.call(protocol::MsgType::build, "{\"key\":" + key.to_json() + ",\"wait\":true}");
+  REQUIRE_MESSAGE(built.has_value(), (built ? "" : built.error().to_string()));
+  auto got = c.get(key);
+  REQUIRE(got.has_value());
+  REQUIRE(got->has_value());
+  auto logs = c.call(protocol::MsgType::logs, "{\"key_digest\":\"" + (**got).info().key_digest.hex() + "\"}");
+  REQUIRE(logs.has_value());
+  const std::string log = json::parse(*logs)["record"]["log"].get<std::string>();
+  CAPTURE(log);
+  for (const char* absent : {"env CXX=", "env CC=", "env PYTHONPATH=", "env LD_PRELOAD=", "env KILN_WORKER_PRELOADED=",
+                             "env KILN_TEST_NOT_LISTED=", "ISO-8859-1"})
+    CHECK_MESSAGE(log.find(absent) == std::string::npos, absent);
+  for (const char* present : {"test worker: env KILN_TEST_LISTED=yes\n", "test worker: env LANG=C.UTF-8\n",
+                              "test worker: env PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\n",
+                              "test worker: env TORCHINDUCTOR_CACHE_DIR=", "test worker: env KILN_BUILD_SLOT=gpu0\n"})
+    CHECK_MESSAGE(log.find(present) != std::string::npos, present);
+}
+
 TEST_CASE("KilndAnswersBuildFailuresAndMissingSourcesWithTheirCodes") {
   test::TempDir dir;
   Kilnd kilnd(dir);

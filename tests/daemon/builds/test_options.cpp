@@ -54,3 +54,19 @@ TEST_CASE("BadBuildsOptionsAreNamedAndChangeNothing") {
   CHECK(apply_builds_toml(c, "[[builds.slots]]\nname = \"x\"\n", "f").error().message.find("gpu_arch") != std::string::npos);
   CHECK_FALSE(apply_builds_toml(c, "[builds\n", "f").has_value());
 }
+
+TEST_CASE("WorkerEnvNamesVariablesToPassAndRefusesThoseThatChangeABuildOutsideItsKey") {
+  auto c = default_builds_config("/s");
+  CHECK(c.scheduler.worker.pass_env.empty());
+  auto st = apply_builds_toml(c, "[builds]\nworker_env = [\"CUDA_HOME\", \"LD_LIBRARY_PATH\"]\n", "f.toml");
+  REQUIRE_MESSAGE(st.has_value(), (st ? "" : st.error().message));
+  CHECK(c.scheduler.worker.pass_env == std::vector<std::string>{"CUDA_HOME", "LD_LIBRARY_PATH"});
+  for (const char* name : {"CXX", "CC", "PYTHONPATH", "LD_PRELOAD", "TORCHINDUCTOR_FREEZING", "TRITON_CACHE_DIR",
+                           "KILN_WORKER_PRELOADED", "A=B", ""}) {
+    auto bad = apply_builds_toml(c, std::string("[builds]\nworker_env = [\"") + name + "\"]\n", "f.toml");
+    REQUIRE_FALSE(bad.has_value());
+    CHECK_MESSAGE(bad.error().message.find("f.toml: builds.worker_env") != std::string::npos, bad.error().message);
+  }
+  CHECK(apply_builds_toml(c, "[builds]\nworker_env = \"CUDA_HOME\"\n", "f").error().message.find("worker_env") !=
+        std::string::npos);
+}

@@ -24,9 +24,14 @@ namespace kiln::build {
 
 struct WorkerCommand {
   std::vector<std::string> argv;             // argv[0] is looked up in PATH if it has no '/'
-  // Set on top of the daemon's environment, which reaches the worker SCRUBBED: see
-  // is_scrubbed_env_var (what changes a compile must come from the key, nothing else).
+  // The worker's environment is an allowlist, never kilnd's own (a CXX, PYTHONPATH or
+  // LD_PRELOAD there would change what it compiles or loads, outside the key): PATH =
+  // kWorkerPath, LANG = C.UTF-8, kilnd's HOME and TMPDIR, the variables of kilnd's
+  // environment named in `pass_env` ([builds] worker_env; none that is_scrubbed_env_var
+  // names), then `env` (kilnd's own settings: cache folders, CUDA_VISIBLE_DEVICES, ...),
+  // which wins over all of them.
   std::map<std::string, std::string> env;
+  std::vector<std::string> pass_env;
   // Optional: called once, on the calling thread, right after the worker was spawned and
   // before anything is written to it, with its pid (which is also its process group id;
   // the worker is not reaped before this returns, so the pid cannot have been reused).
@@ -34,12 +39,18 @@ struct WorkerCommand {
   std::function<void(int pid)> on_spawn;
 };
 
-// True for a variable of the daemon's environment that a worker does not inherit: those
-// that change what torch.compile, Inductor, Triton or the numerics produce without being
-// in the key (TORCHINDUCTOR_*, TRITON_*, TORCHDYNAMO_*, TORCH_COMPILE_*, TORCH_INDUCTOR_*,
-// INDUCTOR_*, TORCH_CUDA_ARCH_LIST, NVIDIA_TF32_OVERRIDE,
-// TORCH_ALLOW_TF32_CUBLAS_OVERRIDE, CUBLAS_WORKSPACE_CONFIG). WorkerCommand::env may still
-// set any of them (kilnd sets the cache folders).
+// The worker's PATH unless [builds] worker_env passes kilnd's own.
+inline constexpr std::string_view kWorkerPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+// True for a variable that [builds] worker_env may not pass from kilnd's environment:
+// those that change what torch.compile, Inductor, Triton or the numerics produce without
+// being in the key (TORCHINDUCTOR_*, TRITON_*, TORCHDYNAMO_*, TORCH_COMPILE_*,
+// TORCH_INDUCTOR_*, INDUCTOR_*, TORCH_CUDA_ARCH_LIST, NVIDIA_TF32_OVERRIDE,
+// TORCH_ALLOW_TF32_CUBLAS_OVERRIDE, CUBLAS_WORKSPACE_CONFIG), the compilers (CXX, CC,
+// CXXFLAGS, CFLAGS, LDFLAGS, CPPFLAGS), what the worker's Python and loader load
+// (PYTHONPATH, PYTHONHOME, PYTHONSTARTUP, LD_PRELOAD, LD_AUDIT) and the worker's own
+// re-exec mark (KILN_WORKER_PRELOADED). WorkerCommand::env may still set any of them (kilnd
+// sets the cache folders).
 bool is_scrubbed_env_var(std::string_view name);
 
 struct WorkerLimits {
