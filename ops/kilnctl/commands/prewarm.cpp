@@ -124,7 +124,8 @@ void add_prewarm(CommandSet& set) {
                                        "every node would build every key itself"));
       }
     }
-    if (plain || live) ctx.out << "node class: " << node_class(status->node) << "\n" << std::flush;
+    // The live screen owns the terminal until the end: it gets the line after its summary.
+    if (plain) ctx.out << "node class: " << node_class(status->node) << "\n" << std::flush;
 
     progress::TerminalFrame frame;
     const auto term = terminal_size();
@@ -161,6 +162,7 @@ void add_prewarm(CommandSet& set) {
       s.failed = failed;
       s.elapsed = outcome->elapsed;
       ctx.out << progress::summary_line(s) << "\n";
+      if (live) ctx.out << "node class: " << node_class(status->node) << "\n";
       if (live) {  // the screen showed only the last few failures: list them all
         for (const auto& i : outcome->items)
           if (i.outcome == progress::Outcome::failed) ctx.out << "failed   " << i.label << "  " << i.error << "\n";

@@ -287,6 +287,16 @@ std::string source_text(const Fleet& f, const std::string& behavior, const fs::p
       .dump();
 }
 
+// Nodes a, b and c with etcd, each with the same source, whose builds wait while
+// f.hold_file() exists; its model hash.
+std::string start_three_nodes(Fleet& f) {
+  for (const char* n : {"a", "b", "c"}) f.start({n, f.etcd().url()});
+  const std::string text = source_text(f, "ok", f.hold_file());
+  std::string hash;
+  for (const char* n : {"a", "b", "c"}) hash = register_source(f.node(n), text);
+  return hash;
+}
+
 void hold(const fs::path& file) { std::ofstream(file) << "held\n"; }
 void release(const fs::path& file) { fs::remove(file); }
 
@@ -299,10 +309,7 @@ std::string metrics(const Fleet& f, const std::string& node) {
 
 TEST_CASE("ThreeNodesFortyEightClientsOneMissingKeyOneBuildInTheFleetSameBytesEverywhere") {
   Fleet f;
-  for (const char* n : {"a", "b", "c"}) f.start({n, f.etcd().url()});
-  const std::string text = source_text(f, "ok", f.hold_file());
-  std::string hash;
-  for (const char* n : {"a", "b", "c"}) hash = register_source(f.node(n), text);
+  const std::string hash = start_three_nodes(f);
   const Key key = client_key(hash, "Block");
   const std::string hex = key_hex(f.node("a"), key);
 
@@ -685,10 +692,7 @@ TEST_CASE("AWaiterWhoseWaitMsRunsOutWhileAnotherNodeBuildsGetsTimeoutOnTime") {
 // claimed by one node and the two others wait on it.
 TEST_CASE("ThreeNodesPrewarmOneManifestAtOnceOneBuildPerKeyAndEveryNodeEndsWithEveryKey") {
   Fleet f;
-  for (const char* n : {"a", "b", "c"}) f.start({n, f.etcd().url()});
-  const std::string text = source_text(f, "ok", f.hold_file());
-  std::string hash;
-  for (const char* n : {"a", "b", "c"}) hash = register_source(f.node(n), text);
+  const std::string hash = start_three_nodes(f);
   const std::vector<std::string> regions = {"BlockA", "BlockB", "BlockC"};
   const fs::path manifest = f.dir() / "manifest.toml";
   {
