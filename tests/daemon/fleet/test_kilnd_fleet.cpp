@@ -516,3 +516,27 @@ TEST_CASE("ALayerBlobTheRegistryLostIsAMissingMissUntilKilnctlFleetVerifyPushesI
   auto cc = connect(c);
   CHECK(get(cc, k) == bytes);
 }
+
+TEST_CASE("AClientWhoseSourceTheRegistryHeldUnsignedIsToldWhyItsBuildFoundNoSource") {
+  test::TempDir dir;
+  test::Registry reg(dir / "registry");
+  const std::string trust_a = test::write_signing_key(dir.path(), "builder-a");
+  const fleet::RegistryClient rc = registry_client(reg);
+  // A source in the registry that nobody trusted signed.
+  const std::string text = R"({"behavior":"ok"})";
+  const std::string hash = sha256(text).hex();
+  auto parts = oci::source_manifest({hash, "src.json", 0}, sha256(text), text.size());
+  REQUIRE(parts.has_value());
+  REQUIRE(rc.push_blob(parts->config.digest, parts->config_bytes).has_value());
+  REQUIRE(rc.push_blob(parts->layer.digest, text).has_value());
+  REQUIRE(rc.put_manifest(parts->tag, oci::kImageManifestType, parts->manifest_bytes).has_value());
+
+  test::KilndProcess b(dir / "b", node_toml(reg, {false, true, {}, {trust_a}}));
+  auto cb = connect(b);
+  const Key key = full_key(cb, client_key(hash));
+  auto r = cb->call(protocol::MsgType::build, "{\"key\":" + key.to_json() + ",\"wait\":true}");
+  REQUIRE(r.header.type == protocol::MsgType::error);
+  CHECK_MESSAGE(r.body.find("no source is registered") != std::string::npos, r.body);
+  CHECK_MESSAGE(r.body.find("the registry's copy of the source was not taken: unsigned") != std::string::npos, r.body);
+  CHECK(status(cb)["fleet"]["refusals"]["unsigned"] == 1);
+}
