@@ -31,12 +31,13 @@ struct WorkerCommand {
   // names), then `env` (kilnd's own settings: cache folders, CUDA_VISIBLE_DEVICES, ...),
   // which wins over all of them.
   std::map<std::string, std::string> env;
-  std::vector<std::string> pass_env;
   // Optional: called once, on the calling thread, right after the worker was spawned and
   // before anything is written to it, with its pid (which is also its process group id;
   // the worker is not reaped before this returns, so the pid cannot have been reused).
   // kilnd records the group here so that a later kilnd can kill it (worker_group.hpp).
   std::function<void(int pid)> on_spawn;
+  // Names of kilnd's environment variables the worker gets too (see `env`).
+  std::vector<std::string> pass_env;
 };
 
 // The worker's PATH unless [builds] worker_env passes kilnd's own.
