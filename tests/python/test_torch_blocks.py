@@ -66,7 +66,7 @@ class Seams:
         self.example_inputs = None  # text the archive carries outside its model hash
         self.call_inputs = []  # per package call: (hidden_states' stride, any nonzero, weight's data_ptr)
 
-    def export(self, block, args, kwargs, workdir, still_as_called=None):
+    def export(self, block, args, kwargs, workdir, as_called=None):
         assert "forward" not in vars(block)  # the unhooked view, never kiln's own forward
         # Like a real model hash, this one covers the call's structure and shapes.
         call = json.dumps([[list(a.shape) for a in args], {k: repr(v) for k, v in sorted(kwargs.items())}])
@@ -252,7 +252,7 @@ def test_restore_waits_for_the_runtimes_threads_and_a_waiting_export_gives_up(ki
     monkeypatch.setattr(_runtime, "STOP_WAIT_S", 600.0)
     asked, outcome = threading.Event(), []
 
-    def export(block, args, kwargs, workdir, still_as_called=None):
+    def export(block, args, kwargs, workdir, as_called=None):
         asked.set()
         try:
             with _gate.GATE.exclusive(_runtime._stop_requested):
@@ -469,7 +469,7 @@ class Model(torch.nn.Module):
     def forward(self, x):
         return self.block(hidden_states=x)[0]
 
-def export(block, args, kwargs, workdir, still_as_called=None):
+def export(block, args, kwargs, workdir, as_called=None):
     open(marker, "w").write("started")
     time.sleep(1.5)  # the process exits meanwhile
     open(marker, "w").write("finished")

@@ -294,6 +294,16 @@ def test_a_monkey_patched_sdpa_and_a_patched_processor_call_change_it():
     assert fresh_fp(block, x(1, 4, 8)) == base
 
 
+def flux_single_block():
+    from diffusers.models.transformers.transformer_flux import FluxSingleTransformerBlock
+
+    torch.manual_seed(0)
+    block = FluxSingleTransformerBlock(dim=32, num_attention_heads=2, attention_head_dim=16)
+    sig = capture((), {"hidden_states": torch.zeros(1, 8, 32), "encoder_hidden_states": torch.zeros(1, 4, 32),
+                       "temb": torch.zeros(1, 32)})
+    return block, sig
+
+
 def test_an_instance_forward_the_default_dtype_and_diffusers_attention_backend_enter_it():
     from diffusers.models.attention_dispatch import attention_backend
 
@@ -309,9 +319,33 @@ def test_an_instance_forward_the_default_dtype_and_diffusers_attention_backend_e
         assert _fingerprint.fingerprint(block, sig, CPU) != base
     finally:
         torch.set_default_dtype(saved)
+    # diffusers' global attention backend: read by the attention code a FLUX block reaches.
+    flux, fsig = flux_single_block()
+    _fingerprint.refresh()
+    native = _fingerprint.fingerprint(flux, fsig, CPU)
     with attention_backend("_native_math"):
-        assert _fingerprint.fingerprint(block, sig, CPU) != base
-    assert _fingerprint.fingerprint(block, sig, CPU) == base
+        _fingerprint.refresh()  # what kiln.torch does at every model call
+        assert _fingerprint.fingerprint(flux, fsig, CPU) != native
+    _fingerprint.refresh()
+    assert _fingerprint.fingerprint(flux, fsig, CPU) == native
+
+
+def test_a_diffusers_block_is_equal_in_a_process_that_imported_less():
+    """Nothing of the process's own state (sys.modules, os.environ, what else is imported)
+    may enter a fingerprint: found on the GPU, where a PEFT layer's code reading `sys` made
+    sys.modules (4757 entries there) part of the description."""
+    import peft  # noqa: F401  (more imported here than in the child)
+
+    block, sig = flux_single_block()
+    here = _fingerprint.fingerprint(block, sig, CPU)
+    code = ("import sys, torch\nsys.path[:0] = sys.argv[1:3]\nimport test_torch_fingerprint as t\n"
+            "b, s = t.flux_single_block()\nprint(t._fingerprint.fingerprint(b, s, t.CPU))\n")
+    tests = os.path.dirname(os.path.abspath(__file__))
+    pkg = os.path.join(tests, "..", "..", "client", "python")
+    out = subprocess.run([sys.executable, "-c", code, tests, pkg], capture_output=True, text=True,
+                         env=dict(os.environ, PYTHONHASHSEED="7", SOME_VARIABLE="x"), timeout=300, cwd=tests)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().splitlines()[-1] == here
 
 
 def test_autocast_is_refused_by_name():

@@ -217,14 +217,8 @@ def test_a_block_with_a_plain_tensor_attribute_is_built_loaded_and_right(node):
     kiln.torch.restore(model)
 
 
-def test_random_state_changes_and_calls_always_give_eagers_output(node, tmp_path):
-    """Fuzz-style: a seeded random walk over diffusers' LoRA API (per-call scale, fuse,
-    unfuse, disable, enable) and calls, on_miss="eager" so misses export and build in the
-    background while calls go on, with waits for the builds mixed in so later steps run
-    compiled. Every call matches the eager twin; no key is built twice. KILN_FUZZ_SEED and
-    KILN_FUZZ_STEPS run other walks."""
-    import random
-
+def flux_with_lora(tmp_path):
+    """(model, eager twin, inputs): the small FLUX with a PEFT LoRA through diffusers' API."""
     import families
     from peft import LoraConfig
 
@@ -236,7 +230,37 @@ def test_random_state_changes_and_calls_always_give_eagers_output(node, tmp_path
         for name, p in model.named_parameters():
             if "lora_B" in name:
                 p.copy_((torch.randn(p.shape, generator=g) * 0.5).to(p.dtype))
-    twin, inputs = copy.deepcopy(model), families.FAMILIES["flux"].inputs(model, 0)
+    return model, copy.deepcopy(model), families.FAMILIES["flux"].inputs(model, 0)
+
+
+def test_a_per_call_lora_scale_compiles_without_any_call_waiting(node, tmp_path):
+    """on_miss="eager" with diffusers' per-call scale: the scale is set at each model call's
+    start and undone at its end, so the block is never in the call's state when the
+    export's turn comes (between two calls). The export sets the call's scalings back for
+    its trace (the model paused), so the signature builds and later calls run compiled."""
+    model, twin, inputs = flux_with_lora(tmp_path)
+    kiln.torch.compile_repeated_blocks(model, block_classes=[BLOCK], socket=node.socket)
+    t = Twin(model, twin, inputs)
+    scaled = {"joint_attention_kwargs": {"scale": 0.5}}
+    for _ in range(2):
+        assert t.err(**scaled) <= BF16_TOLERANCE
+    assert kiln.torch.wait(model, timeout=1500)
+    before = t.compiled()
+    assert t.err(**scaled) <= BF16_TOLERANCE
+    assert t.compiled() > before, kiln.torch.status(model)
+    assert not [e for e in kiln.torch.status(model) if e["state"] == "failed"], kiln.torch.status(model)
+    kiln.torch.restore(model)
+
+
+def test_random_state_changes_and_calls_always_give_eagers_output(node, tmp_path):
+    """Fuzz-style: a seeded random walk over diffusers' LoRA API (per-call scale, fuse,
+    unfuse, disable, enable) and calls, on_miss="eager" so misses export and build in the
+    background while calls go on, with waits for the builds mixed in so later steps run
+    compiled. Every call matches the eager twin; no key is built twice. KILN_FUZZ_SEED and
+    KILN_FUZZ_STEPS run other walks."""
+    import random
+
+    model, twin, inputs = flux_with_lora(tmp_path)
     kiln.torch.compile_repeated_blocks(model, block_classes=[BLOCK], socket=node.socket)
     t = Twin(model, twin, inputs)
     rng = random.Random(int(os.environ.get("KILN_FUZZ_SEED", "20261128")))

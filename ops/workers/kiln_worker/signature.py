@@ -433,7 +433,12 @@ def folded_weights(ep, weights, fqns):
     placeholders = {n.name: n for n in ep.graph.nodes if n.op == "placeholder"}
     used = set()
     for spec in ep.graph_signature.input_specs:
-        if spec.kind.name not in ("PARAMETER", "BUFFER", "CONSTANT_TENSOR") or spec.target is None:
+        # Parameters and buffers, which callers attach (their own values). A lifted
+        # CONSTANT_TENSOR (a tensor literal of forward, a plain tensor attribute) keeps its
+        # value in the source and the model hash covers that value (model_hash.py), so a
+        # package that folds it is right for every caller of that hash (HunyuanVideo's
+        # token refiner folds `lifted_tensor_0`).
+        if spec.target is None or spec.kind.name not in ("PARAMETER", "BUFFER"):
             continue
         node = placeholders.get(getattr(spec.arg, "name", None))
         if node is not None and node.users:

@@ -33,6 +33,8 @@ import sys
 import types
 
 HOPS = 6            # how many references from a block's own code are followed
+STRICT_HOPS = HOPS - 2  # globals read by the code of the block's (and its attributes') classes:
+                        # refused when undescribable; further away, named by their type
 MAX_DEPTH = 6       # nesting of plain data (tuples in dicts in lists ...)
 MAX_OBJECT_DEPTH = 3  # objects inside objects (a processor's settings object ...)
 MAX_ITEMS = 4096    # elements of one container
@@ -342,10 +344,15 @@ class Describer:
         three modules deep: torch.nn.functional.scaled_dot_product_attention), else its value."""
         if isinstance(v, types.ModuleType):
             attrs = {}
+            owned = _torch_owned(v)
             if chain < 3:
                 for a in sorted(names):
                     if a in v.__dict__:
                         x = v.__dict__[a]
+                        if owned and not isinstance(x, (types.ModuleType, types.FunctionType, type) + _C_CALLABLES):
+                            # Data of torch or the standard library (sys.modules, os.environ, ...):
+                            # the process's, not the program's; its versions cover the rest.
+                            continue
                         self._note(v.__dict__, a, x)
                         if isinstance(x, types.ModuleType) or not _owned_code(x) or chain < 2:
                             attrs[a] = self.reference(x, names, hops, chain + 1)
@@ -355,9 +362,14 @@ class Describer:
         try:
             return self.value(v, 0, hops)
         except Undescribable:
-            raise
+            if hops >= STRICT_HOPS:
+                raise
         except Exception as ex:  # reading a global's state failed: never guess
-            raise Undescribable(f"reading {_qualname(type(v))}: {type(ex).__name__}: {ex}") from None
+            if hops >= STRICT_HOPS:
+                raise Undescribable(f"reading {_qualname(type(v))}: {type(ex).__name__}: {ex}") from None
+        # Far from the block's own code (a library's helper of a helper): named by its type
+        # (schema/python-fingerprint.md, "What would break that argument").
+        return {"opaque": _qualname(type(v))}
 
     def cls(self, c, hops=HOPS):
         """A class: for every class of its MRO that is not torch's own, its name, source
@@ -371,20 +383,21 @@ class Describer:
         self._active.add(id(c))
         try:
             out = []
+            reached = reachable_members(c)
             for k in c.__mro__:
                 if k is object or k.__module__ == "builtins":
                     continue
                 if _torch_owned(k):
                     out.append({"class": _qualname(k)})
                     continue
-                out.append(self._class_body(k, hops))
+                out.append(self._class_body(k, hops, reached))
         finally:
             self._active.discard(id(c))
         self._cache[slot] = out
         self._keep.append(c)
         return out
 
-    def _class_body(self, k, hops):
+    def _class_body(self, k, hops, reached):
         mod = k.__module__ or ""
         try:
             path = inspect.getsourcefile(k)
@@ -397,6 +410,8 @@ class Describer:
                         "__slotnames__", "__abstractmethods__", "_abc_impl", "__parameters__", "__orig_bases__",
                         "__static_attributes__", "__firstlineno__"):
                 continue
+            if _is_code_member(attr) and name not in reached:
+                continue  # code no call of the object reaches (set_processor, from_pretrained, ...)
             self._note(k, name, attr)
             with _where(f"{k.__qualname__}.{name}"):
                 self._member(members, name, attr, hops)
@@ -421,6 +436,40 @@ _C_CALLABLES = (types.BuiltinFunctionType, types.BuiltinMethodType, types.Wrappe
                 types.MethodWrapperType, types.MethodDescriptorType, types.ClassMethodDescriptorType)
 _C_DESCRIPTORS = (types.MemberDescriptorType, types.GetSetDescriptorType, types.WrapperDescriptorType,
                   types.MethodDescriptorType, types.ClassMethodDescriptorType)
+
+
+ENTRY_POINTS = ("forward", "__call__")
+
+
+def _is_code_member(attr):
+    return isinstance(attr, (property, types.FunctionType, staticmethod, classmethod, functools.partial))
+
+
+def _member_code(attr):
+    fns = [attr.fget, attr.fset] if isinstance(attr, property) else [getattr(attr, "__func__", None) or
+                                                                      getattr(attr, "func", None) or attr]
+    return [f.__code__ for f in fns if isinstance(f, types.FunctionType)]
+
+
+@functools.lru_cache(maxsize=None)
+def reachable_members(c):
+    """The names of c's methods and properties (over its MRO) that a call of an instance
+    reaches: forward and __call__, and every member the code of a reached one names, to a
+    fixpoint. What nothing reaches (a module's set_processor, a config's from_pretrained)
+    is not described: it cannot be in a graph, and following it led into libraries'
+    process state (huggingface_hub's session id)."""
+    members = {}
+    for k in reversed(c.__mro__):
+        members.update({n: a for n, a in vars(k).items() if _is_code_member(a)})
+    reached, todo = set(), [n for n in ENTRY_POINTS if n in members]
+    while todo:
+        name = todo.pop()
+        if name in reached:
+            continue
+        reached.add(name)
+        for code in _member_code(members[name]):
+            todo.extend(n for n in code_names(code) if n in members and n not in reached)
+    return frozenset(reached)
 
 
 class _where:

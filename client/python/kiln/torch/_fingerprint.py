@@ -132,22 +132,13 @@ def forget(module):
 
 
 def process_globals():
-    """What of the process, besides the block, a trace reads: torch's default dtype and,
-    when diffusers' attention dispatch is imported, its active backend (set globally by
-    DIFFUSERS_ATTN_BACKEND or attention_backend()) and that backend's function by its code."""
+    """What of the process, besides the block's code and state, a trace reads: torch's
+    default dtype. (diffusers' active attention backend is a class attribute of the
+    registry the attention code reads, so it is in the block's own description, and the
+    watch list sees set_active_backend / attention_backend() replace it.)"""
     import torch
 
-    out = {"default_dtype": dtype_name(torch.get_default_dtype())}
-    dispatch = sys.modules.get("diffusers.models.attention_dispatch")
-    registry = getattr(dispatch, "_AttentionBackendRegistry", None)
-    if registry is not None:
-        backend = getattr(registry, "_active_backend", None)
-        fn = getattr(registry, "_backends", {}).get(backend)
-        with _lock:
-            out["diffusers_attention"] = {"backend": str(getattr(backend, "value", backend)),
-                                          "checks": bool(getattr(registry, "_checks_enabled", False)),
-                                          "function": _describer.digest(fn) if fn else None}
-    return out
+    return {"default_dtype": dtype_name(torch.get_default_dtype())}
 
 
 def fingerprint(module, signature, device, forward=None, globals_=None):

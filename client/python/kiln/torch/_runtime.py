@@ -38,6 +38,7 @@ until the model's first forward starts (kiln.torch.wait() before it gives the wa
 Seams for tests (CPU machines have no torch.export or AOTI): EXPORTER and LOADER below.
 """
 import atexit
+import contextlib
 import logging
 import os
 import queue
@@ -60,18 +61,18 @@ class StateChanged(RuntimeError):
     and its export: exporting now would file one state's graph under another's fingerprint."""
 
 
-def default_exporter(block, args, kwargs, workdir, still_as_called=lambda: True):
+def default_exporter(block, args, kwargs, workdir, as_called=contextlib.nullcontext):
     """torch.export of the block as called, weights stripped; returns (archive path, None):
     the model hash is the node's to compute (DESIGN.md, "The node computes model hashes":
     register_source sends the archive without one and kilnd's worker hashes it), so nothing
-    of kiln's worker runs in this process."""
+    of kiln's worker runs in this process. `as_called()` (Job.as_called) is entered with the
+    model paused: it puts the block in the call's state where it can (a per-call LoRA
+    scale) for the trace, and raises StateChanged where it cannot."""
     import torch
 
     # Only the trace needs the process to itself (_gate.py); saving does not.
-    with _gate.GATE.exclusive(_stop_requested), torch.no_grad():
+    with _gate.GATE.exclusive(_stop_requested), torch.no_grad(), as_called():
         # The model runs no call meanwhile (the gate): the state checked is the one exported.
-        if not still_as_called():
-            raise StateChanged("the block's state changed before its export")
         ep = torch.export.export(block, tuple(args), dict(kwargs))
     path = os.path.join(workdir, "block.pt2")
     torch.export.save(on_device_zero(strip_weights(ep)), path)
@@ -129,8 +130,8 @@ PREFETCH = True
 PREFETCH_PER_REGION = 2
 WARM_UP = True
 
-# The seams: EXPORTER(block, args, kwargs, workdir, still_as_called) -> (path, model_hash or None:
-# kilnd computes it), raising StateChanged when still_as_called() is false at the trace;
+# The seams: EXPORTER(block, args, kwargs, workdir, as_called) -> (path, model_hash or None:
+# kilnd computes it), tracing inside `with as_called():` (which raises StateChanged);
 # LOADER(path, device_index) -> object with call(constants, args, kwargs).
 EXPORTER = default_exporter
 LOADER = _aoti.load_package
@@ -591,7 +592,7 @@ class Runtime:
             e.set("exporting")
             with tempfile.TemporaryDirectory(prefix="kiln-export-") as workdir:
                 path, model_hash = EXPORTER(_hooks.unhooked_view(job.block, job.forward), job.args, job.kwargs,
-                                            workdir, job.still_as_called)
+                                            workdir, job.as_called)
                 model_hash = self.register_source(model_hash, path, e.fingerprint)
             with self._lock:
                 self._sources[e.fingerprint] = model_hash
@@ -763,12 +764,27 @@ class Job:
         self.args, self.kwargs = signature.args, signature.kwargs
         self.structure, self.forward, self.process = structure, forward, process
 
-    def still_as_called(self):
-        """Whether the block's LoRA state and tensors, and the process globals a trace
-        reads, are still those of the call."""
-        if self.structure is not None and _state.structure(self.block) != self.structure:
-            return False
-        return self.process is None or _state.process_token() == self.process
+    @contextlib.contextmanager
+    def as_called(self):
+        """The block in the state of the call that missed, for the export's trace (entered
+        with the model paused): as it is when nothing changed; with the call's LoRA
+        scalings set back while it runs when only those changed (diffusers' per-call scale
+        is undone at every model call's end, before the export's turn comes); StateChanged
+        when anything else changed (tensors, fuse, adapters, process globals)."""
+        restore = None
+        if self.structure is not None:
+            now = _state.structure(self.block)
+            if now != self.structure:
+                restore = _state.rescale_as(self.block, now, self.structure)
+                if restore is None:
+                    raise StateChanged("the block's state changed before its export")
+        try:
+            if self.process is not None and _state.process_token() != self.process:
+                raise StateChanged("the process's numerics or globals changed before the block's export")
+            yield
+        finally:
+            if restore is not None:
+                restore()
 
     def drop_inputs(self):
         self.args, self.kwargs = (), {}

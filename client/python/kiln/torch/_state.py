@@ -80,6 +80,44 @@ def structure(block):
     return tuple(ids), tuple(tuners), tuple(hooks)
 
 
+def _tuner_dicts(block):
+    """The instance dicts of the block's PEFT tuner layers, in structure()'s order."""
+    out, stack = [], [block]
+    while stack:
+        m = stack.pop()
+        d = m.__dict__
+        if "scaling" in d and "merged_adapters" in d and isinstance(d["scaling"], dict):
+            out.append(d)
+        stack.extend(d["_modules"].values())
+    return out
+
+
+def rescale_as(block, now, then):
+    """When the block's state `now` differs from `then` (both structure() tokens) only in
+    LoRA scalings (diffusers' per-call `scale` sets them at a model call's start and puts
+    them back at its end, so between two calls the block is never in a call's state),
+    sets each tuner layer's scaling to `then`'s and returns a function that puts the
+    present ones back; None when anything else differs. For the export of a miss, with
+    the model paused (_gate.py)."""
+    if now[0] != then[0] or now[2] != then[2] or len(now[1]) != len(then[1]):
+        return None
+    for (i, a), (j, b) in zip(now[1], then[1]):
+        if i != j or a[1:] != b[1:]:
+            return None
+    dicts = _tuner_dicts(block)
+    if len(dicts) != len(then[1]):
+        return None
+    saved = [(d, d["scaling"]) for d in dicts]
+    for d, (_, state) in zip(dicts, then[1]):
+        d["scaling"] = dict(state[0])
+
+    def restore():
+        for d, scaling in saved:
+            d["scaling"] = scaling
+
+    return restore
+
+
 def hook_problem(structure_token, kiln_hook_name="kiln"):
     """Why a package must not replace this block's call, or None. A package runs in place
     of the block's whole forward chain: a diffusers hook registered on the block before
