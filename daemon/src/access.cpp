@@ -4,10 +4,17 @@
 #include <grp.h>
 #include <pwd.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstddef>
 #include <cstdlib>
+#include <cstring>
+
+#include <spdlog/spdlog.h>
 
 namespace kiln::daemon {
 
@@ -77,11 +84,29 @@ bool AccessPolicy::Ids::matches(const PeerCred& p) const {
   return false;
 }
 
-Result<AccessPolicy> AccessPolicy::make(const AccessConfig& c) {
+std::optional<gid_t> socket_file_group(int fd) {
+  sockaddr_un addr{};
+  socklen_t len = sizeof addr;
+  if (::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0 || addr.sun_family != AF_UNIX) return std::nullopt;
+  const std::size_t max = len > offsetof(sockaddr_un, sun_path) ? len - offsetof(sockaddr_un, sun_path) : 0;
+  if (max == 0 || addr.sun_path[0] == 0) return std::nullopt;  // unnamed or abstract
+  std::string path(addr.sun_path, ::strnlen(addr.sun_path, std::min(max, sizeof addr.sun_path)));
+  struct stat st{};
+  if (::stat(path.c_str(), &st) != 0) return std::nullopt;
+  return st.st_gid;
+}
+
+Result<AccessPolicy> AccessPolicy::make(const AccessConfig& c, std::optional<gid_t> socket_group) {
   AccessPolicy a;
   a.trust_owner_ = c.trust_owner;
   a.owner_ = ::geteuid();
-  auto fill = [](Ids& ids, const std::vector<std::string>& users, const std::vector<std::string>& groups) -> Status {
+  if (c.legacy_write)
+    spdlog::warn("access: write_users / write_groups name the role that was split into build and put; their "
+                 "entries get build (register sources, have kilnd build them), not put (store bytes other users "
+                 "load). Rename them to build_users / build_groups, or to put_users / put_groups for trusted "
+                 "publishers (schema/protocol.md, \"Roles\")");
+  auto fill = [socket_group](Ids& ids, const std::vector<std::string>& users,
+                             const std::vector<std::string>& groups) -> Status {
     for (const auto& u : users) {
       if (u == "*") {
         ids.anyone = true;
@@ -92,6 +117,10 @@ Result<AccessPolicy> AccessPolicy::make(const AccessConfig& c) {
       ids.users.insert(*id);
     }
     for (const auto& g : groups) {
+      if (g == kSocketGroup) {
+        if (socket_group) ids.groups.insert(*socket_group);
+        continue;
+      }
       auto id = resolve_group(g);
       if (!id) return std::move(id).error();
       ids.groups.insert(*id);
@@ -99,7 +128,8 @@ Result<AccessPolicy> AccessPolicy::make(const AccessConfig& c) {
     return {};
   };
   KILN_TRY(fill(a.read_, c.read_users, c.read_groups));
-  KILN_TRY(fill(a.write_, c.write_users, c.write_groups));
+  KILN_TRY(fill(a.build_, c.build_users, c.build_groups));
+  KILN_TRY(fill(a.put_, c.put_users, c.put_groups));
   KILN_TRY(fill(a.admin_, c.admin_users, c.admin_groups));
   return a;
 }
@@ -108,7 +138,8 @@ protocol::Role AccessPolicy::role_of(const PeerCred& p) const {
   using protocol::Role;
   if (trust_owner_ && (p.uid == owner_ || p.uid == 0)) return Role::admin;
   if (admin_.matches(p)) return Role::admin;
-  if (write_.matches(p)) return Role::write;
+  if (put_.matches(p)) return Role::put;
+  if (build_.matches(p)) return Role::build;
   if (read_.matches(p)) return Role::read;
   return Role::none;
 }

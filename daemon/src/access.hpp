@@ -5,6 +5,7 @@
 
 #include <sys/types.h>
 
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -25,12 +26,19 @@ struct PeerCred {
 // Credentials of the process at the other end of a connected Unix socket.
 Result<PeerCred> peer_credentials(int socket_fd);
 
+// The group of the socket file `listen_fd` is bound to (getsockname, then stat), which
+// access's kSocketGroup names; nullopt when the socket has no path or cannot be stat'ed.
+std::optional<gid_t> socket_file_group(int listen_fd);
+
 // Resolved [access] lists. Immutable; cheap to copy behind a shared_ptr.
 class AccessPolicy {
  public:
   // Resolves user and group names to ids. invalid_argument naming an unknown user or
   // group, so a typo in the config is caught at start or reload, not at a refusal.
-  static Result<AccessPolicy> make(const AccessConfig& config);
+  // `socket_group` is what kSocketGroup ("@socket") stands for; without it that entry
+  // grants nothing (kilnd --check-config, which has no socket). Logs a warning when the
+  // config still used the old write role (AccessConfig::legacy_write).
+  static Result<AccessPolicy> make(const AccessConfig& config, std::optional<gid_t> socket_group = std::nullopt);
 
   // The highest role the peer holds (roles are cumulative); Role::none if none.
   protocol::Role role_of(const PeerCred& peer) const;
@@ -44,7 +52,7 @@ class AccessPolicy {
   };
   bool trust_owner_ = true;
   uid_t owner_ = 0;
-  Ids read_, write_, admin_;
+  Ids read_, build_, put_, admin_;
 };
 
 }  // namespace kiln::daemon

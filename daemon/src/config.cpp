@@ -78,18 +78,32 @@ Status read_limits(Config& c, const Table& t) {
 
 Status read_access(Config& c, const Table& t) {
   auto& a = c.access;
-  KILN_TRY(t.only({"socket_mode", "socket_group", "trust_owner", "read_users", "read_groups", "write_users",
-                   "write_groups", "admin_users", "admin_groups"}));
+  KILN_TRY(t.only({"socket_mode", "socket_group", "trust_owner", "read_users", "read_groups", "build_users",
+                   "build_groups", "put_users", "put_groups", "admin_users", "admin_groups", "write_users",
+                   "write_groups"}));
   KILN_TRY(read_mode(t, "socket_mode", a.socket_mode));
   KILN_TRY(t.string("socket_group", a.socket_group));
   KILN_TRY(t.boolean("trust_owner", a.trust_owner));
   const toml_options::ListRules names{.expected = "a list of names or ids, e.g. [\"alice\", \"1001\"]", .numbers = true};
   KILN_TRY(t.strings("read_users", a.read_users, names));
   KILN_TRY(t.strings("read_groups", a.read_groups, names));
-  KILN_TRY(t.strings("write_users", a.write_users, names));
-  KILN_TRY(t.strings("write_groups", a.write_groups, names));
+  KILN_TRY(t.strings("build_users", a.build_users, names));
+  KILN_TRY(t.strings("build_groups", a.build_groups, names));
+  KILN_TRY(t.strings("put_users", a.put_users, names));
+  KILN_TRY(t.strings("put_groups", a.put_groups, names));
   KILN_TRY(t.strings("admin_users", a.admin_users, names));
   KILN_TRY(t.strings("admin_groups", a.admin_groups, names));
+  // The write role was split into build and put. Its holders keep what an inference job
+  // needs (build on a miss), not the right to store bytes others load: that is put's now,
+  // granted only by a file that says so. AccessPolicy::make warns about it.
+  std::vector<std::string> old_users, old_groups;
+  KILN_TRY(t.strings("write_users", old_users, names));
+  KILN_TRY(t.strings("write_groups", old_groups, names));
+  if (t.get("write_users") || t.get("write_groups")) {
+    a.legacy_write = true;
+    a.build_users.insert(a.build_users.end(), old_users.begin(), old_users.end());
+    a.build_groups.insert(a.build_groups.end(), old_groups.begin(), old_groups.end());
+  }
   return {};
 }
 

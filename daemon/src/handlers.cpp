@@ -91,6 +91,16 @@ Result<std::string> handle_hello(Connection& c, const Request& r, std::uint32_t&
   return proto::encode(reply);
 }
 
+Status needs_role(Connection& c, proto::Role need, std::string_view what) {
+  const proto::Role have = c.role();
+  if (have >= need) return {};
+  const std::string name(proto::role_name(need));
+  return make_error(Errc::permission_denied,
+                    std::string(what) + " needs the " + name + " role; uid " + std::to_string(c.peer().uid) +
+                        " has " + (have == proto::Role::none ? std::string("no role") : "only " + std::string(proto::role_name(have))) +
+                        " (grant it in kilnd.toml [access] " + name + "_users or " + name + "_groups)");
+}
+
 namespace {
 
 // What a GET asking for `asked` gets for an artifact of `size` bytes (see GET "auto").
@@ -185,6 +195,7 @@ asio::awaitable<Outcome> handle_get(Connection& c, const Request& r) {
   }
 
   if (req->on_miss == proto::OnMiss::build) {
+    if (auto st = needs_role(c, proto::Role::build, "get with on_miss=build"); !st) co_return fail(st.error());
     if (!s.builds) co_return fail(make_error(Errc::unsupported, "this kilnd has no build service; a miss cannot be built here"));
     if (!req->ref.key)
       co_return fail(make_error(Errc::invalid_argument, "get.on_miss=build needs the key's fields, not only its digest"));
@@ -458,6 +469,18 @@ asio::awaitable<Outcome> commit_upload(Connection& c, std::uint32_t id, const st
   auto& s = c.state();
   Request r{shared->type, id, {}, shared->received};
   if (shared->type == MsgType::put_source) {
+    // A node that can build hashes every source before storing it; one that cannot (no
+    // build slot, no worker toolchain) stores the bytes as sent, which is storing bytes
+    // made elsewhere: put's, not build's.
+    if (!shared->check) {
+      if (auto st = needs_role(c, proto::Role::put, "put_source on a node that cannot verify sources"); !st) {
+        (void)co_await offload(s.pool, [shared] {
+          shared->stream.reset();
+          return true;
+        });
+        co_return fail(st.error());
+      }
+    }
     if (shared->check) {
       // The worker's hash op, on the builds' own threads (bounded by source_check_timeout_s):
       // a source that does not hash to its model hash is never stored (schema/sources.md).

@@ -3,6 +3,7 @@
 
 #include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "connection.hpp"
@@ -12,6 +13,9 @@ namespace kiln::daemon {
 inline constexpr const char* kServerName = "kilnd/0.1.0";
 
 inline Outcome fail(Error e) { return Outcome{std::move(e), {}, false}; }
+// permission_denied naming `what`, the role it needs, the peer's uid and role, and the
+// [access] options that grant it, unless the peer holds `need` (or more).
+Status needs_role(Connection& c, protocol::Role need, std::string_view what);
 asio::awaitable<Outcome> reply_ok(Connection& c, const Request& r, const std::string& body, std::string note);
 asio::awaitable<Outcome> handle_admin_request(Connection& c, const Request& r);
 // Waits for the build service to ensure `key` (GET on_miss=build, BUILD wait=true). The

@@ -46,8 +46,9 @@ Config file (TOML; ops/kilnd.toml documents every option with its default):
              inline_max_bytes ("64KiB": GET "auto" sends smaller artifacts inline),
              client_memory ("1GiB": bytes held for all clients together)
   [access]   socket_mode, socket_group, trust_owner (true: kilnd's own user and root
-             are admin), read_users (["*"]), read_groups, write_users, write_groups,
-             admin_users, admin_groups  — names or numeric ids; "*" = anyone
+             are admin), read_users (["*"]), read_groups, build_users, build_groups
+             (["@socket"]: the socket's group), put_users, put_groups, admin_users,
+             admin_groups  — names or numeric ids; "*" = anyone
   [node]     gpu_arch, gpu_name, torch_version, torch_git, cuda_version,
              triton_version, platform, machine, cpu_isa ("this node" for keys)
   [fleet]    registry ("" = no fleet), repository ("kiln"), basic_auth_file, token_file,
@@ -63,7 +64,7 @@ Config file (TOML; ops/kilnd.toml documents every option with its default):
              max_value_bytes ("512MiB"), memory_bytes ("512MiB"), durability ("deferred";
              or "sync"), deferred_max_bytes ("256MiB"), reply_timeout_ms (3000), fleet
              (true: shared through [fleet], signed): torch.compile's remote caches
-             over the Redis protocol (GET needs read, SET write)
+             over the Redis protocol (GET needs read, SET build; entries trusted per writer)
   [builds]   enabled (true), worker (["python3", ".../kiln_worker"]), work_dir
              (<store>/builds), probe_gpus (true), builds_per_gpu (1),
              build_timeout_s (1800), probe_timeout_s (180), source_check_timeout_s
@@ -72,8 +73,10 @@ Config file (TOML; ops/kilnd.toml documents every option with its default):
              (true: stop a build once nobody waits for it), [[builds.slots]]
              name, gpu_arch, gpu_name, visible_device (replace the probed GPUs)
 
-Roles: read (get, stat, list, stats, status, build-status, logs), write (put,
-put-source, build, prewarm), admin (delete, pin, unpin, evict, verify, gc, reload).
+Roles (cumulative; SECURITY.md): read (get, stat, list, stats, status, build-status,
+logs), build (put-source, build, prewarm: what lands is built by kilnd's own worker),
+put (put, import: bytes made elsewhere that others load; trusted publishers only),
+admin (delete, pin, unpin, evict, verify, gc, reload).
 Peers are identified by SO_PEERCRED; refusals are answered and logged.
 
 Signals: SIGTERM/SIGINT drain in-flight requests and exit (a second one closes at

@@ -69,6 +69,7 @@ struct Server::Impl {
   std::mutex notify_mu;
   bool ready_sent = false;  // guarded by notify_mu
   bool created_socket = false;
+  std::optional<gid_t> socket_group;  // the socket file's group: what access's "@socket" names
   bool draining = false;          // on `strand`
   bool drained = false;           // on `strand`: every connection closed after a drain
   std::uint64_t serial = 0;
@@ -224,7 +225,7 @@ Status Server::Impl::reload() {
   fresh.socket = cur->socket;
   fresh.store = cur->store;
   KILN_TRY(validate(fresh));
-  auto access = AccessPolicy::make(fresh.access);
+  auto access = AccessPolicy::make(fresh.access, socket_group);
   if (!access) return std::move(access).error();
   if (fresh.io_threads != cur->io_threads || fresh.io_poll_us != cur->io_poll_us ||
       fresh.store_threads != cur->store_threads || fresh.metrics_listen != cur->metrics_listen ||
@@ -330,6 +331,14 @@ Result<std::unique_ptr<Server>> Server::create(const Config& config, storage::St
   error_code ec;
   impl->acceptor.assign(asio::local::stream_protocol(), fd.get(), ec);
   if (ec) return make_error(Errc::io_error, "cannot use the listening socket: " + ec.message());
+  // "@socket" in [access] names the socket file's group, known once the socket exists
+  // (created here, or by systemd's SocketGroup=).
+  impl->socket_group = socket_file_group(fd.get());
+  if (impl->socket_group) {
+    auto with_group = AccessPolicy::make(config.access, impl->socket_group);
+    if (!with_group) return std::move(with_group).error();
+    impl->state.set_config(impl->state.config(), std::make_shared<const AccessPolicy>(std::move(*with_group)));
+  }
   fd.release();
   if (!config.metrics_listen.empty()) {
     Impl* raw = impl.get();

@@ -37,11 +37,13 @@ void record_set(ServerState& s, const torch_cache::TorchKey& key, std::size_t si
 // cannot leave an older value there).
 // With [torch_cache] fleet (and [fleet] push, which turns the store's outbox on) the entry
 // is queued for the registry in the same transaction as its row: the pusher signs it.
+// Only shared entries (a trusted writer's) are published: the fleet's signature would
+// otherwise vouch for bytes an untrusted local user wrote.
 Result<storage::ArtifactInfo> store_value(ServerState& s, const Digest& digest, const Key& key,
-                                          torch_cache::Overwrite overwrite, const Value& value) {
+                                          torch_cache::Overwrite overwrite, const Value& value, bool shared) {
   storage::PutMeta meta;
   meta.origin = "torch_cache";
-  meta.publish = s.config()->torch_cache.fleet ? storage::Publish::yes : storage::Publish::no;
+  meta.publish = s.config()->torch_cache.fleet && shared ? storage::Publish::yes : storage::Publish::no;
   auto put = s.store.put_bytes(key, value.bytes, meta);
   if (!put) return put;
   if (meta.publish == storage::Publish::yes && s.fleet) s.fleet->outbox_grew();
@@ -150,38 +152,66 @@ void TorchCacheBackend::note_late_fleet(const std::string& key) {
                key.substr(0, 200), kFleetPause.count() / 1000);
 }
 
-asio::awaitable<Result<std::optional<Value>>> TorchCacheBackend::get(const torch_cache::TorchKey& key) {
+std::string torch_cache_writer(const PeerCred* peer, protocol::Role role) {
+  if (role >= protocol::Role::put) return "";
+  return peer ? "uid:" + std::to_string(peer->uid) : "tcp";
+}
+
+asio::awaitable<Result<TorchCacheBackend::Found>> TorchCacheBackend::find_local(
+    const torch_cache::TorchKey& key, std::optional<std::chrono::milliseconds> reply_left) {
   auto& s = state_;
   const Digest d = key.digest;
+  Found f;
+  f.digest = d;
   // A queued value (durability "deferred") is the newest acknowledged one: it comes first,
   // unless it is an immutable entry the store may hold already (unless_stored): then the
   // stored value is served if there is one, so a hit never changes under a reader.
   bool provisional = false;
   ValueCache::Bytes in_queue = s.torch_deferred ? s.torch_queue.find(d, &provisional) : ValueCache::Bytes();
-  ValueCache::Bytes value = provisional ? ValueCache::Bytes() : in_queue;
-  bool queued = static_cast<bool>(value);
-  if (!value) value = s.torch_values.find(d);
-  const bool hot = static_cast<bool>(value);
-  std::chrono::steady_clock::time_point started;  // of the miss path: the fleet gets what is left
-  bool late = false;
-  if (!value) {
-    started = std::chrono::steady_clock::now();
+  f.value = provisional ? ValueCache::Bytes() : in_queue;
+  f.queued = static_cast<bool>(f.value);
+  if (!f.value) f.value = s.torch_values.find(d);
+  f.hot = static_cast<bool>(f.value);
+  if (f.value) co_return f;
+  if (reply_left) {
     const std::uint64_t generation = s.torch_values.generation();
-    auto got = co_await offload_within(s.pool, s.config()->torch_cache.reply_timeout,
-                                       read_stored(s, d, generation, key.text));
-    if (!got) {
-      late = true;
-      note_late_get(key.text);
-    } else {
+    auto got = co_await offload_within(s.pool, *reply_left, read_stored(s, d, generation, key.text));
+    if (got) {
       if (!*got) co_return std::move(*got).error();
-      value = std::move(**got);
+      f.value = std::move(**got);
+    } else {
+      f.late = true;
     }
-    if (!value && in_queue) {  // not stored (yet): the queued value is the entry
-      value = std::move(in_queue);
-      queued = true;
-    }
+  } else {
+    f.late = true;
   }
-  // Not on this node: the fleet's registry, within what is left of reply_timeout.
+  if (f.late) note_late_get(key.text);
+  if (!f.value && in_queue) {  // not stored (yet): the queued value is the entry
+    f.value = std::move(in_queue);
+    f.queued = true;
+  }
+  co_return f;
+}
+
+asio::awaitable<Result<std::optional<Value>>> TorchCacheBackend::get(const torch_cache::TorchKey& key) {
+  co_return co_await get(key, std::string());
+}
+
+asio::awaitable<Result<std::optional<Value>>> TorchCacheBackend::get(const torch_cache::TorchKey& key,
+                                                                   const std::string& writer) {
+  auto& s = state_;
+  // One reply_timeout for the whole GET: the writer's own entry, the shared one, the fleet.
+  const auto started = std::chrono::steady_clock::now();
+  const ReplyBudget reply(s.config()->torch_cache.reply_timeout, started);
+  Result<Found> found = Found{};
+  if (!writer.empty()) found = co_await find_local(torch_cache::with_writer(key, writer), reply.left());
+  if (found && !found->value && !found->late) found = co_await find_local(key, reply.left());
+  if (!found) co_return std::move(found).error();
+  ValueCache::Bytes value = std::move(found->value);
+  const bool hot = found->hot, queued = found->queued, late = found->late;
+  const Digest d = found->digest;
+  // Not on this node: the fleet's registry (signed entries only), within what is left of
+  // reply_timeout.
   if (!value && !late && s.fleet && s.fleet->pulls() && s.config()->torch_cache.fleet)
     value = co_await from_fleet(key, started);
   if (!value) {
@@ -201,6 +231,12 @@ asio::awaitable<Result<std::optional<Value>>> TorchCacheBackend::get(const torch
 
 asio::awaitable<Result<SetOutcome>> TorchCacheBackend::set(const torch_cache::TorchKey& key, Value value,
                                                            SetCondition condition) {
+  co_return co_await set(key, std::move(value), condition, std::string());
+}
+
+asio::awaitable<Result<SetOutcome>> TorchCacheBackend::set(const torch_cache::TorchKey& shared_key, Value value,
+                                                           SetCondition condition, const std::string& writer) {
+  const torch_cache::TorchKey key = writer.empty() ? shared_key : torch_cache::with_writer(shared_key, writer);
   if (state_.torch_deferred) co_return co_await set_deferred(key, std::move(value), condition);
   auto& s = state_;
   // Runs on the store pool. It owns its key and value (a shared buffer, not copied): past
@@ -214,7 +250,7 @@ asio::awaitable<Result<SetOutcome>> TorchCacheBackend::set(const torch_cache::To
       if (condition == SetCondition::if_present && !exists) return SetOutcome::condition;
       if (exists && k.overwrite == torch_cache::Overwrite::never) return SetOutcome::kept;
     }
-    auto put = store_value(s, k.digest, k.kiln_key(), k.overwrite, value);
+    auto put = store_value(s, k.digest, k.kiln_key(), k.overwrite, value, k.writer.empty());
     if (!put) return std::move(put).error();
     return SetOutcome::stored;
   };
@@ -239,6 +275,7 @@ asio::awaitable<Result<SetOutcome>> TorchCacheBackend::set_deferred(const torch_
   using Push = TorchWriteQueue::Push;
   const std::uint64_t n = value.size();
   TorchWriteQueue::Entry entry{key.digest, key.kiln_key(), key.text, key.overwrite, std::move(value)};
+  entry.shared = key.writer.empty();
   std::optional<bool> stored;  // asked of the store only when the queue cannot answer
   // One reply_timeout for the whole SET, however many waits it takes.
   const ReplyBudget reply(s.config()->torch_cache.reply_timeout, std::chrono::steady_clock::now());
@@ -286,7 +323,7 @@ TorchWriteQueue::Write deferred_writer(ServerState& state) {
         return true;
       }
     }
-    auto put = store_value(s, e.digest, e.key, e.overwrite, e.value);
+    auto put = store_value(s, e.digest, e.key, e.overwrite, e.value, e.shared);
     if (put) {
       if (!reported->empty()) {
         spdlog::info("torch cache: deferred writes succeed again");

@@ -13,11 +13,28 @@
 
 namespace kiln::daemon {
 
+// Whose entries a torch cache connection reads and writes (schema/torch-cache.md, "Who
+// reads whose entries"): a peer holding put (or admin) is a trusted writer, whose entries
+// go to the shared namespace (writer ""), which every reader loads and the fleet carries;
+// anyone else writes to, and reads first from, a namespace of its own: "uid:<uid>", or
+// "tcp" for a peer without credentials (a loopback TCP peer: any local user).
+std::string torch_cache_writer(const PeerCred* peer, protocol::Role role);
+
 // Thread safety: one per Server, shared by every torch cache connection; all state it
-// touches is ServerState's, which is thread-safe.
+// touches is ServerState's, which is thread-safe. Connections reach it through a
+// TorchCacheClient, which says who is asking.
 class TorchCacheBackend final : public torch_cache::Backend {
  public:
   explicit TorchCacheBackend(ServerState& state) : state_(state) {}
+  // For `writer` (torch_cache_writer): its own entry first, then the shared one (below),
+  // within one reply_timeout. "" reads the shared namespace alone.
+  asio::awaitable<Result<std::optional<torch_cache::Value>>> get(const torch_cache::TorchKey& key,
+                                                                 const std::string& writer);
+  // Files the value under `writer`: "" in the shared namespace (the only one pushed to the
+  // fleet), otherwise the writer's own.
+  asio::awaitable<Result<torch_cache::SetOutcome>> set(const torch_cache::TorchKey& key, torch_cache::Value value,
+                                                       torch_cache::SetCondition condition, const std::string& writer);
+  // The overrides read and write the shared namespace (a trusted writer's view: writer "").
   // A value held in memory (ServerState::torch_values) is answered without leaving the
   // connection's thread; otherwise the store pool reads and verifies the entry (a damaged
   // one is quarantined and answered as a miss: torch then compiles) and keeps it in
@@ -49,6 +66,15 @@ class TorchCacheBackend final : public torch_cache::Backend {
   static constexpr std::chrono::milliseconds kFleetPause{10'000};
 
  private:
+  struct Found {
+    Digest digest;  // of the entry looked up (the writer's own, or the shared one)
+    ValueCache::Bytes value;
+    bool hot = false, queued = false, late = false;
+  };
+  // One key on this node: the queue, memory, then the store within what is left of
+  // `reply_left` (ReplyBudget::left()); `late` when the store did not answer in time.
+  asio::awaitable<Result<Found>> find_local(const torch_cache::TorchKey& key,
+                                            std::optional<std::chrono::milliseconds> reply_left);
   // The entry from the fleet's registry, pulled into the store; empty when the registry
   // lacks it, refused it, or did not answer within what is left of the GET's
   // reply_timeout (counted from `started`), or while lookups pause.
@@ -71,6 +97,24 @@ class TorchCacheBackend final : public torch_cache::Backend {
   std::atomic<std::uint64_t> late_unlogged_{0};
   // Until when (steady clock, ms) a GET's miss is not looked up in the registry.
   std::atomic<std::int64_t> fleet_pause_until_ms_{0};
+};
+
+// One connection's view of the backend: every GET and SET as its peer's writer.
+class TorchCacheClient final : public torch_cache::Backend {
+ public:
+  TorchCacheClient(TorchCacheBackend& backend, std::string writer) : backend_(backend), writer_(std::move(writer)) {}
+  asio::awaitable<Result<std::optional<torch_cache::Value>>> get(const torch_cache::TorchKey& key) override {
+    return backend_.get(key, writer_);
+  }
+  asio::awaitable<Result<torch_cache::SetOutcome>> set(const torch_cache::TorchKey& key, torch_cache::Value value,
+                                                       torch_cache::SetCondition condition) override {
+    return backend_.set(key, std::move(value), condition, writer_);
+  }
+  void closed_on_error(const std::string& peer, const std::string& why) override { backend_.closed_on_error(peer, why); }
+
+ private:
+  TorchCacheBackend& backend_;
+  const std::string writer_;
 };
 
 // The writer of ServerState::torch_queue: stores one entry as a "sync" SET does

@@ -114,7 +114,7 @@ void TorchCacheListener::serve(torch_cache::Socket socket, const PeerCred* cred,
   auto role = state_.access()->role_of(cred ? *cred : anonymous);
   torch_cache::ConnectionOptions o;
   o.session.can_read = role >= protocol::Role::read;
-  o.session.can_write = role >= protocol::Role::write;
+  o.session.can_write = role >= protocol::Role::build;
   o.session.password = cfg->torch_cache.password;
   o.limits.max_bulk_bytes = cfg->torch_cache.max_value_bytes;
   o.idle_timeout = cfg->limits.idle_timeout;
@@ -123,8 +123,10 @@ void TorchCacheListener::serve(torch_cache::Socket socket, const PeerCred* cred,
   ++open_;
   state_.metrics.torch_connection_opened();
   spdlog::debug("torch cache connection from {} (role {})", peer, protocol::role_name(role));
-  auto conn = std::make_shared<torch_cache::Connection>(std::move(socket), backend_, std::move(o), std::move(peer),
-                                                        [this] {
+  // Who is asking, for whose entries it reads and writes; kept alive by the connection.
+  auto client = std::make_shared<TorchCacheClient>(backend_, torch_cache_writer(cred, role));
+  auto conn = std::make_shared<torch_cache::Connection>(std::move(socket), *client, std::move(o), std::move(peer),
+                                                        [this, client] {
                                                           --open_;
                                                           state_.metrics.torch_connection_closed();
                                                         });

@@ -49,6 +49,9 @@ class TorchWriteQueue {
     std::string text;       // torch's key, for logs
     torch_cache::Overwrite overwrite = torch_cache::Overwrite::last_writer_wins;
     ValueCache::Bytes value;  // as the connection handed it over: not copied
+    // In the shared namespace (a trusted writer's, torch_cache_backend.hpp): only such an
+    // entry is published to the fleet.
+    bool shared = true;
     // Set by push(): an Overwrite::never entry of a plain SET whose key was not queued. Its
     // answer is +OK whether stored or kept, so the store is asked by the writer, not before
     // +OK (a stat would wait for the store's lock, held through the writer's fsync): the

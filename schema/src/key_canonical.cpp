@@ -193,8 +193,22 @@ Result<std::string> canonical_compile_options(std::string_view text, ArtifactKin
   json doc = std::move(*parsed);
   if (!doc.is_object()) return value_error("compile_options", std::string("must be a JSON object, got ") + doc.type_name());
   if (kind == ArtifactKind::torch_cache) {
-    if (doc.size() != 1 || !(doc.contains("torch_key") || doc.contains("torch_key_hex")) || !doc.begin()->is_string())
-      return value_error("compile_options", "of a torch_cache key must be {\"torch_key\": text} or {\"torch_key_hex\": hex}");
+    // One writer's own entry names it: "uid:<n>" or "tcp" (schema/torch-cache.md).
+    const bool has_writer = doc.contains("writer");
+    if (has_writer) {
+      const json& w = doc["writer"];
+      const std::string text_w = w.is_string() ? w.get<std::string>() : std::string();
+      const bool uid = text_w.size() > 4 && text_w.size() <= 14 && text_w.compare(0, 4, "uid:") == 0 &&
+                       text_w.find_first_not_of("0123456789", 4) == std::string::npos;
+      if (!uid && text_w != "tcp")
+        return value_error("compile_options.writer", "of a torch_cache key must be \"uid:<number>\" or \"tcp\"");
+    }
+    const std::size_t torch_members = doc.size() - (has_writer ? 1 : 0);
+    const bool one_key = doc.contains("torch_key") ? doc["torch_key"].is_string()
+                                                   : doc.contains("torch_key_hex") && doc["torch_key_hex"].is_string();
+    if (torch_members != 1 || !one_key)
+      return value_error("compile_options", "of a torch_cache key must be {\"torch_key\": text} or {\"torch_key_hex\": hex}"
+                                            ", with \"writer\" for one writer's own entry");
     return dump_options(doc);
   }
   json out = json::object();

@@ -120,7 +120,7 @@ bool do_hello(int fd) {
   protocol::HelloReply reply;
   reply.server = "fake/0";
   reply.capabilities = {"fd", "stream"};
-  reply.roles = {"read", "write", "admin"};
+  reply.roles = {"read", "build", "put", "admin"};
   send_frame(fd, protocol::MsgType::ok, 0, f.header.request_id, protocol::encode(reply));
   return true;
 }

@@ -179,7 +179,8 @@ TEST_CASE("ListingAndFetchingSourcesNeedTheReadRole") {
   const std::string uid = std::to_string(::getuid());
   const std::string h = hash_with("aa");
   std::filesystem::create_directories(dir.path() / "none");
-  KilndProcess nobody(dir.path() / "none", "[access]\ntrust_owner = false\nread_users = []\n");
+  // build_groups = []: the test's group is the socket's, which builds by default.
+  KilndProcess nobody(dir.path() / "none", "[access]\ntrust_owner = false\nread_users = []\nbuild_groups = []\n");
   REQUIRE_MESSAGE(nobody.start(), nobody.log());
   Client n = connect(nobody);
   auto refused = n.list_sources();
@@ -189,14 +190,15 @@ TEST_CASE("ListingAndFetchingSourcesNeedTheReadRole") {
   CHECK(n.get_source(h).error().code == Errc::permission_denied);
 
   std::filesystem::create_directories(dir.path() / "reader");
-  KilndProcess reader(dir.path() / "reader", "[access]\ntrust_owner = false\nread_users = [\"" + uid + "\"]\n");
+  KilndProcess reader(dir.path() / "reader",
+                      "[access]\ntrust_owner = false\nread_users = [\"" + uid + "\"]\nbuild_groups = []\n");
   REQUIRE_MESSAGE(reader.start(), reader.log());
   Client r = connect(reader);
   auto listed = r.list_sources();
   REQUIRE_MESSAGE(listed, listed.error().to_string());
   CHECK(listed->sources.empty());
   CHECK(r.get_source(h).error().code == Errc::not_found);
-  // Registering needs write: refused for a reader.
+  // Registering needs build: refused for a reader.
   auto put = r.put_source(h, "x", write(dir.path() / "x.pt2", "x"));
   REQUIRE_FALSE(put);
   CHECK(put.error().code == Errc::permission_denied);

@@ -37,7 +37,8 @@ socket_mode = "0660"
 socket_group = "0"
 trust_owner = false
 read_users = ["*"]
-write_users = ["root", 1000]
+build_users = ["root", 1000]
+put_groups = ["0"]
 admin_groups = ["0"]
 [node]
 gpu_arch = "sm_90"
@@ -54,7 +55,10 @@ cpu_isa = "avx2"
   CHECK(c.limits.idle_timeout == std::chrono::milliseconds(1500));
   CHECK(c.access.socket_mode == 0660);
   CHECK_FALSE(c.access.trust_owner);
-  CHECK(c.access.write_users == std::vector<std::string>{"root", "1000"});
+  CHECK(c.access.build_users == std::vector<std::string>{"root", "1000"});
+  CHECK(c.access.build_groups == std::vector<std::string>{"@socket"});  // the default kept
+  CHECK(c.access.put_groups == std::vector<std::string>{"0"});
+  CHECK_FALSE(c.access.legacy_write);
   CHECK(c.node.gpu_arch == "sm_90");
   CHECK(validate(c));
 }

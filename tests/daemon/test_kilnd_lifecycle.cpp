@@ -489,7 +489,7 @@ TEST_CASE("the sample kilnd.toml shows true defaults: with every option uncommen
 
 TEST_CASE("--check-config refuses an unknown group in [access], as kilnd's start does") {
   TempDir dir;
-  for (const char* section : {"[access]\nwrite_groups = [\"no-such-group-kiln\"]\n",
+  for (const char* section : {"[access]\nbuild_groups = [\"no-such-group-kiln\"]\n",
                               "[access]\nsocket_group = \"no-such-group-kiln\"\n"}) {
     CAPTURE(section);
     std::ofstream(dir / "groups.toml") << section;

@@ -54,7 +54,7 @@ TEST_CASE("put, get by descriptor and by stream, stat, list, delete round trip")
   auto hello = proto::decode<proto::HelloReply>(c.hello());
   REQUIRE(hello);
   CHECK(hello->version == 1);
-  CHECK(hello->roles == std::vector<std::string>{"read", "write", "admin"});
+  CHECK(hello->roles == std::vector<std::string>{"read", "build", "put", "admin"});
 
   const Key key = test_key("roundtrip");
   const std::string data = test::random_bytes(3 << 20, 1);  // several chunks

@@ -244,7 +244,7 @@ def test_another_user_may_read_but_not_write(make_kilnd):
         assert r.returncode == 0, r.stderr
         out = json.loads(r.stdout)
         assert out["read"] == "readable"
-        assert out["put"][0] == kiln.PermissionDenied.code and "write" in out["put"][1]
+        assert out["put"][0] == kiln.PermissionDenied.code and "the put role" in out["put"][1]
     finally:
         shutil.rmtree(tree, ignore_errors=True)
 

@@ -72,9 +72,10 @@ def _container(tmp_path):
 
 
 # The container's processes run as this user: not kilnd's (root here), reaching kilnd only
-# through the socket, with the read and write roles the README's recipe grants.
+# through the socket, with the read and build roles the README's recipe grants (kiln.torch
+# needs nothing more: never put).
 CONTAINER_UID = 65534
-CONTAINER_ACCESS = f'[access]\nsocket_mode = "0666"\nread_users = ["*"]\nwrite_users = ["{CONTAINER_UID}"]\n'
+CONTAINER_ACCESS = f'[access]\nsocket_mode = "0666"\nread_users = ["*"]\nbuild_users = ["{CONTAINER_UID}"]\n'
 
 
 @pytest.fixture

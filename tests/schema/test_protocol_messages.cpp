@@ -131,11 +131,17 @@ TEST_CASE("malformed bodies name the field and never throw") {
 
 TEST_CASE("roles are cumulative and every request type needs the documented one") {
   CHECK(required_role(MsgType::get) == Role::read);
-  CHECK(required_role(MsgType::put) == Role::write);
+  // Storing bytes made elsewhere is put; having kilnd's own worker build is build.
+  CHECK(required_role(MsgType::put) == Role::put);
+  CHECK(required_role(MsgType::put_source) == Role::build);
+  CHECK(required_role(MsgType::build) == Role::build);
+  CHECK(required_role(MsgType::prewarm_submit) == Role::build);
   CHECK(required_role(MsgType::del) == Role::admin);
   CHECK(required_role(MsgType::evict) == Role::admin);
   CHECK(required_role(MsgType::hello) == Role::none);
-  CHECK(role_names_upto(Role::write) == std::vector<std::string>{"read", "write"});
+  CHECK(role_names_upto(Role::build) == std::vector<std::string>{"read", "build"});
+  CHECK(role_names_upto(Role::put) == std::vector<std::string>{"read", "build", "put"});
+  CHECK(role_names_upto(Role::admin) == std::vector<std::string>{"read", "build", "put", "admin"});
 }
 
 TEST_CASE("a body nested past the limit is refused before parsing, however long") {

@@ -221,8 +221,8 @@ class Sources:
         return Source(ptr)
 
     def put(self, model_hash: Optional[str], path: PathLike, name: Optional[str] = None) -> Dict[str, Any]:
-        """Registers the file at `path` as the source of `model_hash` (write role); returns its
-        metadata. model_hash None: the node computes it with its build worker (the returned
+        """Registers the file at `path` as the source of `model_hash` (build role; put on a
+        node that cannot verify sources); returns its metadata. model_hash None: the node computes it with its build worker (the returned
         metadata's "model_hash"; an existing source of that hash is returned as is), and a
         node that cannot build raises Unsupported. A node that builds hashes the file with its build worker first and raises
         InvalidArgument (naming both hashes; nothing stored) when it hashes to another model
@@ -327,7 +327,7 @@ class Client:
     # ---- builds --------------------------------------------------------------------
     def build(self, key: KeyLike, wait: bool = False, force: bool = False,
               timeout: Optional[float] = None) -> Dict[str, Any]:
-        """Asks kilnd to build `key` from its registered source (write role). wait=False returns
+        """Asks kilnd to build `key` from its registered source (build role). wait=False returns
         at once: {"state": "queued"|"running"|"present", "key_digest", "handle"}; wait=True
         returns {"state": "done", ...} or raises BuildFailed/NoSource/Timeout."""
         body = {"key": key, "wait": bool(wait), "force": bool(force)}

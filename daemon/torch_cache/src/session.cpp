@@ -191,7 +191,7 @@ Step Session::get(std::span<const std::string_view> args) {
 Step Session::set(std::span<const std::string_view> args) {
   if (args.size() < 3) return close("SET with " + std::to_string(args.size() - 1) + " arguments");
   if (!authenticated()) return close("SET before AUTH");
-  if (!options_.can_write) return close("SET refused: the peer has no write role");
+  if (!options_.can_write) return close("SET refused: the peer has no build role");
   Step s;
   s.kind = Step::Kind::set;
   s.key = args[1];

@@ -42,13 +42,14 @@ Overwrite overwrite_of(std::string_view id) {
 
 namespace {
 
-// The text of compile_options: {"torch_key": ...} when printable, else {"torch_key_hex": ...}.
-// Canonical JSON as schema/key.md defines it (the only escapes printable ASCII needs are
-// for the quote and the backslash).
-std::string options_of(std::string_view redis_key) {
+// The text of compile_options: {"torch_key": ...} when printable, else {"torch_key_hex": ...},
+// and "writer" for one writer's own entry. Canonical JSON as schema/key.md defines it (keys
+// sorted; the only escapes printable ASCII needs are for the quote and the backslash; a
+// writer is kiln's own "uid:<n>" or "tcp").
+std::string options_of(std::string_view redis_key, std::string_view writer) {
   std::string out;
   if (printable_ascii(redis_key, kMaxKeyBytes)) {
-    out.reserve(redis_key.size() + 20);
+    out.reserve(redis_key.size() + 40);
     out += "{\"torch_key\":\"";
     for (char c : redis_key) {
       if (c == '"' || c == '\\') out += '\\';
@@ -57,7 +58,13 @@ std::string options_of(std::string_view redis_key) {
   } else {
     out = "{\"torch_key_hex\":\"" + to_hex(redis_key);
   }
-  out += "\"}";
+  out += '"';
+  if (!writer.empty()) {
+    out += ",\"writer\":\"";
+    out += writer;
+    out += '"';
+  }
+  out += '}';
   return out;
 }
 
@@ -71,8 +78,38 @@ Key TorchKey::kiln_key() const {
   for (auto* f : {&k.gpu_arch, &k.gpu_name, &k.torch_version, &k.torch_git, &k.cuda_version, &k.triton_version,
                   &k.platform, &k.machine, &k.cpu_isa, &k.dtype})
     *f = "-";
-  k.compile_options = options_of(text);
+  k.compile_options = options_of(text, writer);
   return k;
+}
+
+namespace {
+
+// Key::canonical_encoding() of t.kiln_key(), written directly (schema/key.md; the unit test
+// holds the two equal): this runs for every GET.
+Digest digest_of(const TorchKey& t) {
+  std::string enc = "kiln-key\n";
+  enc.reserve(512 + 2 * t.text.size());
+  append_key_field(enc, "kind", "torch_cache");
+  append_key_field(enc, "model_hash", sha256(t.text).hex());
+  append_key_field(enc, "region", t.cache_id.empty() ? std::string_view("-") : std::string_view(t.cache_id));
+  for (const char* f : {"gpu_arch", "gpu_name", "torch_version", "torch_git", "cuda_version", "triton_version",
+                        "platform", "machine", "cpu_isa", "dtype"})
+    append_key_field(enc, f, "-");
+  append_key_field(enc, "inputs", "[]");
+  static const std::string call = positional_call(0);  // no inputs: the empty positional call
+  append_key_field(enc, "call", call);
+  append_key_field(enc, "compile_options", options_of(t.text, t.writer));
+  append_key_field(enc, "format_version", std::to_string(kKeyFormatVersion));
+  return sha256(enc);
+}
+
+}  // namespace
+
+TorchKey with_writer(const TorchKey& key, std::string writer) {
+  TorchKey t = key;
+  t.writer = std::move(writer);
+  t.digest = digest_of(t);
+  return t;
 }
 
 Result<TorchKey> map_torch_key(std::string_view redis_key) {
@@ -85,22 +122,7 @@ Result<TorchKey> map_torch_key(std::string_view redis_key) {
   auto id = cache_id_of(redis_key);
   t.cache_id = printable_ascii(id, 256) ? std::string(id) : std::string();
   t.overwrite = overwrite_of(t.cache_id);
-  // Key::canonical_encoding() of kiln_key(), written directly (schema/key.md; the unit
-  // test holds the two equal): this runs for every GET.
-  std::string enc = "kiln-key\n";
-  enc.reserve(512 + 2 * redis_key.size());
-  append_key_field(enc, "kind", "torch_cache");
-  append_key_field(enc, "model_hash", sha256(redis_key).hex());
-  append_key_field(enc, "region", t.cache_id.empty() ? std::string_view("-") : std::string_view(t.cache_id));
-  for (const char* f : {"gpu_arch", "gpu_name", "torch_version", "torch_git", "cuda_version", "triton_version",
-                        "platform", "machine", "cpu_isa", "dtype"})
-    append_key_field(enc, f, "-");
-  append_key_field(enc, "inputs", "[]");
-  static const std::string call = positional_call(0);  // no inputs: the empty positional call
-  append_key_field(enc, "call", call);
-  append_key_field(enc, "compile_options", options_of(redis_key));
-  append_key_field(enc, "format_version", std::to_string(kKeyFormatVersion));
-  t.digest = sha256(enc);
+  t.digest = digest_of(t);
   return t;
 }
 

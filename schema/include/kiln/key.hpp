@@ -159,7 +159,7 @@ std::string canonical_node_value(std::string_view field, std::string_view text);
 // numerics), mode "default", an empty inductor and numerics equal to torch's defaults
 // dropped, so {"mode":"default"} and {} are one key. For kind torch_cache the options are
 // torch's own key instead (schema/torch-cache.md): exactly one string member, "torch_key"
-// or "torch_key_hex".
+// or "torch_key_hex", and for one writer's own entry "writer" ("uid:<n>" or "tcp").
 Result<std::string> canonical_compile_options(std::string_view text, ArtifactKind kind = ArtifactKind::aoti);
 // call JSON -> canonical JSON, checked against the number of inputs (tensor leaves
 // numbered 0..n-1 in canonical traversal order). Empty text = the positional call.

@@ -394,7 +394,8 @@ std::string_view role_name(Role role) noexcept {
   switch (role) {
     case Role::none: return "none";
     case Role::read: return "read";
-    case Role::write: return "write";
+    case Role::build: return "build";
+    case Role::put: return "put";
     case Role::admin: return "admin";
   }
   return "none";
@@ -411,10 +412,12 @@ Role required_role(MsgType type) noexcept {
     case MsgType::list_sources:
     case MsgType::get_source:
     case MsgType::logs: return Role::read;
-    case MsgType::put:
+    // What lands is made by kilnd's own worker from a source whose hash the node checks.
     case MsgType::put_source:
     case MsgType::build:
-    case MsgType::prewarm_submit: return Role::write;
+    case MsgType::prewarm_submit: return Role::build;
+    // Bytes made elsewhere that other users' processes will load.
+    case MsgType::put: return Role::put;
     case MsgType::del:
     case MsgType::pin:
     case MsgType::unpin:
@@ -431,7 +434,7 @@ Role required_role(MsgType type) noexcept {
 
 std::vector<std::string> role_names_upto(Role role) {
   std::vector<std::string> out;
-  for (Role r : {Role::read, Role::write, Role::admin})
+  for (Role r : {Role::read, Role::build, Role::put, Role::admin})
     if (role >= r) out.emplace_back(role_name(r));
   return out;
 }

@@ -221,7 +221,7 @@ TEST_CASE("unknown commands get an error reply and the connection goes on") {
 TEST_CASE("roles: a reader may GET but its SET closes; a peer with no role cannot GET") {
   TempDir dir;
   TorchCacheConfig t;
-  KilndProcess d(dir.path(), t.toml() + "[access]\ntrust_owner = false\nread_users = [\"" + uid() + "\"]\n");
+  KilndProcess d(dir.path(), t.toml() + "[access]\ntrust_owner = false\nread_users = [\"" + uid() + "\"]\nbuild_groups = []\n");
   {
     RespClient c(t.torch_sock);
     auto miss = c.call({"GET", kFx});
@@ -230,10 +230,10 @@ TEST_CASE("roles: a reader may GET but its SET closes; a peer with no role canno
     REQUIRE(c.send({"SET", kFx, "v"}));
     check_closed_silently(c);
   }
-  CHECK(d.wait_for_log("SET refused: the peer has no write role", std::chrono::seconds(30)));
+  CHECK(d.wait_for_log("SET refused: the peer has no build role", std::chrono::seconds(30)));
   TorchCacheConfig t2;
   TempDir dir2;
-  KilndProcess none(dir2.path(), t2.toml() + "[access]\ntrust_owner = false\nread_users = []\n");
+  KilndProcess none(dir2.path(), t2.toml() + "[access]\ntrust_owner = false\nread_users = []\nbuild_groups = []\n");
   RespClient c(t2.torch_sock);
   auto pong = c.call({"PING"});
   REQUIRE(pong);

@@ -283,9 +283,9 @@ class SlowStoreDeferred(SlowStoreCase):
 
 
 class ReaderOnly(KilndCase):
-    extra_toml = '[access]\ntrust_owner = false\nread_users = ["%d"]\n' % os.getuid()
+    extra_toml = '[access]\ntrust_owner = false\nread_users = ["%d"]\nbuild_groups = []\n' % os.getuid()
 
-    def test_set_without_the_write_role_is_a_connection_error_not_a_response_error(self):
+    def test_set_without_the_build_role_is_a_connection_error_not_a_response_error(self):
         r = redis.Redis.from_url(self.kilnd.url())
         self.assertIsNone(r.get(FX_KEY))
         with self.assertRaises(redis.exceptions.ConnectionError):
@@ -293,7 +293,8 @@ class ReaderOnly(KilndCase):
 
 
 class NoRole(KilndCase):
-    extra_toml = '[access]\ntrust_owner = false\nread_users = []\n'
+    # build_groups = []: the test's group is the socket's, which builds by default.
+    extra_toml = '[access]\ntrust_owner = false\nread_users = []\nbuild_groups = []\n'
 
     def test_get_without_the_read_role_is_a_connection_error(self):
         r = redis.Redis.from_url(self.kilnd.url())

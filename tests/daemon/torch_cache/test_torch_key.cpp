@@ -68,5 +68,27 @@ TEST_CASE("the digest written directly equals Key::digest() of the kiln key, wha
     auto canonical = canonical_json(key.compile_options);
     REQUIRE(canonical);
     CHECK(*canonical == key.compile_options);
+    // One writer's own entry: the same rule, another digest.
+    auto own = with_writer(*t, "uid:1000");
+    auto own_key = own.kiln_key();
+    REQUIRE(own_key.digest());
+    CHECK(*own_key.digest() == own.digest);
+    CHECK(own.digest != t->digest);
+    auto own_canonical = canonical_json(own_key.compile_options);
+    REQUIRE(own_canonical);
+    CHECK(*own_canonical == own_key.compile_options);
   }
+}
+
+TEST_CASE("each writer's entry of a torch key is its own; the shared one has no writer") {
+  auto shared = map_torch_key("pt2:fx-graph-v1::abc:c1");
+  REQUIRE(shared);
+  CHECK(shared->writer.empty());
+  CHECK(shared->kiln_key().compile_options.find("writer") == std::string::npos);
+  auto a = with_writer(*shared, "uid:1000"), b = with_writer(*shared, "uid:1001"), t = with_writer(*shared, "tcp");
+  CHECK(a.digest != b.digest);
+  CHECK(a.digest != t.digest);
+  CHECK(a.kiln_key().compile_options == R"({"torch_key":"pt2:fx-graph-v1::abc:c1","writer":"uid:1000"})");
+  CHECK(with_writer(a, "").digest == shared->digest);  // back to the shared entry
+  CHECK(a.overwrite == Overwrite::never);             // what the writer changes nothing else
 }

@@ -20,16 +20,29 @@
 
 namespace kiln::daemon {
 
-// Who may do what (schema/protocol.md, roles). Entries are user/group names or numeric
-// ids; "*" in a users list means anyone who can open the socket. Roles are cumulative:
-// admin implies write implies read.
+// Who may do what (schema/protocol.md, "Roles"; SECURITY.md). Entries are user/group
+// names or numeric ids; "*" in a users list means anyone who can open the socket, and
+// kSocketGroup in a groups list the group the socket file belongs to (access.socket_group,
+// or systemd's SocketGroup=). Roles are cumulative: admin > put > build > read.
+//   read:  get what is stored;
+//   build: register a weight-free source (the node hashes it) and have kilnd's own worker
+//          build it; a torch.compile cache SET is filed under the writer and served to
+//          the writer alone (and to those who trust it: put and admin writers are trusted);
+//   put:   store bytes made elsewhere that other users' processes load: trusted publishers.
+// Default: anyone who can open the socket reads; the socket's group builds.
+inline constexpr const char* kSocketGroup = "@socket";
 struct AccessConfig {
   std::uint32_t socket_mode = 0600;    // file mode of the socket: the first gate
   std::string socket_group;            // group to chown the socket to; "" = leave it
   bool trust_owner = true;             // kilnd's own uid and root are admin
   std::vector<std::string> read_users{"*"}, read_groups;
-  std::vector<std::string> write_users, write_groups;
+  std::vector<std::string> build_users, build_groups{kSocketGroup};
+  std::vector<std::string> put_users, put_groups;
   std::vector<std::string> admin_users, admin_groups;
+  // The file still had write_users / write_groups (the role before build and put split):
+  // their entries were added to build_* (what an inference job needs; the old write also
+  // let them put), and kilnd warns at start and reload until the file says which it means.
+  bool legacy_write = false;
 };
 
 struct LimitsConfig {
@@ -58,7 +71,8 @@ struct StoreConfig {
 
 // torch.compile's own remote caches, served over the Redis protocol (schema/torch-cache.md).
 // Off unless a socket or a loopback address is given. Roles come from [access] (GET needs
-// read, SET write); the socket file gets access.socket_mode and access.socket_group.
+// read, SET build); the socket file gets access.socket_mode and access.socket_group.
+// Entries are trusted per writer (schema/torch-cache.md, "Who reads whose entries").
 struct TorchCacheConfig {
   std::filesystem::path socket;        // Unix socket; "" = none
   std::string listen;                  // "127.0.0.1:6379"; "" = none; loopback only. TCP

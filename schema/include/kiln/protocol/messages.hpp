@@ -78,7 +78,7 @@ struct HelloReply {
   std::vector<std::string> capabilities;
   std::uint32_t max_frame = 4u << 20;
   std::uint32_t max_inflight = 64;
-  std::vector<std::string> roles;          // "read", "write", "admin"
+  std::vector<std::string> roles;          // "read", "build", "put", "admin"
   std::map<std::string, std::string> node; // NodeFields by name
   std::uint32_t inline_max = 0;            // GET "auto" sends bytes up to this size; 0 = never
 };
@@ -472,12 +472,16 @@ Result<T> decode(std::string_view json);
 inline Error to_error(const ErrorBody& body) { return Error{body.code, body.message}; }
 inline ErrorBody to_error_body(const Error& e) { return ErrorBody{e.code, e.message}; }
 
-// Role names in hello/status: "read", "write", "admin".
-enum class Role : std::uint8_t { none = 0, read = 1, write = 2, admin = 3 };
+// Role names in hello/status: "read", "build", "put", "admin" (protocol.md, "Roles").
+// Cumulative, in this order: read (get what is stored); build (register a weight-free
+// source, which the node hashes, and have kilnd's own worker build it); put (store bytes
+// made elsewhere, which other users' processes will load: trusted publishers only); admin.
+enum class Role : std::uint8_t { none = 0, read = 1, build = 2, put = 3, admin = 4 };
 std::string_view role_name(Role role) noexcept;
 // The role a request type needs (protocol.md table); Role::none for hello/cancel.
 Role required_role(MsgType type) noexcept;
-// ["read"], ["read","write"] or ["read","write","admin"]; empty for Role::none.
+// The names of `role` and every role below it: ["read"], ["read","build"], ...; empty for
+// Role::none.
 std::vector<std::string> role_names_upto(Role role);
 
 }  // namespace kiln::protocol

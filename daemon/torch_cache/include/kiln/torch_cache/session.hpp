@@ -23,7 +23,7 @@ namespace kiln::torch_cache {
 
 struct SessionOptions {
   bool can_read = false;   // GET (the peer holds kiln's read role)
-  bool can_write = false;  // SET (write role)
+  bool can_write = false;  // SET (build role: filed under the writer, schema/torch-cache.md)
   // When not empty, GET and SET need AUTH <password> (or AUTH default <password>, or
   // HELLO ... AUTH default <password>) first.
   std::string password;

@@ -38,19 +38,27 @@ struct TorchKey {
   std::string text;      // the key as the client sent it
   std::string cache_id;  // "fx-graph-v1", "dynamo-pgo", ...; "" when not torch's form
   Overwrite overwrite = Overwrite::last_writer_wins;
+  // Whose entry this is (schema/torch-cache.md, "Who reads whose entries"): "" for the
+  // shared entries (written by trusted writers, or pulled signed from the fleet), which
+  // every reader may load; otherwise one writer's own, e.g. "uid:1000", which only that
+  // writer loads. Part of the key: each writer's entries are separate artifacts.
+  std::string writer;
   Digest digest;         // kiln_key().digest(), computed without building the Key (a GET's hot path)
   // The kiln key: kind torch_cache, see schema/torch-cache.md.
   Key kiln_key() const;
 };
+
+// The writer's own entry of the same torch key; `writer` "" gives the shared one.
+TorchKey with_writer(const TorchKey& key, std::string writer);
 
 // The cache id of a key of torch's form `pt2:<cache id>::...`, or "" for any other key.
 std::string_view cache_id_of(std::string_view redis_key);
 // Overwrite::never for the FX graph ("fx-graph-*") and AOTAutograd ("autograd-*") caches.
 Overwrite overwrite_of(std::string_view cache_id);
 
-// The kiln key of a Redis key. invalid_argument when it is empty or longer than
-// kMaxKeyBytes. Any bytes are accepted: a key that is not printable UTF-8 is recorded
-// in hex.
+// The kiln key of a Redis key, in the shared namespace (writer ""). invalid_argument when
+// it is empty or longer than kMaxKeyBytes. Any bytes are accepted: a key that is not
+// printable UTF-8 is recorded in hex.
 Result<TorchKey> map_torch_key(std::string_view redis_key);
 
 }  // namespace kiln::torch_cache
