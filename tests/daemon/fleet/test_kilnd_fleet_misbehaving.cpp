@@ -157,6 +157,9 @@ TEST_CASE("ConcurrentMissesAgainstAHangingRegistryEndWithinOnePullTimeoutAndThen
     CHECK(g.took < 3500ms);
   }
   CHECK(all < 4s);
+  std::chrono::milliseconds slowest{0};
+  for (const auto& g : got) slowest = std::max(slowest, g.took);
+  MESSAGE("12 misses at once, 4 pull workers, pull_timeout_s 2: the slowest answered in " << slowest.count() << " ms");
   json f = status(*c)["fleet"];
   CHECK(f["refusals"]["timeout"] == 4);  // the four that were asking
   CHECK(f["misses"]["expired"].get<int>() + f["misses"]["skipped"].get<int>() == 8);  // the eight that waited
@@ -170,6 +173,7 @@ TEST_CASE("ConcurrentMissesAgainstAHangingRegistryEndWithinOnePullTimeoutAndThen
   const Got quick = get(k.socket(), node_key(*c, "Quick"));
   CHECK(quick.ok);
   CHECK(quick.took < 500ms);
+  MESSAGE("a miss while the registry is left alone: " << quick.took.count() << " ms");
   CHECK(registry->server.requests() == requests);
   CHECK(status(*c)["fleet"]["misses"]["skipped"].get<int>() >= 1);
   CHECK(threads_of(k.pid()) <= threads_before);  // no thread per miss, none left behind
@@ -214,6 +218,8 @@ TEST_CASE("SigtermWithMissesPendingAgainstAHangingRegistryExitsWithinDrainTimeou
   CHECK(*rc == 0);
   CHECK(took < 5s);  // drain_timeout_s; the shipped unit's TimeoutStopSec is 45
   CHECK(took < 2s);  // in fact: the registry work ends at once
+  MESSAGE("SIGTERM with 6 misses pending on a hanging registry: exit after "
+          << std::chrono::duration_cast<std::chrono::milliseconds>(took).count() << " ms");
   for (const auto& g : got) CHECK_FALSE(g.found);  // answered as misses (or cut off by the stop)
   CHECK(registry.server.requests() == 4);  // no registry request started after SIGTERM
   const std::string log = k->log();
