@@ -225,7 +225,9 @@ Result<std::string> canonical_compile_options(std::string_view text, ArtifactKin
       if (!v.empty()) out[name] = v;
     } else if (name == "dynamic") {
       if (!v.is_boolean()) return value_error(f, std::string("must be true or false, got ") + v.type_name());
-      out[name] = v;
+      // An AOTI build ignores it (its dynamic dimensions are the inputs' ranges): keyed, it
+      // would only split one build into two keys.
+      if (kind != ArtifactKind::aoti) out[name] = v;
     } else if (name == "numerics") {
       KILN_TRY(canonical_numerics(v));
       if (!v.empty()) out[name] = v;
