@@ -41,6 +41,19 @@ TEST_CASE("FleetOptionsAreReadAndCheckedTogether") {
   CHECK(unknown.error().message.find("fleet.registri: unknown option") != std::string::npos);
 }
 
+TEST_CASE("AnIdentityTokenFileIsReadAndIsOneCredentialAmongThree") {
+  const std::string base = "[fleet]\nregistry = \"https://r\"\npush = false\ntrusted_keys = [\"a:AAAA\"]\n";
+  FleetConfig c;
+  auto st = apply_fleet_toml(c, base + "identity_token_file = \"/etc/kiln/identity\"\n", "t.toml");
+  REQUIRE_MESSAGE(st.has_value(), (st ? "" : st.error().to_string()));
+  CHECK(c.identity_token_file == "/etc/kiln/identity");
+  FleetConfig d;
+  auto both = apply_fleet_toml(d, base + "identity_token_file = \"/i\"\nbasic_auth_file = \"/b\"\n", "t.toml");
+  REQUIRE_FALSE(both.has_value());
+  CHECK(both.error().message.find("fleet.identity_token_file") != std::string::npos);
+  CHECK(both.error().message.find("give one of basic_auth_file, token_file and identity_token_file") != std::string::npos);
+}
+
 TEST_CASE("CoordinatorOptionsAreReadWithTheirDefaultsAndBadOnesNameTheOption") {
   FleetConfig defaults;
   CHECK(defaults.coordinator.empty());
