@@ -1,6 +1,11 @@
 // The key's `call` field: the structure of the block's call (schema/key.md, "call").
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <optional>
+
 #include "kiln/key.hpp"
 #include "strict_json.hpp"
 
@@ -24,20 +29,59 @@ std::string member_path(const std::string& base, const std::string& name) {
   return base + "." + shown;
 }
 
+// Python's repr of the double a float constant's text spells ("0.50", "5e-1", "+1E-06",
+// "1.0", "-0", "inf"), so that one value has one spelling (schema/key.md, "call"): the
+// shortest digits that read back to the same double, written fixed when the decimal point
+// falls within -4 < point <= 16 digits of them, else as d[.ddd]e+XX. nullopt for text that
+// is no float, or one beyond double range.
+std::optional<std::string> python_float_repr(std::string text) {
+  if (!text.empty() && text[0] == '+') text.erase(0, 1);
+  const bool neg = !text.empty() && text[0] == '-';
+  const std::string mag = neg ? text.substr(1) : text;
+  if (mag == "inf") return neg ? "-inf" : "inf";
+  if (mag == "nan") return std::string("nan");
+  if (mag.empty() || mag[0] == '+' || mag[0] == '-' || mag.find_first_not_of("0123456789.eE+-") != std::string::npos)
+    return std::nullopt;
+  double d = 0;
+  auto [end, ec] = std::from_chars(mag.data(), mag.data() + mag.size(), d);
+  if (ec != std::errc() || end != mag.data() + mag.size() || !std::isfinite(d)) return std::nullopt;
+  char buf[64];
+  auto r = std::to_chars(buf, buf + sizeof buf, d, std::chars_format::scientific);  // shortest: "1.5e+16"
+  const std::string sci(buf, r.ptr);
+  const auto e = sci.find('e');
+  std::string digits = sci.substr(0, e);
+  digits.erase(std::remove(digits.begin(), digits.end(), '.'), digits.end());
+  const int point = std::stoi(sci.substr(e + 1)) + 1;  // digits[0] is at 10^(point-1)
+  std::string out;
+  if (d == 0) {
+    out = "0.0";
+  } else if (point > -4 && point <= 16) {
+    if (point <= 0) out = "0." + std::string(static_cast<std::size_t>(-point), '0') + digits;
+    else if (static_cast<std::size_t>(point) >= digits.size())
+      out = digits + std::string(static_cast<std::size_t>(point) - digits.size(), '0') + ".0";
+    else out = digits.substr(0, point) + "." + digits.substr(point);
+  } else {
+    const int exp = point - 1;
+    out = digits.substr(0, 1) + (digits.size() > 1 ? "." + digits.substr(1) : "") + "e" + (exp < 0 ? "-" : "+") +
+          (std::abs(exp) < 10 ? "0" : "") + std::to_string(std::abs(exp));
+  }
+  return (neg ? "-" : "") + out;
+}
+
 // Walks the tree in canonical traversal order (arrays in order, objects by key: nlohmann's
 // object is a std::map, ordered by bytes), checking each node and counting tensor leaves.
 class CallChecker {
  public:
   explicit CallChecker(std::size_t n_inputs) : n_inputs_(n_inputs) {}
 
-  Status node(const json& v, const std::string& path, std::size_t depth) {
+  Status node(json& v, const std::string& path, std::size_t depth) {
     if (depth > kMaxCallDepth) return call_error(path, "is nested deeper than 32 levels");
     if (++nodes_ > kMaxCallNodes) return call_error("call", "has more than 4096 nodes");
     if (!v.is_object() || v.size() != 1) {
       return call_error(path, "must be one of {\"tensor\":i}, {\"tuple\":[..]}, {\"list\":[..]}, {\"dict\":{..}}, {\"const\":..}");
     }
     const std::string kind = v.begin().key();
-    const json& body = v.begin().value();
+    json& body = v.begin().value();
     const std::string p = path + "." + kind;
     if (kind == "tensor") {
       if (!body.is_number_integer()) return call_error(p, "must be an integer index into key.inputs");
@@ -60,7 +104,7 @@ class CallChecker {
     }
     if (kind == "dict") {
       if (!body.is_object()) return call_error(p, std::string("must be an object, got ") + body.type_name());
-      for (const auto& [k, child] : body.items()) KILN_TRY(node(child, member_path(p, k), depth + 1));
+      for (auto& [k, child] : body.items()) KILN_TRY(node(child, member_path(p, k), depth + 1));
       return {};
     }
     if (kind == "const") return constant(body, p);
@@ -70,13 +114,14 @@ class CallChecker {
   std::size_t leaves() const { return leaves_; }
 
  private:
-  static Status constant(const json& v, const std::string& path) {
+  static Status constant(json& v, const std::string& path) {
     if (v.is_null() || v.is_boolean() || v.is_number_integer() || v.is_string()) return {};
     if (v.is_number_float()) return call_error(path, "a float constant is written {\"float\": \"<Python repr>\"}");
     if (v.is_object() && v.size() == 1 && v.contains("float") && v["float"].is_string()) {
       const auto r = v["float"].get<std::string>();
-      const bool ok = !r.empty() && r.size() <= 64 && r.find_first_not_of("0123456789.eE+-infa") == std::string::npos;
-      if (!ok) return call_error(path + ".float", "must be a Python float repr, e.g. \"0.5\", \"1e-06\", \"inf\", \"nan\"");
+      auto repr = r.size() <= 64 ? python_float_repr(r) : std::nullopt;
+      if (!repr) return call_error(path + ".float", "must be a Python float repr, e.g. \"0.5\", \"1e-06\", \"inf\", \"nan\"");
+      v["float"] = *repr;  // one spelling per value
       return {};
     }
     return call_error(path, "must be null, a boolean, an integer, a string or {\"float\": \"<repr>\"}");
@@ -113,7 +158,7 @@ Result<std::string> canonical_call(std::string_view text, std::size_t n_inputs) 
   for (std::size_t i = 0; i < out["args"].size(); ++i) {
     KILN_TRY(check.node(out["args"][i], "call.args[" + std::to_string(i) + "]", 1));
   }
-  for (const auto& [name, v] : out["kwargs"].items()) {
+  for (auto& [name, v] : out["kwargs"].items()) {
     if (name.empty()) return call_error("call.kwargs", "has an empty keyword name");
     KILN_TRY(check.node(v, member_path("call.kwargs", name), 1));
   }

@@ -300,3 +300,24 @@ TEST_CASE("a torch_cache key's options are torch's own key, and only a torch_cac
   REQUIRE_FALSE(no);
   CHECK(no.error().message.find("key.dtype") != std::string::npos);
 }
+
+TEST_CASE("a float constant in call has one spelling per value: Python's repr") {
+  auto c = [](const std::string& f) {
+    auto r = kiln::canonical_call(R"({"args":[{"const":{"float":")" + f + R"("}}]})", 0);
+    REQUIRE_MESSAGE(r, (r ? "" : r.error().message));
+    const std::string prefix = R"({"args":[{"const":{"float":")";
+    return r->substr(prefix.size(), r->size() - prefix.size() - std::string(R"("}}],"kwargs":{}})").size());
+  };
+  // Each row: spellings of one value, the first being Python's repr(float(...)).
+  for (const auto& row : std::vector<std::vector<std::string>>{
+           {"0.5", "0.50", "5e-1", "+0.5", "5.0E-01"}, {"1.0", "1", "1.", "1e0", "10e-1"},
+           {"1e-06", "0.000001", "1E-6", "1.0e-06"}, {"0.0001", "1e-4"}, {"1e+16", "1e16", "10000000000000000"},
+           {"1000000000000000.0", "1e15"}, {"1.5e+300", "15e299"}, {"-0.0", "-0", "-0e5"}, {"0.0", "0", "+0.0"},
+           {"0.1", "0.1000000000000000055511151231257827"}, {"123.456", "1.23456e2"}, {"inf", "+inf"},
+           {"-inf"}, {"nan", "-nan"}, {"-2.5e-07", "-0.00000025"}}) {
+    for (const auto& spelling : row) CHECK_MESSAGE(c(spelling) == row[0], spelling);
+  }
+  CHECK_FALSE(kiln::canonical_call(R"({"args":[{"const":{"float":"1e999"}}]})", 0));  // beyond double range
+  CHECK_FALSE(kiln::canonical_call(R"({"args":[{"const":{"float":"1e"}}]})", 0));
+  CHECK_FALSE(kiln::canonical_call(R"({"args":[{"const":{"float":"--1"}}]})", 0));
+}
