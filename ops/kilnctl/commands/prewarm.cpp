@@ -117,7 +117,8 @@ void add_prewarm(CommandSet& set) {
       // --fleet promises one build per (key, node class) across the fleet: only a node
       // with a coordinator keeps it.
       auto f = nlohmann::json::parse(status->fleet.empty() ? "{}" : status->fleet, nullptr, false);
-      if (f.is_discarded() || !f.is_object() || !f.contains("coordinator")) {
+      // STATUS's fleet.coordinator is null without one (schema/protocol.md, "fleet").
+      if (f.is_discarded() || !f.is_object() || !f.contains("coordinator") || !f["coordinator"].is_object()) {
         return ctx.fail(make_error(Errc::unsupported,
                                    "prewarm --fleet: kilnd at " + client->socket_path().string() +
                                        " has no fleet coordinator ([fleet] registry and coordinator in kilnd.toml): "

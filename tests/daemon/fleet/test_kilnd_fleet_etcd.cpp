@@ -783,3 +783,20 @@ TEST_CASE("ThreeNodesPrewarmOneManifestAtOnceOneBuildPerKeyAndEveryNodeEndsWithE
   for (const char* n : {"a", "b", "c"}) started -= builds_started(n);
   CHECK(started == 0);
 }
+
+// --fleet promises one build per key and node class across the fleet: a node without a
+// coordinator, which would build every key itself, is refused before anything is built.
+TEST_CASE("PrewarmFleetRefusesANodeWithoutACoordinator") {
+  Fleet f;
+  f.start({"a", ""});
+  const fs::path manifest = f.dir() / "manifest.toml";
+  std::ofstream(manifest) << "format = 1\n[[source]]\nname = \"s\"\nmodel_hash = \"" << std::string(64, 'a')
+                          << "\"\n[[build]]\nsource = \"s\"\nregion = \"Block\"\nkind = \"aoti\"\ndtype = \"bfloat16\"\n"
+                          << "  [[build.signature]]\n  inputs = [{ shape = [1, 64] }]\n";
+  const std::string out = test::sh(std::string(KILN_KILNCTL) + " --socket " + f.node("a").socket().string() +
+                                   " prewarm --fleet " + manifest.string() + "; echo exit=$?");
+  INFO(out);
+  CHECK(out.find("has no fleet coordinator") != std::string::npos);
+  CHECK(out.find("exit=0") == std::string::npos);
+  CHECK(f.starts().empty());
+}
