@@ -80,7 +80,7 @@ class Seams:
         self.exports.append((type(block).__name__, sorted(kwargs)))
         return path, model_hash
 
-    def load(self, path, device_index):
+    def load(self, path, device_index, key=None):
         data = open(path, "rb").read()
         assert data.startswith(b"artifact of ")  # what the test worker built
         self.loads.append((data, device_index))
@@ -583,10 +583,10 @@ def hold_loads(seams, monkeypatch):
     started, release = threading.Event(), threading.Event()
     load = seams.load
 
-    def slow_load(path, index):
+    def slow_load(path, index, key=None):
         started.set()
         assert release.wait(10)
-        return load(path, index)
+        return load(path, index, key=key)
 
     monkeypatch.setattr(_runtime, "LOADER", slow_load)
     return started, release

@@ -214,6 +214,12 @@ def test_a_block_with_a_plain_tensor_attribute_is_built_loaded_and_right(node):
     states = {e["state"] for e in kiln.torch.status(model)}
     assert "hit" in states and not states & {"failed", "unsupported"}, kiln.torch.status(model)
     assert sum(e["calls"]["compiled"] for e in kiln.torch.status(model)) > 0
+    # The build's record says where its time went (schema/worker-protocol.md, "phases").
+    digest = next(e["key_digest"] for e in kiln.torch.status(model) if e["state"] == "hit")
+    with kiln.Client(node.socket) as c:
+        line = next(x for x in c.logs(digest)["log"].splitlines() if "phases:" in x)
+    for phase in ("load_source", "frontend", "inductor_lowering", "cpp_compile", "package_load", "check_run"):
+        assert f"{phase} " in line, line
     kiln.torch.restore(model)
 
 

@@ -188,6 +188,19 @@ Result<BuiltArtifact> parse_build_result(const WorkerExit& exit, const BuildJobP
     check = ", check rel_err " + std::to_string(c.value("rel_err", -1.0)) + " <= " + std::to_string(c.value("tolerance", -1.0));
   }
   r.summary = "compile " + std::to_string(r.compile_seconds) + " s" + check;
+  // Where the build's time went (schema/worker-protocol.md, "phases"): into the build
+  // record's log line, which kilnctl logs / inspect and kiln.torch's failure detail show.
+  if (j->contains("phases") && (*j)["phases"].is_object()) {
+    std::string phases;
+    char one[96];
+    for (const auto& [name, secs] : (*j)["phases"].items()) {
+      if (!secs.is_number()) continue;
+      std::snprintf(one, sizeof one, "%s%s %.2f s", phases.empty() ? "" : ", ", clip(name).c_str(), secs.get<double>());
+      phases += one;
+      r.phases.emplace_back(clip(name), secs.get<double>());
+    }
+    if (!phases.empty()) r.summary += "; phases: " + phases;
+  }
   return r;
 }
 

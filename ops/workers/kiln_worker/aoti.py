@@ -34,10 +34,13 @@ def build(request):
     cfg["aot_inductor.package_constants_in_so"] = False
     package = os.path.join(workdir, "package.pt2")
     log(f"aoti: compiling with inductor configs {cfg}")
+    metrics = _inductor_metrics()
+    metrics.clear()  # this build's own: the worker may have compiled before in this process
     t = time.monotonic()
     with torch.no_grad():
         package = torch._inductor.aoti_compile_and_package(ep, package_path=package, inductor_configs=cfg)
     compile_s = time.monotonic() - t
+    timings.update(compile_phases(metrics, compile_s))
     log(f"aoti: compiled in {compile_s:.1f} s -> {package} ({os.path.getsize(package)} bytes)")
 
     t = time.monotonic()
@@ -61,11 +64,13 @@ def build(request):
     inputs = signature.random_inputs(key["inputs"], device=device, strides=signature.input_strides(ep, order))
     # The package takes the tensor leaves in torch.export's flat order; the key lists them
     # in kiln's canonical order (schema/key.md, "call").
+    t = time.monotonic()
     with torch.no_grad():
         outs = signature.flatten(loader.run(call_structure.flat_order_of(inputs, order)))
         refs = signature.eager_outputs(ep, weights, inputs, call)
     if device == "cuda":
         torch.cuda.synchronize()
+    timings["check_run_s"] = time.monotonic() - t
     check = signature.compare(outs, refs, key.get("dtype"))
     del loader
 
@@ -78,6 +83,7 @@ def build(request):
         "check": check,
         "constants": len(fqns),
         "timings": {k: round(v, 4) for k, v in timings.items()},
+        "phases": {k[:-2]: round(v, 3) for k, v in timings.items() if k.endswith("_s")},
     }
 
 
@@ -91,3 +97,33 @@ def record_constant_names(package, renamed):
     with zipfile.ZipFile(package, "a") as z:
         root = z.namelist()[0].split("/")[0]
         z.writestr(f"{root}/kiln/constant_names.json", json.dumps(renamed, sort_keys=True))
+
+
+def _inductor_metrics():
+    """torch's own per-phase compile times ({name: [seconds, ...]}, process-wide)."""
+    try:
+        from torch._dynamo.utils import compilation_time_metrics
+    except ImportError:
+        return {}
+    return compilation_time_metrics
+
+
+# Where an AOTInductor build's time goes, from torch's phase timers (names as torch 2.6-2.15
+# record them): the graph's lowering to kernels and wrapper code, the kernels' compiles
+# (Triton on a GPU; none on a CPU, whose kernels are C++), autotuning, and the C++ compile of
+# the wrapper (and, on a CPU, of the kernels). What the timers do not cover of the whole
+# call is the front end: AOT tracing, graph passes and packaging.
+_PHASES = (
+    ("inductor_lowering_s", ("GraphLowering.run", "GraphLowering.codegen")),
+    ("kernel_compile_s", ("async_compile.wait",)),
+    ("autotune_s", ("autotune", "benchmark_all_configs", "select_algorithm")),
+    ("cpp_compile_s", ("AotCodeCompiler.compile",)),
+)
+
+
+def compile_phases(metrics, compile_s):
+    """{phase_s: seconds} of one aoti_compile_and_package call of `compile_s` seconds."""
+    out = {phase: sum(sum(v) for k, v in metrics.items() if any(n in k for n in names)) for phase, names in _PHASES}
+    inner = sum(metrics.get("fx_codegen_and_compile", [])) or sum(out.values())
+    out["frontend_s"] = max(0.0, compile_s - inner)
+    return out

@@ -132,7 +132,8 @@ WARM_UP = True
 
 # The seams: EXPORTER(block, args, kwargs, workdir, as_called) -> (path, model_hash or None:
 # kilnd computes it), tracing inside `with as_called():` (which raises StateChanged);
-# LOADER(path, device_index) -> object with call(constants, args, kwargs).
+# LOADER(path, device_index, key=None) -> object with call(constants, args, kwargs); raises
+# _aoti.PackageMismatch naming the field when the key or package is not for this process.
 EXPORTER = default_exporter
 LOADER = _aoti.load_package
 
@@ -406,7 +407,9 @@ class Runtime:
             with _packages_lock:  # one package per artifact and device in the process, whichever model asks
                 package = _packages.get(slot)
                 if package is None:
-                    package = LOADER(artifact.path, index)
+                    # The key it was stored under: every node field is checked against this
+                    # process before the package's .so is loaded (_aoti.check_key).
+                    package = LOADER(artifact.path, index, key=getattr(artifact, "key", None))
                     _packages[slot] = package
             ld.result = (artifact, package)
             return ld.result

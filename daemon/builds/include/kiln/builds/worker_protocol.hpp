@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "kiln/builds/gpu_probe.hpp"
@@ -45,7 +46,8 @@ struct BuiltArtifact {
   Digest sha256;
   double compile_seconds = 0;
   double worker_seconds = 0;
-  std::string summary;           // one line for the build log: compile time, check result
+  std::string summary;           // one line for the build log: compile time, check result, phases
+  std::vector<std::pair<std::string, double>> phases;  // where the time went (worker's names, seconds)
 };
 
 struct SourceReport {
