@@ -225,18 +225,9 @@ def test_a_block_with_a_plain_tensor_attribute_is_built_loaded_and_right(node):
 
 def flux_with_lora(tmp_path):
     """(model, eager twin, inputs): the small FLUX with a PEFT LoRA through diffusers' API."""
-    import families
-    from peft import LoraConfig
+    from test_torch_lora import with_lora
 
-    torch.set_num_threads(1)
-    model = families.load_like_a_user("flux", str(tmp_path / "flux"), seed=0)
-    model.add_adapter(LoraConfig(r=4, lora_alpha=4, target_modules=["to_q", "to_k", "to_v", "proj_out"]))
-    g = torch.Generator().manual_seed(1)
-    with torch.no_grad():  # PEFT starts lora_B at zero: a LoRA that changes nothing proves nothing
-        for name, p in model.named_parameters():
-            if "lora_B" in name:
-                p.copy_((torch.randn(p.shape, generator=g) * 0.5).to(p.dtype))
-    return model, copy.deepcopy(model), families.FAMILIES["flux"].inputs(model, 0)
+    return with_lora(tmp_path)
 
 
 def test_a_per_call_lora_scale_compiles_without_any_call_waiting(node, tmp_path):

@@ -88,24 +88,6 @@ void log_env() {
   for (char** e = environ; e && *e; ++e) std::cerr << "test worker: env " << *e << "\n";
 }
 
-// What this process may do, for the sandbox tests: "uid=N inet=... escape=... tmp=...", each
-// "ok" or the errno's name.
-std::string confinement(const std::string& escape) {
-  auto outcome = [](bool ok) { return ok ? std::string("ok") : std::string(::strerrorname_np(errno)); };
-  int s = ::socket(AF_INET, SOCK_STREAM, 0);
-  std::string inet = outcome(s >= 0);
-  if (s >= 0) ::close(s);
-  int f = ::open(escape.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  std::string esc = outcome(f >= 0);
-  if (f >= 0) ::close(f);
-  const char* tmpdir = std::getenv("TMPDIR");
-  std::string in_tmp = tmpdir ? std::string(tmpdir) + "/probe" : std::string("/nonexistent/probe");
-  int t = ::open(in_tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  std::string tmp = outcome(t >= 0);
-  if (t >= 0) ::close(t);
-  return "uid=" + std::to_string(::getuid()) + " inet=" + inet + " escape=" + esc + " tmp=" + tmp;
-}
-
 // A source's program: the text before its example inputs (see the header comment).
 std::string program_of(const std::string& text) { return text.substr(0, text.find("\n#example-inputs ")); }
 
