@@ -60,7 +60,7 @@ void add_import(CommandSet& set) {
   sub->add_flag("--pin", args->pin, "Pin every imported artifact (never evicted)");
   sub->add_flag("--keep-pins", args->keep_pins, "Pin the artifacts that were pinned where they were exported");
   sub->footer(std::string(
-                  "Needs the write role (and admin for --pin, --keep-pins). Every blob is hashed as it is read: a\n"
+                  "Needs the put role (and admin for --pin, --keep-pins). Every blob is hashed as it is read: a\n"
                   "damaged artifact is reported and skipped, never stored. Artifacts already stored\n"
                   "with the same bytes count as 'already there'. Exit code 6 when any artifact failed.\n\n") +
               sub->get_footer());

@@ -182,7 +182,7 @@ void add_prewarm(CommandSet& set) {
   sub->footer(std::string(
                   "Every key of the manifest that is not stored yet is submitted at once; kilnd builds them\n"
                   "across its GPUs (one build per GPU at a time). Sources with a path are registered first.\n"
-                  "A second run finds everything stored and returns at once. Needs the write role.\n"
+                  "A second run finds everything stored and returns at once. Needs the build role.\n"
                   "Outcomes: built (by this run), present (already stored), failed (with the error).\n"
                   "On a node of a fleet a missing key is pulled from the registry when there, and with a\n"
                   "coordinator built once per node class across the fleet; each line says where it came from.\n"
