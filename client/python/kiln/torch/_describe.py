@@ -59,9 +59,23 @@ def _stdlib_dir():
     return os.path.dirname(os.path.abspath(os.__file__)) + os.sep
 
 
+_owned = {}  # id(value) -> (value, owned): functions, classes and modules live as long as the process
+
+
 def _torch_owned(value):
     """torch's or the Python standard library's own function, class or module, unreplaced:
-    named, not described (the torch version and the Python version cover them)."""
+    named, not described (the torch version and the Python version cover them). Cached by
+    identity (a replacement is another object)."""
+    hit = _owned.get(id(value))
+    if hit is not None and hit[0] is value:
+        return hit[1]
+    owned = _torch_owned_uncached(value)
+    if isinstance(value, (types.FunctionType, type, types.ModuleType) + _C_CALLABLES):
+        _owned[id(value)] = (value, owned)
+    return owned
+
+
+def _torch_owned_uncached(value):
     if isinstance(value, types.ModuleType):
         top = value.__name__.split(".")[0]
         return top == "torch" or top in sys.stdlib_module_names
