@@ -2,7 +2,7 @@
 node's socket): the wheel make_wheel.py builds, pip-installed with --no-deps into a venv
 that otherwise holds only the pinned torch and diffusers (through a .pth file: the
 container's own Python packages), run outside the source tree with no KILN_* variable and
-no PYTHONPATH, as a user other than kilnd's (uid 65534, with the read and write roles),
+no PYTHONPATH, as a user other than kilnd's (uid 65534, with the read and build roles),
 reaching a real kilnd (the real worker, building on the CPU) only through its socket: a diffusers model misses, is built, runs compiled, and a second process hits
 from its first call; `python -m kiln status` answers. And no code of kiln's Python
 package reaches for kiln's build worker: the node computes model hashes."""
@@ -125,7 +125,7 @@ def test_a_container_with_only_the_wheel_misses_builds_and_hits(shared_tmp, tmp_
         out = subprocess.run([python, "-m", "kiln", "status", "--socket", node.socket], capture_output=True, text=True,
                              timeout=120, cwd=str(tmp_path), env=env, user=CONTAINER_UID, group=CONTAINER_UID)
         assert out.returncode == 0, out.stderr
-        assert "can build: yes" in out.stdout and "roles: read, write" in out.stdout, out.stdout
+        assert "can build: yes" in out.stdout and "roles: read, build" in out.stdout, out.stdout
         assert f"torch: {torch.__version__} (supported by kiln.torch)" in out.stdout
     out = subprocess.run([python, "-m", "kiln", "status", "--socket", str(tmp_path / "gone.sock")],
                          capture_output=True, text=True, timeout=120, cwd=str(tmp_path), env=env)
