@@ -552,7 +552,7 @@ TEST_CASE("APartitionedHolderLosesItsClaimAndItsLateResultIsAcceptedNotDuplicate
 
   // a's late result: stored, served, and pushed (the registry still lacks the key).
   const std::string pushed = "pushed artifact " + hex.substr(0, 16);
-  const std::string skipped = hex.substr(0, 16) + " is already in the registry; not pushed again";
+  const std::string skipped = hex.substr(0, 16) + " is already in the registry, every blob there; not pushed again";
   release(hold_a);
   REQUIRE(f.node("a").wait_for_log(pushed, 60s));
   // b's build ends after it: b finds the key in the registry and does not push it again.
