@@ -7,7 +7,8 @@
 # ports with their own data folder, never the packaged service; venv, pip, setuptools and
 # wheel for the test that pip-installs the Python package offline; Debian's python3-torch,
 # 1.13, as the torch too old for kiln that tests/python/test_old_torch.py refuses: never
-# the tests' torch), from Debian's packages;
+# the tests' torch; systemd-analyze for the unit's rating and setpriv for the throwaway
+# users of the trust tests), from Debian's packages;
 # then the pinned Python environment of tests/python-requirements.txt (torch, diffusers,
 # redis-py, pytest) from the Python package index, in one virtual environment at a fixed
 # path outside the clone ($KILN_TEST_VENV, default /opt/kiln/test-venv), made once and
@@ -22,7 +23,8 @@ $SUDO apt-get install -y -q --no-install-recommends \
   doctest-dev clang libclang-rt-14-dev \
   tmux redis-server docker-registry curl skopeo apache2-utils openssl \
   python3-pytest etcd-server \
-  python3-venv python3-pip python3-setuptools python3-wheel python3-torch
+  python3-venv python3-pip python3-setuptools python3-wheel python3-torch \
+  systemd util-linux
 
 venv=${KILN_TEST_VENV:-/opt/kiln/test-venv}
 reqs="$here/python-requirements.txt"
