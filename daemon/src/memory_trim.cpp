@@ -35,8 +35,11 @@ struct Trimmer {
 };
 
 Trimmer& trimmer() {
-  static Trimmer t;
-  return t;
+  // Never destroyed: the detached thread waits on its condition variable for the process's
+  // life, and glibc's pthread_cond_destroy at exit waits for that waiter: a static Trimmer
+  // made kilnd hang in its exit handlers after every clean stop that had trimmed once.
+  static Trimmer* t = new Trimmer;
+  return *t;
 }
 
 }  // namespace

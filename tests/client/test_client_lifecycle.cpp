@@ -203,7 +203,7 @@ TEST_CASE("SigtermDuringALibkilnPutEitherCompletesItOrSaysUnavailable") {
 TEST_CASE("RolesRefuseWritesAndAdminWithPermissionDenied") {
   TempDir dir;
   // Everyone may read; nobody (root included: trust_owner off) may write or administer.
-  KilndProcess d(dir.path(), "[access]\ntrust_owner = false\nread_users = [\"*\"]\n");
+  KilndProcess d(dir.path(), "[access]\ntrust_owner = false\nread_users = [\"*\"]\nbuild_groups = []\n");
   REQUIRE_MESSAGE(d.start(), d.log());
   Client c = connect(d);
   auto put = c.put(test_key(1), bytes_of(100, 1));
