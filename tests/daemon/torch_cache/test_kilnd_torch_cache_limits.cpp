@@ -111,7 +111,10 @@ TEST_CASE("200 slow senders against max_connections 8: a well-behaved client is 
   }
   MESSAGE(served << " of 20 served beside 200 slow senders; slowest connect + SET + GET " << worst_ms << " ms");
   CHECK(served == 20);
-  CHECK(d.wait_for_log("while limits.max_connections (8) were open: closed to let a new client in", 5s));
+  // Which close made room (a make-room eviction or a request deadline) is not asserted from
+  // the log: the close lines are rate-limited (20 at once, then 2 a second) and the 200
+  // senders' refusals use them up first, so the line depends on timing (it failed on an idle
+  // machine). The log lines themselves are the cases above and below.
 }
 
 TEST_CASE("limits.client_memory bounds RSS while 40 clients announce 12 MiB values; others are still served") {
