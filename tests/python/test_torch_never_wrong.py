@@ -21,14 +21,10 @@ sys.path.insert(0, os.path.join(HERE, "..", "families"))
 import kiln  # noqa: E402
 import kiln.torch  # noqa: E402
 from kilnd_proc import running  # noqa: E402
+from test_torch_lora import rel_err, with_lora  # noqa: E402  (one LoRA model and error measure)
 
 BF16_TOLERANCE = 2e-2  # the worker's check for bfloat16
 BLOCK = "FluxSingleTransformerBlock"
-
-
-def rel_err(a, b):
-    a, b = a.float(), b.float()
-    return float((a - b).norm() / b.norm().clamp_min(1e-12))
 
 
 @pytest.fixture(scope="module")
@@ -225,8 +221,6 @@ def test_a_block_with_a_plain_tensor_attribute_is_built_loaded_and_right(node):
 
 def flux_with_lora(tmp_path):
     """(model, eager twin, inputs): the small FLUX with a PEFT LoRA through diffusers' API."""
-    from test_torch_lora import with_lora
-
     return with_lora(tmp_path)
 
 

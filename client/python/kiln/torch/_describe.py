@@ -307,37 +307,44 @@ class Describer:
             return {"builtin": _qualname(f)}
         if isinstance(f, type):
             return {"class": self.cls(f, hops)}
-        if type(f).__name__ == "classmethod_descriptor":
-            return {"builtin": _qualname(f)}
         # A callable object: its class's __call__ and its state.
         return self.object(f, 0, hops, 0)
 
-    def function(self, f, hops):
-        slot = (id(f), hops)
+    def _memo(self, obj, hops, short, make):
+        """make() cached by (identity, hops); `short` (name and no more) for an object met
+        again while being described (a cycle) or beyond the hop budget."""
+        slot = (id(obj), hops)
         if slot in self._cache:
             return self._cache[slot]
-        if id(f) in self._active or hops <= 0:
-            return {"function": _qualname(f), "code": code_digest(f.__code__)}
-        self._active.add(id(f))
+        if id(obj) in self._active or hops <= 0:
+            return short()
+        self._active.add(id(obj))
         try:
-            closure = []
-            for name, cell in zip(f.__code__.co_freevars, f.__closure__ or ()):
-                try:
-                    contents = cell.cell_contents
-                except ValueError:  # an empty cell
-                    closure.append([name, {"empty": True}])
-                    continue
-                closure.append([name, self.value(contents, 0, hops - 1)])
-            out = {"function": _qualname(f), "code": code_digest(f.__code__),
-                   "defaults": self.value(list(f.__defaults__ or ()), 0, hops - 1),
-                   "kwdefaults": self.value(dict(f.__kwdefaults__ or {}), 0, hops - 1),
-                   "closure": closure,
-                   "globals": self.globals_of(f.__code__, f.__globals__, hops - 1)}
+            out = make()
         finally:
-            self._active.discard(id(f))
+            self._active.discard(id(obj))
         self._cache[slot] = out
-        self._keep.append(f)
+        self._keep.append(obj)
         return out
+
+    def function(self, f, hops):
+        return self._memo(f, hops, lambda: {"function": _qualname(f), "code": code_digest(f.__code__)},
+                          lambda: self._function(f, hops))
+
+    def _function(self, f, hops):
+        closure = []
+        for name, cell in zip(f.__code__.co_freevars, f.__closure__ or ()):
+            try:
+                contents = cell.cell_contents
+            except ValueError:  # an empty cell
+                closure.append([name, {"empty": True}])
+                continue
+            closure.append([name, self.value(contents, 0, hops - 1)])
+        return {"function": _qualname(f), "code": code_digest(f.__code__),
+                "defaults": self.value(list(f.__defaults__ or ()), 0, hops - 1),
+                "kwdefaults": self.value(dict(f.__kwdefaults__ or {}), 0, hops - 1),
+                "closure": closure,
+                "globals": self.globals_of(f.__code__, f.__globals__, hops - 1)}
 
     def globals_of(self, code, namespace, hops):
         """The globals `code` (and the code nested in it) reads from `namespace`, described;
@@ -387,29 +394,14 @@ class Describer:
 
     def cls(self, c, hops=HOPS):
         """A class: for every class of its MRO that is not torch's own, its name, source
-        file digest and package version, the code of the functions it defines and its plain
-        class attributes; torch's classes by name."""
-        slot = (id(c), hops)
-        if slot in self._cache:
-            return self._cache[slot]
-        if id(c) in self._active or hops <= 0:
-            return {"class": _qualname(c)}
-        self._active.add(id(c))
-        try:
-            out = []
-            reached = reachable_members(c)
-            for k in c.__mro__:
-                if k is object or k.__module__ == "builtins":
-                    continue
-                if _torch_owned(k):
-                    out.append({"class": _qualname(k)})
-                    continue
-                out.append(self._class_body(k, hops, reached))
-        finally:
-            self._active.discard(id(c))
-        self._cache[slot] = out
-        self._keep.append(c)
-        return out
+        file digest and package version, the code of the members a call reaches
+        (reachable_members) and its plain class attributes; torch's classes by name."""
+        return self._memo(c, hops, lambda: {"class": _qualname(c)}, lambda: self._class(c, hops))
+
+    def _class(self, c, hops):
+        reached = reachable_members(c)
+        return [{"class": _qualname(k)} if _torch_owned(k) else self._class_body(k, hops, reached)
+                for k in c.__mro__ if k is not object and k.__module__ != "builtins"]
 
     def _class_body(self, k, hops, reached):
         mod = k.__module__ or ""
@@ -440,7 +432,7 @@ class Describer:
             members[name] = self.callable(attr, hops - 1)
         elif name.startswith("__") and name.endswith("__"):
             return  # slots' descriptors and other interpreter bookkeeping
-        elif isinstance(attr, _C_DESCRIPTORS) or type(attr).__name__ in ("_tuplegetter", "classmethod_descriptor"):
+        elif isinstance(attr, _C_DESCRIPTORS) or type(attr).__name__ == "_tuplegetter":
             return  # a C-level accessor of the class's own layout (slots, namedtuple fields)
         else:
             members[name] = self.value(attr, 0, hops - 1)
