@@ -9,6 +9,8 @@ from_pretrained(torch_dtype=torch.bfloat16) as users load it; tests/families).
 - Two sequence lengths are two signatures: one build per block class and signature.
 - A fresh process with other weights hits from its first call (no eager call at all).
 - Eight processes at once on a cold node: one build per signature.
+- kiln::torch::load_block (C++) on packages built here equals eager, a block's plain tensor
+  attributes attached by the names the worker recorded.
 """
 import json
 import os
@@ -144,3 +146,60 @@ def test_the_libtorch_helper_loads_a_cpu_package_with_other_weights(node, tmp_pa
     result = json.loads(out.stdout.strip().splitlines()[-1])
     assert not result["built"] and result["rel_err_vs_eager"] <= BF16_TOLERANCE, result
 
+
+
+class ConstantsBlock(torch.nn.Module):
+    """Two plain tensor attributes (neither parameter nor buffer), which the package names
+    `_tensor_constant0` and `_tensor_constant1`: a loader that gave them by position, or
+    swapped, would compute something else than eager."""
+
+    def __init__(self, dim=16):
+        super().__init__()
+        self.proj = torch.nn.Linear(dim, dim)
+        self.scale = torch.linspace(-1.0, 1.0, dim)
+        self.shift = torch.linspace(0.5, 3.0, dim)
+
+    def forward(self, hidden_states):
+        return self.proj(hidden_states) * self.scale + self.shift
+
+
+def test_the_libtorch_helper_attaches_a_blocks_plain_tensor_attributes_by_their_recorded_names(node, tmp_path):
+    """kiln::torch::load_block on a package the real worker built from a block with plain
+    tensor attributes: the caller names them by attribute ("scale", "shift"), the loader
+    maps the package's `_tensor_constant<n>` to them through `kiln/constant_names.json`,
+    and the output equals eager's (kiln_gpu_bench load --device cpu)."""
+    sys.path.insert(0, os.path.join(HERE, "..", "gpu"))
+    from prepare import write_tensors
+
+    import kiln.torch
+    from kiln.torch import _aoti
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(ConstantsBlock()).eval()
+    x = torch.randn(2, 4, 16)
+    with torch.no_grad():
+        expected = model[0](x)
+    kiln.torch.compile_repeated_blocks(model, block_classes=[ConstantsBlock], socket=node.socket, on_miss="wait")
+    with torch.no_grad():
+        for _ in range(2):  # the first call waits for the build, the second runs it (Python's loader)
+            assert torch.allclose(model(x), expected, atol=1e-5, rtol=1e-4)
+    (entry,) = kiln.torch.status(model)
+    assert entry["state"] == "hit", entry
+    kiln.torch.restore(model)
+    with kiln.Client(node.socket) as c:
+        (item,) = [i for i in c.ls({"region": "ConstantsBlock"}) if i["key_digest"] == entry["key_digest"]]
+        art = c.get(item["key_digest"])
+        names = _aoti.read_constant_names(art.path)
+        art.close()
+    assert sorted(names.values()) == ["scale", "shift"], names  # the worker recorded them
+    (tmp_path / "key.json").write_text(json.dumps(item["key"]))
+    block = model[0]
+    write_tensors(str(tmp_path / "weights"),
+                  list(block.state_dict().items()) + [("scale", block.scale), ("shift", block.shift)])
+    write_tensors(str(tmp_path / "ref"), [("input0", x), ("output0", expected)])
+    out = subprocess.run([os.environ["KILN_TORCH_BENCH"], "load", "--key", str(tmp_path / "key.json"), "--weights",
+                          str(tmp_path / "weights"), "--ref", str(tmp_path / "ref"), "--device", "cpu", "--iters", "2"],
+                         capture_output=True, text=True, timeout=600, env=dict(os.environ, KILN_SOCKET=node.socket))
+    assert out.returncode == 0, out.stderr + out.stdout
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert not result["built"] and result["rel_err_vs_eager"] <= 1e-5, result

@@ -63,3 +63,27 @@ TEST_CASE("metadata that disagrees with the key is refused naming the field") {
   meta["AOTI_COMPUTE_CAPABILITY"] = "";  // a CPU package records none
   CHECK(check_aoti_metadata(key_for("sm_89", "avx512"), meta));
 }
+
+TEST_CASE("the constant names kiln's worker records are read from the package, and none is an empty map") {
+  for (bool zip64 : {false, true}) {
+    const std::string zip = kiln::test::make_zip(
+        {{"block/data/aotinductor/model/cabc.wrapper.so", "\x7f" "ELF"},
+         {"block/kiln/constant_names.json", R"({"_tensor_constant0": "table", "_tensor_constant1": "rope.freqs"})"}},
+        zip64);
+    auto names = read_aoti_constant_names(bytes(zip));
+    REQUIRE_MESSAGE(names, (names ? "" : names.error().message));
+    CHECK(*names == std::map<std::string, std::string>{{"_tensor_constant0", "table"}, {"_tensor_constant1", "rope.freqs"}});
+  }
+  // A package without plain tensor attributes records none; bytes that are no zip neither.
+  CHECK(read_aoti_constant_names(bytes(kiln::test::make_zip({{"block/archive_format", "pt2"}}, false)))->empty());
+  CHECK(read_aoti_constant_names(bytes(std::string("artifact bytes")))->empty());
+  // Only kiln's member at the package's root counts, not a file of that name elsewhere.
+  CHECK(read_aoti_constant_names(bytes(kiln::test::make_zip({{"constant_names.json", R"({"a":"b"})"}}, false)))->empty());
+  // Damaged: fail closed, the loader would attach the wrong tensors or none.
+  for (const char* doc : {"{not json", "[]", R"({"_tensor_constant0": 3})", R"({"_tensor_constant0": ""})"}) {
+    CAPTURE(doc);
+    auto bad = read_aoti_constant_names(bytes(kiln::test::make_zip({{"block/kiln/constant_names.json", doc}}, false)));
+    REQUIRE_FALSE(bad);
+    CHECK(bad.error().code == Errc::invalid_argument);
+  }
+}

@@ -3,7 +3,9 @@
 
 #include <algorithm>
 #include <exception>
+#include <map>
 #include <optional>
+#include <set>
 
 #include <sys/utsname.h>
 
@@ -169,7 +171,8 @@ Status check_this_process(const Key& key, client::Artifact& artifact, int device
 struct LoadedBlock::Impl {
   std::optional<client::Artifact> artifact;
   std::unique_ptr<::torch::inductor::AOTIModelPackageLoader> loader;
-  // User-managed constants are not copied: these references keep them alive.
+  // User-managed constants are not copied: these references keep them alive, by the
+  // package's constant names.
   std::unordered_map<std::string, at::Tensor> weights;
   LoadTimings timings;
 };
@@ -218,18 +221,32 @@ Result<LoadedBlock> load_block(client::Client& client, const Key& key,
     return make_error(Errc::internal, std::string("cannot read this process's GPU: ") + e.what());
   }
 
+  auto bytes = impl->artifact->map();
+  if (!bytes) return std::move(bytes).error();
+  auto names = read_aoti_constant_names(*bytes);
+  if (!names) return std::move(names).error();
+
   try {
     auto t = Clock::now();
     impl->loader = std::make_unique<::torch::inductor::AOTIModelPackageLoader>(
         impl->artifact->path(), "model", false, 1, static_cast<c10::DeviceIndex>(options.device_index));
     impl->timings.load_s = since(t);
 
-    std::vector<std::string> want = impl->loader->get_constant_fqns();
+    // The package's constants by the names the caller uses: a plain tensor attribute of
+    // the block is the package's `_tensor_constant<n>`, recorded by the worker.
+    std::map<std::string, std::string> source;  // package constant -> caller's name
+    for (auto& name : impl->loader->get_constant_fqns()) source.emplace(name, name);
+    for (const auto& [constant, attribute] : *names)
+      if (auto it = source.find(constant); it != source.end()) it->second = attribute;
     std::vector<std::string> missing, extra;
-    for (const auto& name : want)
+    std::set<std::string> wanted;
+    for (const auto& [constant, name] : source) {
+      wanted.insert(name);
       if (!weights.count(name)) missing.push_back(name);
+    }
     for (const auto& [name, _] : weights)
-      if (std::find(want.begin(), want.end(), name) == want.end()) extra.push_back(name);
+      if (!wanted.count(name)) extra.push_back(name);
+    std::sort(extra.begin(), extra.end());
     auto list = [](const std::vector<std::string>& v) {
       std::string s;
       for (std::size_t i = 0; i < v.size() && i < 8; ++i) s += (i ? ", " : "") + json_string(v[i]);
@@ -239,7 +256,7 @@ Result<LoadedBlock> load_block(client::Client& client, const Key& key,
     if (!extra.empty()) return make_error(Errc::invalid_argument, "the weights name constants the package does not have: " + list(extra));
 
     t = Clock::now();
-    impl->weights = weights;
+    for (const auto& [constant, name] : source) impl->weights.emplace(constant, weights.at(name));
     impl->loader->load_constants(impl->weights, /*use_inactive=*/false, /*check_full_update=*/true,
                                  /*user_managed=*/true);
     impl->timings.attach_s = since(t);

@@ -96,7 +96,9 @@ def record_constant_names(package, renamed):
 
     with zipfile.ZipFile(package, "a") as z:
         root = z.namelist()[0].split("/")[0]
-        z.writestr(f"{root}/kiln/constant_names.json", json.dumps(renamed, sort_keys=True))
+        # Stored, not deflated: kiln's C++ loader reads members without a decompressor.
+        z.writestr(f"{root}/kiln/constant_names.json", json.dumps(renamed, sort_keys=True),
+                   compress_type=zipfile.ZIP_STORED)
 
 
 def _inductor_metrics():

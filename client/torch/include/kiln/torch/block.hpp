@@ -11,12 +11,16 @@
 // constants: no copy, so one package serves every block of its class and every
 // fine-tune. The weights are the caller's tensors, on the block's device, with the
 // names of the source's parameters and buffers (the module's state_dict names, e.g.
-// "linear1.weight"); the LoadedBlock keeps references to them.
+// "linear1.weight") and of its plain tensor attributes (neither parameter nor buffer, e.g.
+// "rope.table": AOTInductor names such a constant `_tensor_constant<n>`, and kiln's worker
+// records in the package which attribute each is, `kiln/constant_names.json`,
+// schema/worker-protocol.md); the LoadedBlock keeps references to them.
 //
 // Errors (Result): what kilnd reports (no_source, build_failed, unsupported, timeout,
 // unavailable, ...) unchanged; not_found when the artifact is missing and build_on_miss is
 // false; invalid_argument when the key is not kind aoti or the weights lack a constant the
-// package needs (the message lists them) or name one it does not have; internal with
+// package needs (the message lists them by the caller's names) or name one it does not
+// have, or the package's recorded constant names are damaged; internal with
 // libtorch's message when the package cannot be loaded or the weights not attached;
 // invalid_argument naming the field when the package is not for this process, checked
 // before anything of it is loaded (torch itself only warns and loads it):
@@ -87,7 +91,8 @@ Result<LoadedBlock> load_block(client::Client& client, const Key& key,
                                const std::unordered_map<std::string, at::Tensor>& weights,
                                const LoadOptions& options = {});
 
-// The same with a module's weights: its named parameters and buffers (recursively).
+// The same with a module's weights: its named parameters and buffers (recursively). A C++
+// module holds a Python block's plain tensor attribute as a buffer of the same path.
 Result<LoadedBlock> load_block(client::Client& client, const Key& key, const ::torch::nn::Module& module,
                                const LoadOptions& options = {});
 
