@@ -210,7 +210,9 @@ int main() {
     if (const char* gate = std::getenv("KILN_TEST_WORKER_TOOLCHAIN_GATE"))
       while (::access(gate, F_OK) == 0) std::this_thread::sleep_for(std::chrono::milliseconds(20));
     const char* mode = std::getenv("KILN_TEST_WORKER_TOOLCHAIN");
-    if (mode && std::string(mode) == "fail") return fail("no torch here (KILN_TEST_WORKER_TOOLCHAIN=fail)");
+    // As the Python worker answers on a node whose python has no torch.
+    if (mode && std::string(mode) == "fail")
+      return fail("ModuleNotFoundError: No module named 'torch' (KILN_TEST_WORKER_TOOLCHAIN=fail)");
     json toolchain = {{"torch_version", "test-torch"}, {"torch_git", "test-git"}, {"cuda_version", "test-cuda"},
                       {"triton_version", "test-triton"}, {"platform", "linux"}, {"machine", "x86_64"}};
     // As the Python worker: with "host" (the default), also the CPU ISA its torch records.

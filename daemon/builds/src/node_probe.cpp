@@ -15,7 +15,22 @@ void prefer(std::string& field, const std::string& configured) {
   if (!configured.empty()) field = configured;
 }
 
+std::string slot_refusal(const GpuProbe& gpus) {
+  const std::string why = gpus.note.empty() ? "no build slot is configured" : "no GPU was found (" + gpus.note + ")";
+  return why + "; it serves stored artifacts only (configure [builds] slots in kilnd.toml to build CPU-target artifacts)";
+}
+
 }  // namespace
+
+std::string toolchain_refusal(const std::string& probe_error) {
+  // Python's words for a torch that is not installed: the common case on a node whose
+  // worker's python is not the serving environment's.
+  if (probe_error.find("No module named 'torch'") != std::string::npos)
+    return "its build worker has no torch (probe: " + probe_error +
+           "); install torch for the worker's python, or set [builds] worker in kilnd.toml";
+  if (probe_error.starts_with("the build worker is not installed")) return probe_error;
+  return "its build worker did not report a toolchain (probe: " + probe_error + ")";
+}
 
 ProbedNode probe_node(const SchedulerOptions& options, const NodeFields& host, const std::atomic<bool>* cancel) {
   ProbedNode p;
@@ -57,7 +72,6 @@ ProbedNode probe_node(const SchedulerOptions& options, const NodeFields& host, c
     p.node = tc->fields;
   } else {
     p.toolchain_error = tc.error().message;
-    spdlog::warn("builds: the worker's toolchain probe failed, builds are refused: {}", p.toolchain_error);
   }
   if (!p.slots.empty()) {
     p.node.gpu_arch = p.slots.front().gpu_arch;
@@ -75,11 +89,19 @@ ProbedNode probe_node(const SchedulerOptions& options, const NodeFields& host, c
   prefer(p.node.machine, host.machine);
   prefer(p.node.cpu_isa, host.cpu_isa);
 
+  if (p.slots.empty()) p.refusal = slot_refusal(p.gpus);
+  else if (!p.toolchain_error.empty()) p.refusal = toolchain_refusal(p.toolchain_error);
+
   std::string slots;
   for (const auto& s : p.slots) slots += (slots.empty() ? "" : ", ") + s.name + " (" + s.gpu_arch + " " + s.gpu_name + ")";
-  spdlog::info("builds: {} GPU(s){}; toolchain torch {} ({}), CUDA {}, Triton {}; build slots: {}", p.gpus.gpus.size(),
-               p.gpus.note.empty() ? "" : " (" + p.gpus.note + ")", p.node.torch_version, p.node.torch_git,
-               p.node.cuda_version, p.node.triton_version, slots.empty() ? "none (builds refused)" : slots);
+  // An unknown toolchain is said so, not printed as empty versions.
+  const std::string toolchain = p.toolchain_error.empty()
+                                    ? "torch " + p.node.torch_version + " (" + p.node.torch_git + "), CUDA " +
+                                          p.node.cuda_version + ", Triton " + p.node.triton_version
+                                    : "unknown";
+  spdlog::info("builds: {} GPU(s){}; toolchain {}; build slots: {}", p.gpus.gpus.size(),
+               p.gpus.note.empty() ? "" : " (" + p.gpus.note + ")", toolchain, slots.empty() ? "none" : slots);
+  if (!p.refusal.empty()) spdlog::warn("builds: refused: this node cannot build: {}", p.refusal);
   return p;
 }
 

@@ -15,7 +15,15 @@ struct ProbedNode {
   std::vector<SlotConfig> slots;
   NodeFields node;               // complete as far as known: host (configured wins) + probes
   std::string toolchain_error;   // non-empty: the worker's toolchain is unknown; no builds
+  // Why this node builds nothing at all, as an operator reads it after "this node cannot
+  // build: " ("" = it can build): no build slot, or no toolchain (the worker has no torch,
+  // is not installed, or failed its probe). Every BUILD, prewarm and status says this.
+  std::string refusal;
 };
+
+// The refusal for a toolchain probe that failed with `probe_error` (the worker's message):
+// "its build worker has no torch (probe: ...)" when the worker could not import torch.
+std::string toolchain_refusal(const std::string& probe_error);
 
 // `cancel` (may be null): once set, the worker's probe is stopped (its process group
 // killed) and the toolchain is unknown: kilnd is stopping.

@@ -116,7 +116,7 @@ class Core {
 
   // A check of an uploaded source, when this node can build (see scheduler.hpp).
   Result<std::unique_ptr<daemon::SourceCheck>> begin_source_check(const std::weak_ptr<Core>& self) {
-    if (probed_.slots.empty() || !probed_.toolchain_error.empty()) return std::unique_ptr<daemon::SourceCheck>();
+    if (!probed_.refusal.empty()) return std::unique_ptr<daemon::SourceCheck>();
     WorkerCommand worker = options_.worker;
     worker.on_spawn = nullptr;
     // The hash op loads the archive, whose constants may live on the GPU: it sees the
@@ -155,6 +155,7 @@ class Core {
     r.gpu_note = probed_.gpus.note;
     r.toolchain = probed_.node;
     r.toolchain_error = probed_.toolchain_error;
+    r.refusal = probed_.refusal;
     std::lock_guard lock(mu_);
     for (std::size_t s = 0; s < probed_.slots.size(); ++s)
       r.slots.push_back(SlotReport{probed_.slots[s], queues_[s].size(), running_[s]});
@@ -254,15 +255,7 @@ class Core {
  private:
   Result<std::vector<std::size_t>> buildable_slots(const Key& key) const {
     const NodeFields& n = probed_.node;
-    if (probed_.slots.empty()) {
-      std::string why = probed_.gpus.note.empty() ? "no build slot is configured" : "no GPU was found (" + probed_.gpus.note + ")";
-      return make_error(Errc::unsupported, "this node cannot build: " + why +
-                                               "; it serves stored artifacts only (configure [builds] slots in "
-                                               "kilnd.toml to build CPU-target artifacts)");
-    }
-    if (!probed_.toolchain_error.empty())
-      return make_error(Errc::unsupported, "this node cannot build: its build worker did not report a toolchain: " +
-                                               probed_.toolchain_error);
+    if (!probed_.refusal.empty()) return make_error(Errc::unsupported, "this node cannot build: " + probed_.refusal);
     const std::pair<const char*, std::pair<const std::string*, const std::string*>> fields[] = {
         {"torch_version", {&key.torch_version, &n.torch_version}},
         {"torch_git", {&key.torch_git, &n.torch_git}},

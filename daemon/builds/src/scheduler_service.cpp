@@ -168,12 +168,15 @@ class SchedulerService final : public daemon::BuildService {
     r.builds_succeeded = node.builds_ok;
     r.builds_failed = node.builds_failed;
     r.builds_cancelled = node.builds_cancelled;
-    // The same reasons a build request is refused for (scheduler.cpp, buildable_slots).
-    if (node.slots.empty())
-      r.builds_note = "no build slot: " + (r.note.empty() ? std::string("none is configured") : r.note);
-    else if (!node.toolchain_error.empty())
-      r.builds_note = "the build worker did not report a toolchain: " + node.toolchain_error;
+    // The reason every build request is refused for (scheduler.cpp, buildable_slots).
+    r.builds_note = node.refusal;
     return r;
+  }
+
+  Status can_build() const override {
+    std::string why = scheduler_.report().refusal;
+    if (why.empty()) return {};
+    return make_error(Errc::unsupported, "this node cannot build: " + why);
   }
 
  private:

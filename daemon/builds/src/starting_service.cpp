@@ -35,6 +35,8 @@ StartingBuildService::StartingBuildService(BuildScheduler::Prepared prepared, st
           waiting.swap(waiting_);
         }
         if (cancel_.load()) spdlog::info("builds: the probe was stopped after {:.1f} s: kilnd is stopping", took);
+        else if (!service_->can_build())  // the probe logged why
+          spdlog::info("builds: probed in {:.1f} s; this node cannot build, it serves stored artifacts only", took);
         else spdlog::info("builds: ready after {:.1f} s of probing", took);
         for (auto& f : waiting) f(node_);
       }) {}
@@ -89,6 +91,11 @@ Result<protocol::BuildStatusReply> StartingBuildService::status(const protocol::
 
 Result<std::unique_ptr<daemon::SourceCheck>> StartingBuildService::begin_source_check() {
   if (auto* s = running()) return s->begin_source_check();
+  return starting();
+}
+
+Status StartingBuildService::can_build() const {
+  if (auto* s = running()) return s->can_build();
   return starting();
 }
 

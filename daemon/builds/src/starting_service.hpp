@@ -42,6 +42,8 @@ class StartingBuildService final : public daemon::BuildService {
   Result<protocol::PrewarmReply> submit(const std::vector<Key>& keys, bool force, EventSink on_event) override;
   Result<protocol::BuildStatusReply> status(const protocol::BuildStatusRequest& request) override;
   Result<std::unique_ptr<daemon::SourceCheck>> begin_source_check() override;
+  // While probing: unavailable ("builds are starting").
+  Status can_build() const override;
   // While probing: no GPUs yet, and notes saying the probe is running and for how long.
   protocol::GpuReport gpu_report() const override;
 

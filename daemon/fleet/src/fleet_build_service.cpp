@@ -141,6 +141,7 @@ class FleetBuildService final : public daemon::BuildService {
     return inner_.status(request);
   }
   protocol::GpuReport gpu_report() const override { return inner_.gpu_report(); }
+  Status can_build() const override { return inner_.can_build(); }
   // Sources are verified by the node's own builds (the torch that builds here hashes).
   Result<std::unique_ptr<daemon::SourceCheck>> begin_source_check() override { return inner_.begin_source_check(); }
 

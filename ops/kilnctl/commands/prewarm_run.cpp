@@ -39,6 +39,7 @@ class Run {
       return make_error(Errc::unsupported, "kilnd at " + client_.socket_path().string() +
                                                " does not build artifacts (no build scheduler or no GPU on this node)");
     }
+    if (auto refused = node_refuses_builds(); !refused) return std::move(refused).error();
     tick();
     // 1. What is already there: a hit needs neither its source nor a build.
     std::vector<std::size_t> missing;
@@ -55,6 +56,10 @@ class Run {
       }
       if (*info) finish(i, Outcome::present, 0, (*info)->key_digest.hex(), "");
       else missing.push_back(i);
+    }
+    // kilnd was still probing at the check above; the stats waited for its probes.
+    if (probing_) {
+      if (auto refused = node_refuses_builds(); !refused) return std::move(refused).error();
     }
     if (missing.empty()) return outcome();
 
@@ -129,6 +134,18 @@ class Run {
   }
 
  private:
+  // A node that builds nothing (no build slot; a worker without torch) is one error, as
+  // STATUS says it, not one failure per key: without the worker's toolchain the node's
+  // torch_version is unknown, and every key the manifest leaves to the node is incomplete.
+  // A node of a fleet goes on: what it cannot build it may pull.
+  Status node_refuses_builds() {
+    auto st = client_.status();
+    if (!st) return std::move(st).error();
+    probing_ = st->builds_probing;
+    if (probing_ || st->builds_unavailable.empty() || !st->fleet.empty()) return {};
+    return make_error(Errc::unsupported, "this node cannot build: " + st->builds_unavailable);
+  }
+
   static std::vector<std::string> labels(const prewarm::Manifest& m) {
     std::vector<std::string> out;
     for (const auto& k : m.keys) out.push_back(k.label);
@@ -166,6 +183,7 @@ class Run {
   progress::Tracker tracker_;
   std::vector<PrewarmItem> items_;
   std::map<Digest, std::vector<std::size_t>> pending_;
+  bool probing_ = false;  // STATUS said kilnd still probes its build worker
 };
 
 }  // namespace

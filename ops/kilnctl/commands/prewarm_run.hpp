@@ -47,7 +47,8 @@ struct PrewarmObserver {
 // Seconds on a monotonic clock; the tracker's time base.
 double monotonic_seconds();
 
-// Errors (the run stops): unsupported (kilnd has no build scheduler), unavailable (kilnd
+// Errors (the run stops): unsupported (kilnd has no build scheduler, or, outside a fleet,
+// the node cannot build: "this node cannot build: " and STATUS's reason), unavailable (kilnd
 // went away), permission_denied (this user may not build), a source file unreadable.
 // Failed builds are not errors: they are items with outcome failed.
 Result<PrewarmOutcome> run_prewarm(client::Client& client, const prewarm::Manifest& manifest,

@@ -316,11 +316,13 @@ TEST_CASE("AFailedToolchainProbeRefusesBuildsWithItsReason") {
   f.options.worker.env["KILN_TEST_WORKER_TOOLCHAIN"] = "fail";
   auto hash = f.add_source({{"behavior", "ok"}});
   auto s = f.scheduler();
-  CHECK(s->report().toolchain_error.find("no torch here") != std::string::npos);
+  CHECK(s->report().toolchain_error.find("No module named 'torch'") != std::string::npos);
+  CHECK(s->report().refusal.find("its build worker has no torch (probe: ") == 0);
   auto r = s->request_and_wait(f.key(hash), RequestOptions{});
   REQUIRE_FALSE(r.has_value());
   CHECK(r.error().code == Errc::unsupported);
-  CHECK(r.error().message.find("toolchain") != std::string::npos);
+  CHECK_MESSAGE(r.error().message.find("this node cannot build: its build worker has no torch (probe: ") == 0,
+                r.error().message);
 }
 
 TEST_CASE("NodeFieldsComeFromTheProbesAndConfiguredValuesWin") {

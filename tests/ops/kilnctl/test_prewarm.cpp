@@ -4,8 +4,10 @@
 #include <doctest/doctest.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <nlohmann/json.hpp>
 
+#include "kilnd_builds.hpp"
 #include "prewarm_fixture.hpp"
 #include "temp_dir.hpp"
 
@@ -153,6 +155,56 @@ TEST_CASE("PrewarmErrorsAreClearAndExitNonZero") {
   CHECK(dry.out.find("14 key(s)") != std::string::npos);
   CHECK(dry.out.find("SOURCE") == 0);            // a table, one line per key
   CHECK(dry.out.find("{\"kind\"") == std::string::npos);  // not JSON lines
+}
+
+// A node whose worker's python has no torch: kilnd says at start that builds are refused,
+// status says why, and a prewarm or a BUILD gets that one answer, not "key is incomplete"
+// per key (without the worker's toolchain, torch_version and its kin are unknown).
+TEST_CASE("OnANodeWhoseWorkerHasNoTorchPrewarmSaysOnceThatBuildsAreRefused") {
+  test::TempDir dir;
+  test::KilndProcess d(dir.path(), builds_toml(2));
+  // The node knows only what its probes find: no [node] toolchain fields.
+  std::string cfg;
+  for (const auto& line : lines_starting(read_file(dir / "kilnd.toml"), ""))
+    if (!line.starts_with("torch_") && !line.starts_with("cuda_version") && !line.starts_with("triton_version"))
+      cfg += line + "\n";
+  write_file(dir / "kilnd.toml", cfg);
+  ::setenv("KILN_TEST_WORKER_TOOLCHAIN", "fail", 1);  // answers as the Python worker without torch
+  const auto started = d.start();
+  ::unsetenv("KILN_TEST_WORKER_TOOLCHAIN");
+  REQUIRE_MESSAGE(started.has_value(), d.log());
+  CHECK_MESSAGE(d.log().find("toolchain unknown") != std::string::npos, d.log());
+  CHECK(d.log().find("builds: refused: this node cannot build: its build worker has no torch (probe: ") !=
+        std::string::npos);
+  CHECK(d.log().find("builds: ready") == std::string::npos);
+
+  Run status = kilnctl({"status"}, d.socket());
+  REQUIRE_MESSAGE(status.code == 0, status.err);
+  auto can = lines_starting(status.out, "can build");
+  REQUIRE(can.size() == 1);
+  CHECK(can[0].find("no: its build worker has no torch (probe: ") != std::string::npos);
+
+  auto f = write_prewarm_fixture(dir.path(), 2, 1);
+  Run run = kilnctl({"prewarm", f.manifest.string()}, d.socket());
+  CAPTURE(run.out);
+  CAPTURE(run.err);
+  CHECK(run.code == 5);  // unsupported
+  CHECK(run.err.find("this node cannot build: its build worker has no torch (probe: ") != std::string::npos);
+  CHECK(run.out.find("incomplete") == std::string::npos);
+  CHECK(run.err.find("incomplete") == std::string::npos);
+  CHECK(count_lines(f.good_count) == 0);
+
+  // kilnd itself answers BUILD and PREWARM_SUBMIT so, for any client.
+  auto c = connect(d);
+  const std::string key = test::source_key(std::string(64, 'a'), "Block", {1, 8}).to_json();
+  for (auto [type, body] : {std::pair{protocol::MsgType::build, "{\"key\":" + key + "}"},
+                            std::pair{protocol::MsgType::prewarm_submit, "{\"keys\":[" + key + "," + key + "]}"}}) {
+    auto r = c.call(type, body);
+    REQUIRE_FALSE(r.has_value());
+    CHECK(r.error().code == Errc::unsupported);
+    CHECK_MESSAGE(r.error().message.starts_with("this node cannot build: its build worker has no torch (probe: "),
+                  r.error().message);
+  }
 }
 
 // The shipped sample, as an operator first tries it: --dry-run reads it although its model

@@ -107,6 +107,12 @@ class BuildService {
   // Cheap; never blocks on a build or a worker. The default verifies nothing (nullptr).
   virtual Result<std::unique_ptr<SourceCheck>> begin_source_check() { return std::unique_ptr<SourceCheck>(); }
 
+  // Whether this node builds at all: ok, or unsupported "this node cannot build: <why>"
+  // (no build slot; a build worker that has no torch or reported no toolchain), the same
+  // for every key. BUILD and PREWARM_SUBMIT ask it first, so that such a node answers one
+  // clear error instead of one per key. Cheap; never blocks. The default: ok.
+  virtual Status can_build() const { return {}; }
+
   // STATUS: the node's GPUs as probed at start (or the note saying why none) and each
   // build slot's queue depth now. Cheap, never blocks on a build or runs a probe. The
   // default reports nothing, with a note saying so.

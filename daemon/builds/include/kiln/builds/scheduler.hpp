@@ -104,6 +104,9 @@ struct NodeReport {
   std::string gpu_note;                  // why none, when none
   NodeFields toolchain;                  // torch/CUDA/Triton versions from the worker's probe
   std::string toolchain_error;           // why they are unknown, when unknown
+  // Why this node builds nothing at all, for "this node cannot build: <refusal>"; "" = it
+  // can build. Set at start: no build slot, or no toolchain (e.g. the worker has no torch).
+  std::string refusal;
   std::vector<SlotReport> slots;
   std::uint64_t builds_started = 0, builds_ok = 0, builds_failed = 0;
   std::uint64_t builds_cancelled = 0;    // workers stopped because nobody wanted their build
