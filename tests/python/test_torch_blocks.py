@@ -27,7 +27,7 @@ import torch  # noqa: E402  (the pinned environment has it: tests/python-require
 
 import kiln  # noqa: E402
 import kiln.torch  # noqa: E402
-from kiln.torch import _hooks, _layouts, _node, _runtime  # noqa: E402
+from kiln.torch import _STATE_ATTR, _hooks, _layouts, _node, _runtime  # noqa: E402
 from conftest import TEST_NODE, wait_for  # noqa: E402
 
 
@@ -436,6 +436,46 @@ def test_every_block_class_is_asked_for_at_once_so_kilnd_builds_them_side_by_sid
     assert torch.allclose(run(model, x), expected)
 
 
+def test_compile_mode_runs_torch_compile_until_the_package_lands(kilnd, seams):
+    """on_miss="compile": while kilnd builds (held 4 s here), every block runs through
+    torch.compile, one graph for all instances of the class; status() says where the
+    build stands; the package takes over between two calls."""
+    model, x = Model(), torch.randn(2, 4, 8)
+    expected = run(model, x)
+    seams.command = {"sleep_ms": 4000}
+    torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
+    kiln.torch.compile_repeated_blocks(model, socket=kilnd.socket, on_miss="compile")
+    assert torch.allclose(run(model, x), expected, atol=1e-6)
+    entry = kiln.torch.status(model)[0]
+    assert entry["state"] in ("exporting", "building") and entry["calls"] == {"compiled": 0, "eager": 0, "jit": 3}
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == 1  # the class's forward, once
+    building = wait_for(lambda: [e for e in kiln.torch.status(model) if e.get("queue")], timeout=30)
+    assert building[0]["queue"]["position"] == 0  # running: nothing ahead of it
+    assert kiln.torch.wait(model, timeout=60)
+    assert torch.allclose(run(model, x), expected, atol=1e-6)
+    entry = kiln.torch.status(model)[0]
+    assert entry["state"] == "hit" and entry["calls"] == {"compiled": 3, "eager": 0, "jit": 3}
+    assert "queue" not in entry
+
+
+def test_compile_mode_falls_back_to_eager_when_torch_compile_fails(kilnd, seams, monkeypatch):
+    def broken(forward):
+        def call(*args, **kwargs):
+            raise RuntimeError("no compiler here")
+        return call
+
+    seams.command = {"sleep_ms": 4000}
+    model, x = Model(), torch.randn(2, 4, 8)
+    expected = run(model, x)
+    kiln.torch.compile_repeated_blocks(model, socket=kilnd.socket, on_miss="compile")
+    monkeypatch.setattr(model.__dict__[_STATE_ATTR].runtime, "jit_compiled", broken)
+    assert torch.equal(run(model, x), expected)
+    entry = kiln.torch.status(model)[0]
+    assert entry["calls"]["eager"] == 3 and entry["calls"]["jit"] == 0
+    assert "torch.compile failed" in entry["detail"] and "no compiler here" in entry["detail"]
+
+
 def test_two_models_share_one_loaded_package(kilnd, seams):
     first, second, x = Model(), Model(), torch.randn(2, 4, 8)
     kiln.torch.compile_repeated_blocks(first, socket=kilnd.socket)
@@ -747,3 +787,22 @@ def test_a_lora_scale_changed_before_the_first_hit_is_another_fingerprint(kilnd,
     run(model, x)
     fingerprints = {e["fingerprint"] for e in kiln.torch.status(model)}
     assert len(fingerprints) == 2, kiln.torch.status(model)
+
+
+def test_queue_estimate_from_the_nodes_build_history():
+    from kiln.torch import _queue
+
+    done = [{"key_digest": f"d{i}", "state": "done", "queued_at": 0, "started_at": 10 * i, "finished_at": 10 * i + s}
+            for i, s in enumerate((20, 30, 40))]
+    running = {"key_digest": "r", "state": "running", "queued_at": 100, "started_at": 100}
+    queued = [{"key_digest": f"q{i}", "state": "queued", "queued_at": 101 + i} for i in range(3)]
+    builds = done + [running] + queued
+    # running 5 s of a typical 30: 25 left, nothing ahead
+    assert _queue.estimate(builds, "r", now=105) == {"position": 0, "expected_s": 25.0}
+    # the third queued: two queued and one running ahead; one build at a time: 4 rounds of 30 s
+    assert _queue.estimate(builds, "q2", now=105) == {"position": 2, "expected_s": 120.0}
+    # two at a time: (2 + 1) // 2 + 1 = 2 rounds
+    assert _queue.estimate(builds, "q2", now=105, concurrency=2) == {"position": 2, "expected_s": 60.0}
+    # no history: the position alone
+    assert _queue.estimate([running] + queued, "q0", now=105) == {"position": 0, "expected_s": None}
+    assert _queue.estimate(builds, "d0", now=105) is None  # landed: nothing to wait for

@@ -27,7 +27,11 @@ What happens per call of a block (each instance of each listed class):
   no call fails because of kiln: any failure leaves that signature eager (status() says why).
   on_miss="wait" exports and asks for every miss in the calling thread, so all of a model
   call's signatures build side by side; the call runs eager, and at its end waits for
-  those builds (the next call runs compiled).
+  those builds (the next call runs compiled). on_miss="compile" takes the miss path as
+  "eager" does, but runs the block through torch.compile (regional, as diffusers'
+  compile_repeated_blocks does, fed by kilnd's torch cache when kilnd serves one) until the
+  package lands: the first call of a class waits for torch's compiler, later calls run
+  compiled at once.
 - Calls that need autograd (grad enabled and a parameter or input requiring grad) run
   eager: a package computes no gradients.
 
@@ -64,7 +68,7 @@ class _ModelState:
 
 
 class _BlockState:
-    __slots__ = ("guards", "constants", "device", "structure", "described")
+    __slots__ = ("guards", "constants", "device", "structure", "described", "jit")
 
     def __init__(self):
         self.guards = {}          # (call guard, state token) -> Entry
@@ -72,6 +76,7 @@ class _BlockState:
         self.device = None
         self.structure = None     # _state.structure() when `constants` were taken
         self.described = None     # _state.structure() the fingerprint's cached description is of
+        self.jit = None           # on_miss="compile": torch.compile of its forward; False once that failed
 
 
 def _block_device(block, signature):
@@ -99,6 +104,9 @@ def _instance_forward(block, original):
     return original
 
 
+_NO_JIT = object()  # jit()'s "run eager"
+
+
 def _make_call(state):
     runtime = state.runtime
     per_block = {}
@@ -109,6 +117,24 @@ def _make_call(state):
             log.warning("kiln: %s runs eager: %s", key[0], key[1])
         state.unsupported[key] = state.unsupported.get(key, 0) + 1
         return original(*args, **kwargs)
+
+    def jit(bs, entry, original, args, kwargs):
+        """on_miss="compile": the block through torch.compile while its package is not there.
+        A compile that fails leaves the block eager (the eager call then raises what the
+        block itself raises, if anything)."""
+        if bs.jit is None:
+            bs.jit = runtime.jit_compiled(original)
+        if bs.jit is False:
+            return _NO_JIT
+        try:
+            out = bs.jit(*args, **kwargs)
+        except Exception as ex:
+            bs.jit = False
+            entry.jit_problem = f"torch.compile failed, eager until the package lands: {type(ex).__name__}: {ex}"
+            log.warning("kiln: %s: %s", entry.region, entry.jit_problem)
+            return _NO_JIT
+        entry.calls["jit"] += 1
+        return out
 
     def call(block, original, args, kwargs):
         _gate.GATE.checkpoint()  # a background export may want the process (a block boundary)
@@ -167,6 +193,10 @@ def _make_call(state):
                     return out
                 except Exception as ex:  # never fail the caller because of kiln
                     entry.set("failed", f"{type(ex).__name__}: {ex}")
+        if runtime.on_miss == "compile" and entry.state != "hit" and not _needs_grad(block, sig):
+            out = jit(bs, entry, original, args, kwargs)
+            if out is not _NO_JIT:
+                return out
         entry.calls["eager"] += 1
         return original(*args, **kwargs)
 
@@ -208,10 +238,16 @@ def compile_repeated_blocks(model: "torch.nn.Module", block_classes: Optional[It
 
     model: a torch.nn.Module (a diffusers model: its _repeated_blocks by default).
     block_classes: classes or class names; required when the model has no _repeated_blocks.
-    on_miss: "eager" (default: never wait for a compiler) or "wait" (for batch jobs: the
+    on_miss: "eager" (default: never wait for a compiler), "wait" (for batch jobs: the
       calling thread exports and registers each miss and asks kilnd to build it; the model
       call that met the misses runs eager and, when it returns, has waited for every one of
-      those builds, which kilnd runs side by side; later calls run compiled).
+      those builds, which kilnd runs side by side; later calls run compiled) or "compile"
+      (misses are built as with "eager", and meanwhile each block runs through torch.compile
+      of its forward, as diffusers' regional compile does: the first call of each block
+      class and signature waits for torch's compiler, ~10 s for a FLUX block on an H200, and
+      the next ones run compiled until kiln's package takes over between two calls. When
+      kilnd serves a torch cache, use_torch_cache() is switched on for it, so one process's
+      compile warms the node's next ones; a compile that fails leaves that block eager).
     socket: kilnd's socket (default: $KILN_SOCKET, then the default search).
     compile_options: passed into the key's compile_options ({"mode": ..., "inductor": {...}}).
     client: a kiln.Client to use instead of connecting (its lifetime is the caller's).
@@ -237,6 +273,8 @@ def compile_repeated_blocks(model: "torch.nn.Module", block_classes: Optional[It
     if not blocks:
         raise ValueError(f"no block of the given classes in {type(model).__name__}")
     runtime = _runtime.Runtime(socket=socket, on_miss=on_miss, compile_options=compile_options, client=client)
+    if on_miss == "compile":
+        runtime.feed_jit_from_torch_cache()
     state = _ModelState(runtime, blocks)
     call = _make_call(state)
     for b in blocks:
@@ -299,14 +337,17 @@ def restore(model: "torch.nn.Module") -> None:
 def status(model: "torch.nn.Module") -> List[Dict[str, Any]]:
     """Per block class and signature: {"region", "signature", "state" (hit, building,
     exporting, failed, eager, unsupported), "detail" (why; a failed build's last log line),
-    "fingerprint", "key_digest", "calls": {"compiled", "eager"}}. [] if not compiled."""
+    "fingerprint", "key_digest", "calls": {"compiled", "eager", "jit"} ("jit": calls that
+    ran torch.compile, on_miss="compile"), and while a build is queued "queue": {"position"
+    (builds ahead of it on kilnd), "expected_s" (seconds until it lands, from the key's and
+    the node's build history; None when kilnd has none)}}. [] if not compiled."""
     state = getattr(model, _STATE_ATTR, None)
     if state is None:
         return []
     out = [e.as_dict() for e in list(state.runtime.entries.values())]
     for (region, reason), n in state.unsupported.items():
         out.append({"region": region, "signature": None, "state": "unsupported", "detail": reason,
-                    "fingerprint": None, "key_digest": None, "calls": {"compiled": 0, "eager": n}})
+                    "fingerprint": None, "key_digest": None, "calls": {"compiled": 0, "eager": n, "jit": 0}})
     return out
 
 

@@ -49,7 +49,7 @@ import weakref
 
 from .. import errors
 from ._weight_free import strip_weights  # noqa: F401  (kiln.torch._runtime.strip_weights, as before)
-from . import _aoti, _fingerprint, _gate, _hooks, _keys, _layouts, _node, _signature, _state
+from . import _aoti, _fingerprint, _gate, _hooks, _keys, _layouts, _node, _queue, _signature, _state
 
 log = logging.getLogger("kiln.torch")
 
@@ -151,7 +151,9 @@ class Entry:
         self.key_digest = None
         self.package = None
         self.artifact = None
-        self.calls = {"compiled": 0, "eager": 0}
+        self.calls = {"compiled": 0, "eager": 0, "jit": 0}
+        self.queue = None  # while building: _queue.estimate() of its build on kilnd
+        self.jit_problem = ""  # on_miss="compile": why torch.compile gave up on this entry
         self.layout_recorded = False  # _layouts.record ran for this entry in this process
         self.numerics = None  # the numerics flags of the calls this entry serves (the key's)
 
@@ -163,8 +165,12 @@ class Entry:
         self.state, self.detail = state, detail
 
     def as_dict(self):
-        return {"region": self.region, "signature": self.signature, "state": self.state, "detail": self.detail,
-                "fingerprint": self.fingerprint, "key_digest": self.key_digest, "calls": dict(self.calls)}
+        out = {"region": self.region, "signature": self.signature, "state": self.state,
+               "detail": self.detail or self.jit_problem, "fingerprint": self.fingerprint,
+               "key_digest": self.key_digest, "calls": dict(self.calls)}
+        if self.state == "building" and self.queue is not None:
+            out["queue"] = dict(self.queue)
+        return out
 
 
 # Every Runtime with a background thread, stopped at interpreter exit (see _stop_at_exit).
@@ -215,8 +221,8 @@ class Runtime:
     calls (reading a Python attribute is atomic)."""
 
     def __init__(self, socket=None, on_miss="eager", compile_options=None, poll_interval=0.25, client=None):
-        if on_miss not in ("eager", "wait"):
-            raise ValueError('on_miss must be "eager" or "wait"')
+        if on_miss not in ("eager", "wait", "compile"):
+            raise ValueError('on_miss must be "eager", "wait" or "compile"')
         self.socket = socket
         self.on_miss = on_miss
         self.compile_options = dict(compile_options or {})
@@ -252,6 +258,29 @@ class Runtime:
         with self._threads_lock:  # replaced whole, so that stop() reads it without the lock
             self._threads = [x for x in self._threads if x.is_alive()] + [t]
         return t
+
+    # ---- on_miss="compile" -------------------------------------------------------------
+    def jit_compiled(self, forward):
+        """torch.compile of a block's forward, with the key's compile options (a mode, or
+        Inductor options: torch.compile takes one of the two). Compiles at its first call."""
+        import torch
+
+        inductor = self.compile_options.get("inductor")
+        mode = self.compile_options.get("mode")
+        if inductor:
+            return torch.compile(forward, options=dict(inductor))
+        return torch.compile(forward, mode=None if mode in (None, "default") else mode)
+
+    def feed_jit_from_torch_cache(self):
+        """Points torch.compile's remote caches at kilnd's torch cache when kilnd serves one
+        (use_torch_cache); without one, or without redis-py, the compiles use torch's local
+        caches only (logged, not an error)."""
+        from ._torch_cache import use_torch_cache
+
+        try:
+            use_torch_cache(self.socket)
+        except (errors.KilnError, RuntimeError) as ex:
+            log.info("kiln: on_miss=\"compile\" without kilnd's torch cache: %s", ex)
 
     # ---- the daemon ------------------------------------------------------------------
     def client(self):
@@ -656,6 +685,7 @@ class Runtime:
                     return
                 states = [b.get("state") for b in self.client().build_status(key_digest=e.key_digest)]
                 unreachable_since = None
+                e.queue = self.queue_estimate(e.key_digest)
                 if not {"queued", "running", "done"} & set(states):
                     failed = [b for b in self.client().build_status(key_digest=e.key_digest)
                               if b.get("state") == "failed"]
@@ -673,6 +703,18 @@ class Runtime:
                     raise
             self._stop.wait(delay)  # stop() ends the wait
             delay = min(delay * 1.5, 2.0)
+
+    def queue_estimate(self, key_digest):
+        """Where the build of `key_digest` stands on kilnd (_queue.estimate); None when that
+        cannot be said (no such build, or an older kilnd)."""
+        try:
+            builds = self.client().build_status()
+            slots = self.client().status().get("build_slots") or []
+        except errors.KilnError:
+            return None
+        # One build at a time per slot: kilnd's builds_per_gpu is not in STATUS, so a node
+        # that runs more at once lands them sooner than this says.
+        return _queue.estimate(builds, key_digest, time.time(), max(1, len(slots)))
 
     def stop(self, wait_s=0.0):
         """Stops taking work: the miss thread ends after its job (an export still waiting
