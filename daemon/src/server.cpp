@@ -352,7 +352,11 @@ Result<std::unique_ptr<Server>> Server::create(const Config& config, storage::St
     if (!t) return std::move(t).error();
     impl->torch_cache = std::move(*t);
   }
-  if (impl->state.torch_deferred) impl->state.torch_queue.start(deferred_writer(impl->state));
+  if (impl->state.torch_deferred) {
+    auto* state = &impl->state;
+    impl->state.torch_queue.start(deferred_writer(impl->state),
+                                  [state](const Digest& d, std::uint64_t n) { state->note_hot_hit(d, n); });
+  }
   Impl* raw = impl.get();
   impl->state.reload = [raw] { return raw->reload(); };
   impl->state.on_last_connection_closed = [raw] {

@@ -144,12 +144,13 @@ class ServerState {
   // Hits served from the hot set never read the store, so they are counted here and
   // handed to Store::record_hits in batches from the store pool (never on the event
   // loop: the store may be in the middle of an fsync'd transaction). Without this the
-  // hottest artifacts would look cold to LRU eviction.
-  void note_hot_hit(const Digest& key_digest) {
+  // hottest artifacts would look cold to LRU eviction. Also `n` hits a torch cache value
+  // had while it waited in the write queue (torch_write_queue.hpp).
+  void note_hot_hit(const Digest& key_digest, std::uint64_t n = 1) {
     bool due = false;
     {
       std::lock_guard lock(hits_mu_);
-      hot_hits_[key_digest] += 1;
+      hot_hits_[key_digest] += n;
       auto now = std::chrono::steady_clock::now();
       if (now - hot_hits_flushed_ >= std::chrono::seconds(1)) {
         hot_hits_flushed_ = now;

@@ -222,7 +222,10 @@ asio::awaitable<Result<std::optional<Value>>> TorchCacheBackend::get(const torch
   }
   s.metrics.record_get(true, hot);
   s.metrics.record_torch(TorchOp::get_hit);
-  if (hot && !queued) s.note_hot_hit(d);  // a read from the store counted its own hit
+  // Each hit counted once, where its value came from: a queued value's by the write queue
+  // (the store has no row for it yet; the writer hands them over), a hot copy's here, a
+  // read from the store by the store.
+  if (queued ? !s.torch_queue.count_hit(d) : hot) s.note_hot_hit(d);
   s.metrics.add_bytes_served(value.size());
   if (spdlog::should_log(spdlog::level::debug))
     spdlog::debug("torch cache GET {}: hit {} {}B", key.text.substr(0, 200), hot ? "hot" : "cold", value.size());

@@ -10,10 +10,11 @@ namespace kiln::daemon {
 using torch_cache::Overwrite;
 using torch_cache::SetCondition;
 
-void TorchWriteQueue::start(Write write) {
+void TorchWriteQueue::start(Write write, Hits hits) {
   std::lock_guard lock(mu_);
   if (thread_.joinable() || stopping_) return;
   write_ = std::move(write);
+  on_hits_ = std::move(hits);
   thread_ = std::thread([this] { run(); });
 }
 
@@ -43,6 +44,13 @@ ValueCache::Bytes TorchWriteQueue::find(const Digest& d, bool* unless_stored) co
   auto it = newest_.find(d);
   if (unless_stored) *unless_stored = it != newest_.end() && it->second->entry.unless_stored;
   return it == newest_.end() ? ValueCache::Bytes() : it->second->entry.value;
+}
+
+bool TorchWriteQueue::count_hit(const Digest& d) {
+  std::lock_guard lock(mu_);
+  if (!newest_.contains(d)) return false;
+  ++hits_[d];
+  return true;
 }
 
 bool TorchWriteQueue::room_locked(std::uint64_t bytes) const {
@@ -157,7 +165,15 @@ void TorchWriteQueue::run() {
     lock.lock();
     writing_.reset();
     ++(ok ? written_ : failed_);
-    if (auto it = newest_.find(slot->entry.digest); it != newest_.end() && it->second == slot) newest_.erase(it);
+    const Digest& d = slot->entry.digest;
+    auto it = newest_.find(d);
+    const bool newer = it != newest_.end() && it->second != slot;
+    if (it != newest_.end() && !newer) newest_.erase(it);
+    // The key's row exists now: its hits go to it. A refused entry's hits stay for a newer
+    // value still queued, else go with it.
+    if (ok || !newer) {
+      if (auto h = hits_.extract(d); h && ok && on_hits_) on_hits_(d, h.mapped());
+    }
     bytes_ -= slot->size;
     auto wake = take_waiters_locked();
     lock.unlock();

@@ -10,6 +10,10 @@
 // with when_room() (back-pressure; nothing is dropped). A value larger than max_bytes
 // alone is taken when the queue is empty.
 //
+// Hits: a GET served from here is counted here (count_hit), and handed over once the entry
+// is written: the store has no row to take it before (a hit counted on a missing row is
+// lost: two GETs counted as one).
+//
 // Ordering: one writer, first in first out. A newer value of a key supersedes an older
 // one still waiting (the older is never written); one already being written is followed
 // by the newer. So the store ends with the last acknowledged value, and find() never
@@ -60,6 +64,10 @@ class TorchWriteQueue {
   };
   // Stores one entry durably; false when it could not (the function logs and cleans up).
   using Write = std::function<bool(const Entry&)>;
+  // Takes `n` hits counted on a queued value of `key_digest`, once its entry is written.
+  // Called on the writer thread with the queue's lock held (a reader that then finds the
+  // queue empty finds the hits handed over): quick, and never calls the queue.
+  using Hits = std::function<void(const Digest& key_digest, std::uint64_t n)>;
 
   explicit TorchWriteQueue(std::uint64_t max_bytes) : max_bytes_(max_bytes) {}
   ~TorchWriteQueue() { stop(); }
@@ -67,7 +75,8 @@ class TorchWriteQueue {
   TorchWriteQueue& operator=(const TorchWriteQueue&) = delete;
 
   // Starts the writer thread. Until start(), nothing is written (push still queues).
-  void start(Write write);
+  // `hits` may be null: hits on queued values are then not counted.
+  void start(Write write, Hits hits = nullptr);
   // Writes everything queued, then ends the writer thread; wakes every when_room waiter.
   // Later pushes are refused (`stopped`; when_room answers at once). Idempotent.
   void stop();
@@ -77,6 +86,11 @@ class TorchWriteQueue {
   // `unless_stored`, when given, tells whether that entry is Entry::unless_stored: a value
   // the store's own, if any, takes precedence over.
   ValueCache::Bytes find(const Digest& key_digest, bool* unless_stored = nullptr) const;
+
+  // Counts one hit on the key's queued value (a GET served it), handed to `hits` when its
+  // entry is written; dropped with an entry the store refused. false when the key is not
+  // queued (any more: written meanwhile): the caller counts the hit as on a stored value.
+  bool count_hit(const Digest& key_digest);
 
   enum class Push {
     queued,      // taken; answer +OK
@@ -123,8 +137,10 @@ class TorchWriteQueue {
   std::shared_ptr<Slot> writing_;  // popped, being written
   std::vector<std::pair<std::uint64_t, std::function<void()>>> waiters_;
   std::uint64_t written_ = 0, failed_ = 0, superseded_ = 0;
+  std::unordered_map<Digest, std::uint64_t> hits_;  // per queued key, until written
   bool stopping_ = false;
   Write write_;
+  Hits on_hits_;
   std::thread thread_;
 };
 

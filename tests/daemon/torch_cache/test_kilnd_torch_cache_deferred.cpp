@@ -316,6 +316,36 @@ TEST_CASE("deferred: a write the full disk refuses drops that entry only: counte
   CHECK(d.running());
 }
 
+// Every GET that finds the entry counts one hit, whether it was served from the write
+// queue (no row in the store yet), from a hot copy, or from the store.
+TEST_CASE("deferred: GETs of an entry still queued each count a hit") {
+  TempDir dir;
+  Daemon t;
+  KilndProcess d(dir.path(), t.toml());
+  RespClient c(t.torch_sock);
+  RespClient other(t.torch_sock);
+  // The writer is busy with a large value, so kPgo waits in the queue for the GETs below.
+  std::string batch = set_request(fx_key(0), random_bytes(8'000'000, 7)) + set_request(kPgo, "profile");
+  REQUIRE(c.send_raw(batch));
+  REQUIRE(c.recv()->text == "OK");
+  REQUIRE(c.recv()->text == "OK");
+  CHECK(other.call({"GET", kPgo})->text == "profile");
+  CHECK(other.call({"GET", kPgo})->text == "profile");
+  REQUIRE(wait_until([&] { return queue_empty(d); }, std::chrono::seconds(60)));
+  CHECK(other.call({"GET", kPgo})->text == "profile");  // written by now: hot or stored
+  RawClient k(d.socket());
+  k.hello();
+  proto::ListRequest list;
+  list.filters["kind"] = "torch_cache";
+  auto items = proto::decode<proto::ListReply>(k.call(MsgType::list, proto::encode(list)).body);
+  REQUIRE(items);
+  std::optional<std::uint64_t> hits;
+  for (const auto& m : items->items)
+    if (m.key.region == "dynamo-pgo") hits = m.hits;
+  REQUIRE(hits);
+  CHECK(*hits == 3);
+}
+
 TEST_CASE("--check-config refuses a durability kiln does not know, naming torch_cache.durability") {
   TempDir dir;
   auto config = dir / "bad.toml";
