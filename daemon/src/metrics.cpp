@@ -9,6 +9,8 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <span>
+#include <string_view>
 #include <utility>
 #include <sstream>
 
@@ -26,6 +28,22 @@ std::string num(double v) {
   char buf[400];  // a double's longest fixed form is under 330 characters
   auto r = std::to_chars(buf, buf + sizeof buf, v, std::chars_format::fixed);
   return std::string(buf, r.ptr);
+}
+
+// One series of a histogram: its _bucket lines (cumulative, `le` in plain decimals), _sum
+// and _count. `labels`: `op="get"` and the like, without braces; `per_bucket`: one count
+// per bound, then +Inf, not cumulative.
+void histogram_series(std::ostream& os, std::string_view name, const std::string& labels,
+                      std::span<const double> bounds, std::span<const std::uint64_t> per_bucket, double sum,
+                      std::uint64_t count) {
+  std::uint64_t cum = 0;
+  for (std::size_t b = 0; b <= bounds.size(); ++b) {
+    cum += per_bucket[b];
+    os << name << "_bucket{" << labels << ",le=\"" << (b < bounds.size() ? num(bounds[b]) : std::string("+Inf"))
+       << "\"} " << cum << "\n";
+  }
+  os << name << "_sum{" << labels << "} " << num(sum) << "\n";
+  os << name << "_count{" << labels << "} " << count << "\n";
 }
 
 // The process_* series every Prometheus exporter has (client_golang's names and units), from
@@ -100,7 +118,7 @@ std::uint64_t Metrics::requests() const {
   return n;
 }
 
-std::string Metrics::render(const std::vector<Gauge>& gauges) const {
+std::string Metrics::render(const std::vector<Gauge>& gauges, const std::vector<protocol::BuildSeconds>* builds) const {
   std::ostringstream os;
   os << "# HELP kiln_requests_total Requests answered, by operation and outcome (an errc name or ok).\n"
         "# TYPE kiln_requests_total counter\n";
@@ -120,15 +138,18 @@ std::string Metrics::render(const std::vector<Gauge>& gauges) const {
     auto op = static_cast<protocol::MsgType>(o);
     auto count = latency_count_[o].load(std::memory_order_relaxed);
     if (!protocol::is_request_type(op) || count == 0) continue;
-    std::uint64_t cum = 0;
-    for (std::size_t b = 0; b <= kBuckets.size(); ++b) {
-      cum += latency_buckets_[o][b].load(std::memory_order_relaxed);
-      os << "kiln_request_duration_seconds_bucket{op=\"" << protocol::op_name(op) << "\",le=\""
-         << (b < kBuckets.size() ? num(kBuckets[b]) : std::string("+Inf")) << "\"} " << cum << "\n";
-    }
-    os << "kiln_request_duration_seconds_sum{op=\"" << protocol::op_name(op) << "\"} "
-       << num(latency_sum_[o].load(std::memory_order_relaxed)) << "\n";
-    os << "kiln_request_duration_seconds_count{op=\"" << protocol::op_name(op) << "\"} " << count << "\n";
+    std::array<std::uint64_t, kBuckets.size() + 1> per_bucket{};
+    for (std::size_t b = 0; b < per_bucket.size(); ++b) per_bucket[b] = latency_buckets_[o][b].load(std::memory_order_relaxed);
+    histogram_series(os, "kiln_request_duration_seconds", "op=\"" + std::string(protocol::op_name(op)) + "\"", kBuckets,
+                     per_bucket, latency_sum_[o].load(std::memory_order_relaxed), count);
+  }
+  if (builds) {
+    os << "# HELP kiln_build_duration_seconds Builds this node's worker ran, from their start on a build slot to "
+          "their artifact stored (or their failure), by key kind and outcome.\n"
+          "# TYPE kiln_build_duration_seconds histogram\n";
+    for (const auto& b : *builds)
+      histogram_series(os, "kiln_build_duration_seconds", "kind=\"" + b.kind + "\",outcome=\"" + b.outcome + "\"",
+                       protocol::kBuildSecondsBounds, b.buckets, b.sum, b.count);
   }
   auto counter = [&](const char* name, const char* help, const Counter& c) {
     os << "# HELP " << name << " " << help << "\n# TYPE " << name << " counter\n"

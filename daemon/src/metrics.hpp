@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "kiln/protocol/frame.hpp"
+#include "kiln/protocol/messages.hpp"
 #include "kiln/result.hpp"
 #include "kiln/torch_cache/memory_budget.hpp"
 
@@ -67,7 +68,8 @@ class Metrics {
     double value = 0;
     bool counter = false;
   };
-  std::string render(const std::vector<Gauge>& gauges) const;
+  // `builds`: the build service's durations (null: builds off, no build histogram).
+  std::string render(const std::vector<Gauge>& gauges, const std::vector<protocol::BuildSeconds>* builds = nullptr) const;
 
  private:
   using Counter = std::atomic<std::uint64_t>;

@@ -276,8 +276,9 @@ asio::awaitable<std::string> Server::Impl::render_metrics() {
                  double(q.failed), true});
   }
   g.push_back({"kiln_uptime_seconds", "Seconds since kilnd started.", double(state.uptime_s())});
+  protocol::GpuReport b;  // what the build service knows: its counters and durations
   if (state.builds) {
-    const auto b = state.builds->gpu_report();
+    b = state.builds->gpu_report();
     std::uint64_t queued = 0, running = 0;
     for (const auto& s : b.slots) {
       queued += s.queued;
@@ -294,7 +295,7 @@ asio::awaitable<std::string> Server::Impl::render_metrics() {
     g.push_back({"kiln_builds_available", "1 when this node can build a miss, else 0 (kilnctl status says why).",
                  b.builds_note.empty() ? 1.0 : 0.0});
   }
-  std::string text = state.metrics.render(g);
+  std::string text = state.metrics.render(g, state.builds ? &b.build_seconds : nullptr);
   if (state.fleet) {
     auto job = [this] { return state.fleet->metrics_text(); };
     text += co_await offload(state.pool, job);

@@ -163,6 +163,7 @@ class Core {
     r.builds_ok = ok_;
     r.builds_failed = failed_;
     r.builds_cancelled = cancelled_;
+    r.build_seconds = build_seconds_;
     return r;
   }
 
@@ -346,6 +347,14 @@ class Core {
     while (recent_.size() > 256) recent_.pop_front();
   }
 
+  void record_seconds_locked(ArtifactKind kind, const char* outcome, double seconds) {
+    const std::string_view name = to_string(kind);
+    auto it = std::find_if(build_seconds_.begin(), build_seconds_.end(),
+                           [&](const auto& b) { return b.kind == name && b.outcome == outcome; });
+    if (it == build_seconds_.end()) it = build_seconds_.insert(build_seconds_.end(), {std::string(name), outcome});
+    it->add(seconds);
+  }
+
   void finish_job_locked(Job& job, const char* state, const Result<storage::ArtifactInfo>& r,
                          std::vector<Delivery>& ds) {
     job.state = state;
@@ -383,7 +392,9 @@ class Core {
       lock.unlock();
       for (auto& f : started) f();
 
+      const auto began = Clock::now();
       BuildRunResult r = run_build(store_, options_, sources_, slot, job->spec, job->cancel);
+      const double seconds = std::chrono::duration<double>(Clock::now() - began).count();
 
       std::vector<Delivery> ds;
       lock.lock();
@@ -391,6 +402,7 @@ class Core {
       if (r.ran_worker) {
         ++started_;
         ++(r.info ? ok_ : r.cancelled ? cancelled_ : failed_);
+        record_seconds_locked(job->spec.key.kind, r.info ? "succeeded" : r.cancelled ? "cancelled" : "failed", seconds);
       }
       finish_job_locked(*job, r.info ? "done" : r.cancelled ? "cancelled" : "failed", r.info, ds);
       lock.unlock();
@@ -482,6 +494,7 @@ class Core {
   std::deque<JobReport> recent_;
   std::deque<PendingCheck> checks_;  // source checks not started yet
   std::uint64_t started_ = 0, ok_ = 0, failed_ = 0, cancelled_ = 0;
+  std::vector<protocol::BuildSeconds> build_seconds_;  // a few: one per kind and outcome
 
   std::vector<std::thread> threads_;
 };

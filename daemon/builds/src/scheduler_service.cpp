@@ -168,6 +168,7 @@ class SchedulerService final : public daemon::BuildService {
     r.builds_succeeded = node.builds_ok;
     r.builds_failed = node.builds_failed;
     r.builds_cancelled = node.builds_cancelled;
+    r.build_seconds = node.build_seconds;
     // The reason every build request is refused for (scheduler.cpp, buildable_slots).
     r.builds_note = node.refusal;
     return r;

@@ -325,6 +325,33 @@ TEST_CASE("AFailedToolchainProbeRefusesBuildsWithItsReason") {
                 r.error().message);
 }
 
+// kilnd's kiln_build_duration_seconds: builds that ran a worker, per key kind and outcome;
+// an answer from the store or the negative cache is no build.
+TEST_CASE("BuildDurationsAreKeptPerKindAndOutcome") {
+  BuildFixture f;
+  f.options.failure_ttl = 600s;
+  auto ok = f.add_source({{"behavior", "ok"}});
+  auto bad = f.add_source({{"behavior", "fail"}});
+  auto s = f.scheduler();
+  CHECK(s->report().build_seconds.empty());
+  REQUIRE(s->request_and_wait(f.key(ok, "A"), RequestOptions{}).has_value());
+  REQUIRE(s->request_and_wait(f.key(ok, "B"), RequestOptions{}).has_value());
+  REQUIRE(s->request_and_wait(f.key(ok, "A"), RequestOptions{}).has_value());  // stored: no build
+  REQUIRE_FALSE(s->request_and_wait(f.key(bad), RequestOptions{}).has_value());
+  REQUIRE_FALSE(s->request_and_wait(f.key(bad), RequestOptions{}).has_value());  // remembered: no build
+  const auto seconds = s->report().build_seconds;
+  REQUIRE(seconds.size() == 2);
+  for (const auto& b : seconds) {
+    CHECK(b.kind == "aoti");
+    CHECK(b.count == (b.outcome == "succeeded" ? 2u : 1u));
+    CHECK((b.outcome == "succeeded" || b.outcome == "failed"));
+    std::uint64_t in_buckets = 0;
+    for (auto n : b.buckets) in_buckets += n;
+    CHECK(in_buckets == b.count);
+    CHECK(b.sum > 0);
+  }
+}
+
 TEST_CASE("NodeFieldsComeFromTheProbesAndConfiguredValuesWin") {
   BuildFixture f;
   f.host.triton_version = "configured-triton";

@@ -8,6 +8,7 @@
 // All functions are reentrant.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -166,6 +167,24 @@ struct BuildSlotEntry {
   std::uint64_t running = 0;
   std::uint64_t queued = 0;
 };
+// How long this node's worker builds took, for one key kind and outcome: a histogram over
+// kBuildSecondsBounds, from a build's start on its slot to its artifact stored (or its
+// failure). Metrics only (kilnd's kiln_build_duration_seconds); not on the wire.
+inline constexpr std::array<double, 12> kBuildSecondsBounds = {0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600};
+struct BuildSeconds {
+  std::string kind;     // the key's kind: "aoti", "megacache"
+  std::string outcome;  // "succeeded", "failed", "cancelled" (as kiln_builds_*_total)
+  std::array<std::uint64_t, kBuildSecondsBounds.size() + 1> buckets{};  // per bound, then +Inf; not cumulative
+  double sum = 0;
+  std::uint64_t count = 0;
+  void add(double seconds) {
+    std::size_t b = 0;
+    while (b < kBuildSecondsBounds.size() && seconds > kBuildSecondsBounds[b]) ++b;
+    ++buckets[b];
+    sum += seconds;
+    ++count;
+  }
+};
 // What the build service knows of the node's GPUs (BuildService::gpu_report()).
 struct GpuReport {
   std::vector<GpuEntry> gpus;
@@ -174,6 +193,7 @@ struct GpuReport {
   std::string builds_note;         // why this node cannot build; "" when it can
   // Builds since kilnd started (metrics only; not on the wire).
   std::uint64_t builds_started = 0, builds_succeeded = 0, builds_failed = 0, builds_cancelled = 0;
+  std::vector<BuildSeconds> build_seconds;  // one per kind and outcome seen (metrics only)
 };
 
 struct StatusRequest {};

@@ -110,6 +110,8 @@ struct NodeReport {
   std::vector<SlotReport> slots;
   std::uint64_t builds_started = 0, builds_ok = 0, builds_failed = 0;
   std::uint64_t builds_cancelled = 0;    // workers stopped because nobody wanted their build
+  // How long the builds that ran a worker took, per key kind and outcome.
+  std::vector<protocol::BuildSeconds> build_seconds;
 };
 
 struct JobReport {
