@@ -11,6 +11,7 @@ Environment (set by tests/python/CMakeLists.txt when ctest runs the suites):
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -54,7 +55,6 @@ class Kilnd:
         self.socket = os.path.join(self.sock_dir, "kiln.sock")
         self.config = os.path.join(folder, "kilnd.toml")
         self.log_path = os.path.join(folder, "kilnd.log")
-        self.count_file = os.path.join(folder, "builds.txt")
         with open(self.config, "w") as f:
             f.write('log_level = "info"\n' + extra_toml + "\n")
             if worker == "none":  # a serve-only node: builds nothing, hashes nothing
@@ -115,11 +115,10 @@ class Kilnd:
             return ""
 
     def builds(self):
-        """Lines "<region> <pid>" the test worker appended, one per build started."""
-        try:
-            return open(self.count_file).read().splitlines()
-        except OSError:
-            return []
+        """The regions of the builds kilnd started, in order, from its log's lines "build
+        <digest> started on <slot> (<kind> <region>)": the sandboxed test worker writes
+        nothing outside its build's folder."""
+        return re.findall(r"\bbuild [0-9a-f]{64} started on \S+ \(\S+ (\S+)\)", self.log())
 
     def close(self):
         self.stop(signal.SIGKILL)
@@ -130,7 +129,7 @@ class Kilnd:
         test worker's hash op gives it: the SHA-256 of the text)."""
         import hashlib
 
-        text = json.dumps({"behavior": behavior, "count_file": self.count_file, **extra})
+        text = json.dumps({"behavior": behavior, **extra})
         return text, hashlib.sha256(text.encode()).hexdigest()
 
 

@@ -3,6 +3,8 @@
 // Library kiln_test_builds (tests/CMakeLists.txt), which also builds the test worker.
 #pragma once
 
+#include <sys/types.h>
+
 #include <cstdint>
 #include <filesystem>
 #include <optional>
@@ -27,6 +29,7 @@ struct BuildsToml {
   // worker_env: the test worker's own switches (KILN_TEST_WORKER_TOOLCHAIN, ..._GATE), which
   // tests set in kilnd's environment, and these.
   std::vector<std::string> worker_env = {};
+  std::vector<std::string> extra = {};        // more lines of [builds] ("sandbox = false", ...)
 };
 
 // "[builds]" with worker = [the test worker], worker_env, probe_gpus = false, and the build slots; the
@@ -37,5 +40,27 @@ std::string builds_toml(const BuildsToml& options = {});
 // the node fields left empty for kilnd to fill.
 Key source_key(const std::string& model_hash, const std::string& region = "Block",
                const std::vector<std::int64_t>& shape = {1, 4608, 3072});
+
+// Builds as kilnd reports them: one per line "build <digest> started on <slot> (<kind>
+// <region>)" of kilnd's log (build_runner.cpp, logged as its worker is started), in start
+// order. Tests count builds here, never through files the worker writes: a sandboxed
+// worker writes nothing outside its build's folder.
+struct BuildStart {
+  std::string digest, slot, kind, region;
+  std::string time;   // the line's timestamp as kilnd writes it (sorts as text); "" if none
+};
+std::vector<BuildStart> build_starts(const std::string& log);
+
+// The test workers running now under `work_dir` (kilnd's [builds] work_dir; a store's
+// "builds" folder by default): what each left in its build's folder,
+// jobs/<build>/test-worker.started ("<region> <pid> <output>"), and its hang_child child
+// (child.pid; 0 until written). Folder order; a build not that far yet is not listed.
+struct RunningTestWorker {
+  std::string region;
+  pid_t pid = 0;
+  std::filesystem::path output;
+  pid_t child = 0;
+};
+std::vector<RunningTestWorker> running_test_workers(const std::filesystem::path& work_dir);
 
 }  // namespace kiln::test

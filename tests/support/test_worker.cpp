@@ -5,17 +5,24 @@
 //   {"behavior": "ok" | "fail" | "crash" | "hang" | "hang_child" | "garbage" | "nothing" |
 //                "two_lines" | "no_file" | "wrong_digest" | "flood" | "ok_then_exit_1",
 //    "sleep_ms": 0,                 // before doing it
-//    "count_file": "/path",         // a line "<region> <pid>" is appended per build started
-//    "child_pid_file": "/path",     // hang_child: where the hanging child's pid goes
 //    "log": "text",                 // written to stderr (the build log)
 //    "pad_bytes": 0,                // the artifact is this much longer (benchmarks)
 //    "content_file": "/path",       // the artifact is this file's bytes
-//    "starts_file": "/path",        // a line "<region> <pid> <output path>" per build started
-//                                   // (the output path names the node's store)
+//    "probe": {"write": ["/path"]}, // try what the sandbox forbids (below)
 //    "holds": [{"file": "/path",    // after starting, wait while this file exists...
 //               "only": "text"}]}   // ...when the output path contains this text ("" = any)
 //                                   // (tests hold a node's build, and release it)
-// so that one scheduler can hold sources that behave differently. The toolchain op answers
+// so that one scheduler can hold sources that behave differently.
+//
+// It writes nothing outside its build's folder (the folder of its output), where kilnd's
+// sandbox confines it: tests count builds from kilnd's own log (tests/support/kilnd_builds.hpp).
+// In that folder it leaves "test-worker.started" ("<region> <pid> <output path>", as it
+// starts building) and, for hang_child, "child.pid"; both are logged too. With "probe" it
+// logs one line "test worker: probe uid=<uid> gid=<gid> inet=<ok|errno name>
+// inet6=... write:<path>=<ok|errno name> ... tmp=..." before building: what the sandbox let it
+// do (an AF_INET and an AF_INET6 socket, creating each named file, a file in $TMPDIR).
+//
+// The toolchain op answers
 // fixed "test" versions (and cpu_isa "test-worker-isa" unless asked with "host": false), or
 // fails when KILN_TEST_WORKER_TOOLCHAIN=fail; it first waits while the file named by
 // KILN_TEST_WORKER_TOOLCHAIN_GATE exists (a probe as slow as a test wants). The hash op answers
@@ -31,7 +38,12 @@
 // tests can see what reached a worker.
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
 
 #include <chrono>
 #include <cstdio>
@@ -65,15 +77,6 @@ int answer(const json& j) {
 
 int fail(const std::string& why) { return answer({{"protocol", 1}, {"ok", false}, {"error", why}}); }
 
-void append_line(const std::string& path, const std::string& line) {
-  if (path.empty()) return;
-  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-  if (fd < 0) return;
-  std::string l = line + "\n";
-  (void)!::write(fd, l.data(), l.size());
-  ::close(fd);
-}
-
 [[noreturn]] void sleep_forever() {
   for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
 }
@@ -86,6 +89,36 @@ json positional_call(std::size_t n) {
 
 void log_env() {
   for (char** e = environ; e && *e; ++e) std::cerr << "test worker: env " << *e << "\n";
+}
+
+// "ok" or the errno's name, for the probe line.
+std::string outcome(bool ok) { return ok ? std::string("ok") : std::string(::strerrorname_np(errno)); }
+
+// What the sandbox let this process do (see the header comment).
+std::string probe(const json& p) {
+  std::string line = "uid=" + std::to_string(::getuid()) + " gid=" + std::to_string(::getgid());
+  for (auto [name, family] : {std::pair{"inet", AF_INET}, std::pair{"inet6", AF_INET6}}) {
+    int s = ::socket(family, SOCK_STREAM, 0);
+    line += std::string(" ") + name + "=" + outcome(s >= 0);
+    if (s >= 0) ::close(s);
+  }
+  for (const auto& path : p.value("write", json::array())) {
+    const std::string f = path.get<std::string>();
+    int fd = ::open(f.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    line += " write:" + f + "=" + outcome(fd >= 0);
+    if (fd >= 0) ::close(fd);
+  }
+  const char* tmpdir = std::getenv("TMPDIR");
+  const std::string in_tmp = std::string(tmpdir ? tmpdir : "/tmp") + "/test-worker-probe";
+  int t = ::open(in_tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  line += " tmp=" + outcome(t >= 0);
+  if (t >= 0) ::close(t);
+  return line;
+}
+
+// A file in this build's folder (the output's), written whole.
+void write_in_build_folder(const std::string& output, const std::string& name, const std::string& text) {
+  std::ofstream(std::filesystem::path(output).parent_path() / name) << text;
 }
 
 // A source's program: the text before its example inputs (see the header comment).
@@ -108,8 +141,10 @@ int build(const json& req) {
     return fail("key.call is " + want_call.dump() + " but the source was exported with the call " + cmd["call"].dump());
   const std::string behavior = cmd.value("behavior", "ok");
   const std::string region = req.contains("key") ? req["key"].value("region", "") : "";
-  append_line(cmd.value("count_file", ""), region + " " + std::to_string(::getpid()));
-  append_line(cmd.value("starts_file", ""), region + " " + std::to_string(::getpid()) + " " + req.value("output", ""));
+  const std::string started = region + " " + std::to_string(::getpid()) + " " + req.value("output", "");
+  write_in_build_folder(req.value("output", ""), "test-worker.started", started + "\n");
+  std::cerr << "test worker: started " << started << "\n";
+  if (cmd.contains("probe")) std::cerr << "test worker: probe " << probe(cmd["probe"]) << "\n";
   std::cerr << "test worker: building " << region << " (" << behavior << ")\n";
   if (cmd.contains("log")) std::cerr << cmd["log"].get<std::string>() << "\n";
   std::cerr << std::flush;
@@ -170,7 +205,8 @@ int build(const json& req) {
   if (behavior == "hang_child") {
     pid_t child = ::fork();
     if (child == 0) sleep_forever();
-    append_line(cmd.value("child_pid_file", ""), std::to_string(child));
+    write_in_build_folder(req.value("output", ""), "child.pid", std::to_string(child) + "\n");
+    std::cerr << "test worker: child " << child << "\n" << std::flush;
     sleep_forever();
   }
   if (behavior == "garbage") {

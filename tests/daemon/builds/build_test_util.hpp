@@ -1,21 +1,27 @@
 // Helpers for the scheduler tests: a store in a TempDir, sources that command the test
-// worker (tests/support/test_worker.cpp), keys for the test node, counting builds.
+// worker (tests/support/test_worker.cpp), keys for the test node, counting builds (from the
+// scheduler's own log: the sandboxed worker writes nothing outside its build's folder).
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <future>
+#include <mutex>
 #include <memory>
 #include <sstream>
 #include <string>
 
 #include <doctest/doctest.h>
 #include <nlohmann/json.hpp>
+#include <spdlog/sinks/base_sink.h>
+#include <spdlog/spdlog.h>
 
 #include "kiln/builds/scheduler.hpp"
 #include "kiln/key.hpp"
 #include "kiln/storage/store.hpp"
+#include "kilnd_builds.hpp"
 #include "temp_dir.hpp"
 #include "wait_until.hpp"
 
@@ -66,19 +72,55 @@ inline std::string read_text(const std::filesystem::path& p) {
   return ss.str();
 }
 
-inline std::size_t count_lines(const std::filesystem::path& p) {
-  std::string s = read_text(p);
-  std::size_t n = 0;
-  for (char c : s) n += c == '\n';
-  return n;
-}
+// The pids of the test workers seen running so far, in the order they were first seen
+// (each one's record in its build's folder): call it while they run, e.g. in wait_until.
+class WorkerPids {
+ public:
+  explicit WorkerPids(const struct BuildFixture& f) : f_(f) {}
+  // The n-th worker's pid; 0 while fewer have been seen.
+  pid_t operator()(std::size_t n);
+
+ private:
+  const struct BuildFixture& f_;
+  std::vector<pid_t> seen_;
+};
+
+// Every line spdlog's default logger writes while this lives (the scheduler logs there):
+// "build <digest> started on <slot> (...)" is how the tests count builds (build_starts).
+class LogCapture {
+ public:
+  LogCapture() : sink_(std::make_shared<Sink>()) { spdlog::default_logger()->sinks().push_back(sink_); }
+  ~LogCapture() {
+    auto& sinks = spdlog::default_logger()->sinks();
+    sinks.erase(std::remove(sinks.begin(), sinks.end(), sink_), sinks.end());
+  }
+  LogCapture(const LogCapture&) = delete;
+  LogCapture& operator=(const LogCapture&) = delete;
+  std::string text() const {
+    std::lock_guard lock(sink_->text_mu);
+    return sink_->text;
+  }
+
+ private:
+  struct Sink : spdlog::sinks::base_sink<std::mutex> {
+    std::mutex text_mu;
+    std::string text;
+    void sink_it_(const spdlog::details::log_msg& msg) override {
+      std::lock_guard lock(text_mu);
+      text.append(msg.payload.data(), msg.payload.size());
+      text += '\n';
+    }
+    void flush_() override {}
+  };
+  std::shared_ptr<Sink> sink_;
+};
 
 struct BuildFixture {
+  LogCapture log;   // first: outlives the schedulers a test makes
   TempDir dir;
   std::unique_ptr<storage::Store> store;
   build::SchedulerOptions options;
   NodeFields host;
-  std::filesystem::path count_file;
 
   BuildFixture() {
     storage::StoreOptions so;
@@ -95,12 +137,10 @@ struct BuildFixture {
     host.platform = "linux";
     host.machine = "x86_64";
     host.cpu_isa = "test-isa";
-    count_file = dir / "builds.txt";
   }
 
   // Registers a source whose content commands the test worker; returns its model hash.
-  std::string add_source(nlohmann::json command) {
-    command["count_file"] = count_file.string();
+  std::string add_source(const nlohmann::json& command) {
     std::string text = command.dump();
     std::string hash = sha256(text).hex();
     auto stream = store->begin_put();
@@ -137,7 +177,38 @@ struct BuildFixture {
     return std::move(*s);
   }
 
-  std::size_t builds() const { return count_lines(count_file); }
+  // Builds started (workers spawned) since the fixture was made, in start order.
+  std::vector<BuildStart> starts() const { return build_starts(log.text()); }
+  std::size_t builds() const { return starts().size(); }
+  // The regions of the builds started, in order, one per line.
+  std::string started_regions() const {
+    std::string s;
+    for (const auto& b : starts()) s += b.region + "\n";
+    return s;
+  }
+  // The test workers running now (their pids, and a hang_child's child).
+  std::vector<RunningTestWorker> running() const { return running_test_workers(options.work_dir); }
+  // The pid of the worker of `key`'s last recorded build, from its log ("test worker:
+  // started <region> <pid> ..."); 0 when none is recorded or it never got that far.
+  pid_t logged_worker_pid(const Key& key) const {
+    auto rec = store->last_build(*key.digest());
+    if (!rec || !*rec) return 0;
+    const std::string& log = (*rec)->log;
+    const std::string mark = "test worker: started ";
+    const auto at = log.find(mark);
+    if (at == std::string::npos) return 0;
+    std::istringstream in(log.substr(at + mark.size()));
+    std::string region;
+    pid_t pid = 0;
+    in >> region >> pid;
+    return pid;
+  }
 };
+
+inline pid_t WorkerPids::operator()(std::size_t n) {
+  for (const auto& w : f_.running())
+    if (std::find(seen_.begin(), seen_.end(), w.pid) == seen_.end()) seen_.push_back(w.pid);
+  return n < seen_.size() ? seen_[n] : 0;
+}
 
 }  // namespace kiln::test

@@ -3,6 +3,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <fstream>
 #include <sstream>
@@ -33,30 +34,24 @@ namespace {
 struct Node {
   test::TempDir dir;
   test::KilndProcess kilnd{dir.path(), test::builds_toml({.build_timeout_s = 600})};
-  fs::path count_file = dir / "builds.txt";
+  std::vector<pid_t> seen;  // workers seen running, in order
 
   test::RawConn client() { return test::connect_raw(kilnd.socket()); }
 
   // Registers a source that commands the test worker; returns its model hash.
   std::string add_source(json command) {
-    command["count_file"] = count_file.string();
     return test::put_source_text(*client(), "slow.json", command.dump());
   }
 
-  // The pid of the n-th worker started, 0 if none yet.
-  pid_t worker(std::size_t n) const {
-    std::istringstream in(test::slurp(count_file));
-    std::string region;
-    pid_t pid = 0;
-    for (std::size_t i = 0; i <= n; ++i)
-      if (!(in >> region >> pid)) return 0;
-    return pid;
+  // The pid of the n-th worker seen running (its own record in its build's folder), 0 if
+  // none yet: call it while the worker runs, then it is remembered.
+  pid_t worker(std::size_t n) {
+    for (const auto& w : test::running_test_workers(dir / "store" / "builds"))
+      if (std::find(seen.begin(), seen.end(), w.pid) == seen.end()) seen.push_back(w.pid);
+    return n < seen.size() ? seen[n] : 0;
   }
-  std::size_t workers() const {
-    std::size_t n = 0;
-    while (worker(n)) ++n;
-    return n;
-  }
+  // Workers started, as kilnd's log says.
+  std::size_t workers() const { return test::build_starts(kilnd.log()).size(); }
   std::size_t scratch_entries() const {
     std::size_t n = 0;
     std::error_code ec;

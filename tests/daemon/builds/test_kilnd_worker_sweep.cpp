@@ -37,14 +37,6 @@ namespace {
 // kilnd's default failure TTL; builds of one slot that may run 10 minutes.
 std::string config() { return test::builds_toml({.failure_ttl_s = std::nullopt, .build_timeout_s = 600}); }
 
-pid_t first_pid(const fs::path& file, bool with_region) {
-  std::istringstream in(test::slurp(file));
-  std::string region;
-  pid_t pid = 0;
-  if (with_region && !(in >> region)) return 0;
-  return (in >> pid) ? pid : 0;
-}
-
 std::vector<fs::path> job_folders(const fs::path& jobs) {
   std::vector<fs::path> out;
   std::error_code ec;
@@ -63,24 +55,25 @@ TEST_CASE("AWorkerGroupLeftByASigkilledKilndIsKilledByTheNextKilndAtStart") {
   // reap), and a reaper thread reaps them as they die, as init would.
   REQUIRE(::prctl(PR_SET_CHILD_SUBREAPER, 1) == 0);
   test::TempDir dir;
-  const fs::path count_file = dir / "builds.txt";
-  const fs::path child_file = dir / "child.txt";
   const fs::path jobs = dir / "store" / "builds" / "jobs";
   pid_t worker = 0, child = 0;
   fs::path job;
   {
     test::KilndProcess kilnd{dir.path(), config()};
-    const std::string text =
-        json{{"behavior", "hang_child"}, {"count_file", count_file.string()}, {"child_pid_file", child_file.string()}}
-            .dump();
+    const std::string text = json{{"behavior", "hang_child"}}.dump();
     test::RawClient c(kilnd.socket());
     c.hello();
     const std::string hash = test::put_source_text(c, "hang.json", text);
     REQUIRE(c.send_frame(proto::MsgType::get, c.next_id(),
                          "{\"key\":" + test::source_key(hash).to_json() + ",\"on_miss\":\"build\"}"));
-    REQUIRE(wait_until([&] { return first_pid(count_file, true) != 0 && first_pid(child_file, false) != 0; }));
-    worker = first_pid(count_file, true);
-    child = first_pid(child_file, false);
+    // The worker's and its child's pids, from what the worker left in its build's folder.
+    REQUIRE(wait_until([&] {
+      auto running = test::running_test_workers(dir / "store" / "builds");
+      if (running.size() != 1 || running[0].child == 0) return false;
+      worker = running[0].pid;
+      child = running[0].child;
+      return true;
+    }));
     REQUIRE(wait_until([&] {
       auto folders = job_folders(jobs);
       return folders.size() == 1 && fs::exists(folders[0] / "worker.pgid");

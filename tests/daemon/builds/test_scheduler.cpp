@@ -75,8 +75,7 @@ TEST_CASE("DifferentKeysOfOneSourceEachBuildOnce") {
 TEST_CASE("AWorkerPastTheTimeoutIsKilledWithItsProcessGroupAndFailsTheBuild") {
   BuildFixture f;
   f.options.build_timeout = 3s;  // time for the worker to start and fork on a loaded machine
-  auto pid_file = f.dir / "child.pid";
-  auto hash = f.add_source({{"behavior", "hang_child"}, {"child_pid_file", pid_file.string()}});
+  auto hash = f.add_source({{"behavior", "hang_child"}});
   auto s = f.scheduler();
   auto t0 = std::chrono::steady_clock::now();
   auto r = s->request_and_wait(f.key(hash), RequestOptions{});
@@ -84,10 +83,13 @@ TEST_CASE("AWorkerPastTheTimeoutIsKilledWithItsProcessGroupAndFailsTheBuild") {
   CHECK(r.error().code == Errc::build_failed);
   CHECK(r.error().message.find("timed out") != std::string::npos);
   CHECK(std::chrono::steady_clock::now() - t0 < 30s);  // not the worker's forever
-  // The worker's own child went with the group.
-  const std::string child_text = kiln::test::read_text(pid_file);
-  REQUIRE_MESSAGE(!child_text.empty(), "the worker was stopped before it forked");
-  pid_t child = std::stoi(child_text);
+  // The worker's own child went with the group (its pid is in the build's log).
+  auto rec = f.store->last_build(*f.key(hash).digest());
+  REQUIRE((rec.has_value() && rec->has_value()));
+  const std::string& log = (*rec)->log;
+  const auto at = log.find("test worker: child ");
+  REQUIRE_MESSAGE(at != std::string::npos, "the worker was stopped before it forked: " << log);
+  pid_t child = std::stoi(log.substr(at + 19));
   CHECK(wait_until([&] {
     if (::kill(child, 0) != 0) return true;
     std::string stat = kiln::test::read_text("/proc/" + std::to_string(child) + "/stat");
@@ -256,7 +258,7 @@ TEST_CASE("InteractiveRequestsGoBeforePrewarmOnes") {
   hold.release();
   CHECK(inter.get().has_value());
   for (auto& p : pre) CHECK(p.get().has_value());
-  std::string order = kiln::test::read_text(f.count_file);
+  std::string order = f.started_regions();
   CHECK(order.find("Interactive") < order.find("Pre0"));
   CHECK(order.find("Pre0") < order.find("Pre1"));
 }
@@ -479,7 +481,7 @@ TEST_CASE("ASourceIsVerifiedAgainstItsModelHashBeforeABuildUsesIt") {
   // A GELU block's source registered under a ReLU block's hash: the worker recomputes the
   // hash and refuses; nothing is stored.
   const std::string relu_hash = sha256(std::string("relu block")).hex();
-  const std::string text = nlohmann::json{{"behavior", "ok"}, {"count_file", f.count_file.string()}}.dump();
+  const std::string text = nlohmann::json{{"behavior", "ok"}}.dump();
   auto stream = f.store->begin_put();
   REQUIRE(stream.has_value());
   REQUIRE((*stream)->write(std::as_bytes(std::span(text.data(), text.size()))).has_value());

@@ -24,16 +24,6 @@ using kiln::test::wait_until;
 
 namespace {
 
-// The pid of the n-th worker started (count file lines are "<region> <pid>"), 0 if none yet.
-pid_t worker_pid(const BuildFixture& f, std::size_t n) {
-  std::istringstream in(kiln::test::read_text(f.count_file));
-  std::string region;
-  pid_t pid = 0;
-  for (std::size_t i = 0; i <= n; ++i)
-    if (!(in >> region >> pid)) return 0;
-  return pid;
-}
-
 // The worker's whole process group is gone (reaped: the scheduler waits for its workers).
 bool group_gone(pid_t pgid) { return ::kill(-pgid, 0) != 0 && errno == ESRCH; }
 
@@ -91,7 +81,7 @@ TEST_CASE("AQueuedBuildWhoseWaitersAllLeaveIsDroppedAndNeverStarts") {
   CHECK(first.get().has_value());
   std::this_thread::sleep_for(200ms);
   CHECK(f.builds() == 1);
-  CHECK(kiln::test::read_text(f.count_file).find("Queued") == std::string::npos);
+  CHECK(f.started_regions().find("Queued") == std::string::npos);
   CHECK_FALSE(stored(f, queued));
   // Dropped, not failed: the next request builds it.
   auto again = s->request_and_wait(queued, RequestOptions{});
@@ -108,8 +98,9 @@ TEST_CASE("ARunningBuildWhoseWaitersAllLeaveIsKilledAndEndsCancelledNotFailed") 
   Pending a, b;
   a.waiter = s->request(key, RequestOptions{}, a.callback());
   b.waiter = s->request(key, RequestOptions{}, b.callback());
-  REQUIRE(wait_until([&] { return worker_pid(f, 0) != 0; }));
-  const pid_t pgid = worker_pid(f, 0);  // the worker leads its own process group
+  kiln::test::WorkerPids worker_pid(f);
+  REQUIRE(wait_until([&] { return worker_pid(0) != 0; }));
+  const pid_t pgid = worker_pid(0);  // the worker leads its own process group
   CHECK_FALSE(group_gone(pgid));
   const auto t0 = std::chrono::steady_clock::now();
   a.waiter->leave();
@@ -134,11 +125,11 @@ TEST_CASE("ARunningBuildWhoseWaitersAllLeaveIsKilledAndEndsCancelledNotFailed") 
   // Not a negative-cache entry: a new request starts a new build at once.
   Pending c;
   c.waiter = s->request(key, RequestOptions{}, c.callback());
-  CHECK(wait_until([&] { return worker_pid(f, 1) != 0; }, 30s));
+  CHECK(wait_until([&] { return worker_pid(1) != 0; }, 30s));
   CHECK_FALSE(c.answered());
   CHECK(job_state(*s, key) == "running");
   c.waiter->leave();
-  CHECK(wait_until([&] { return group_gone(worker_pid(f, 1)); }, 12s));  // short of its 20 s sleep
+  CHECK(wait_until([&] { return worker_pid(1) != 0 && group_gone(worker_pid(1)); }, 12s));  // short of its 20 s sleep
 }
 
 TEST_CASE("APrewarmKeepsItsBuildWhenAnInteractiveWaiterLeaves") {
@@ -188,9 +179,10 @@ TEST_CASE("AWaiterWhoseWaitRunsOutAloneStopsTheBuildAndIsToldSo") {
   CHECK(r.error().code == Errc::timeout);
   CHECK_MESSAGE(r.error().message.find("nobody else wanted it") != std::string::npos, r.error().message);
   CHECK(r.error().message.find("--no-wait") != std::string::npos);
-  REQUIRE(worker_pid(f, 0) != 0);
-  CHECK(wait_until([&] { return group_gone(worker_pid(f, 0)); }, 10s));  // with the wait, short of its 20 s
-  CHECK(wait_until([&] { return job_state(*s, key) == "cancelled"; }));
+  REQUIRE(wait_until([&] { return job_state(*s, key) == "cancelled"; }));
+  const pid_t worker = f.logged_worker_pid(key);  // its cancelled build's log names it
+  REQUIRE(worker != 0);
+  CHECK(wait_until([&] { return group_gone(worker); }, 10s));  // with the wait, short of its 20 s
 }
 
 TEST_CASE("WithCancelUnwantedOffABuildRunsToItsEndWithNobodyWaiting") {

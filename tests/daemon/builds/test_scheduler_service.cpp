@@ -126,11 +126,8 @@ struct Done {
 };
 
 pid_t first_worker(const kiln::test::BuildFixture& f) {
-  std::istringstream in(kiln::test::read_text(f.count_file));
-  std::string region;
-  pid_t pid = 0;
-  in >> region >> pid;
-  return pid;
+  auto running = f.running();
+  return running.empty() ? 0 : running.front().pid;
 }
 
 }  // namespace

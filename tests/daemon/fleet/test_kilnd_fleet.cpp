@@ -51,14 +51,18 @@ std::string call(Conn& c, protocol::MsgType type, const std::string& body) { ret
 
 Key client_key(const std::string& hash, const std::string& region = "Block") { return test::source_key(hash, region, {1, 64}); }
 
-std::string register_source(Conn& c, const fs::path& dir, const std::string& name, json command) {
-  command["count_file"] = (dir / "builds.txt").string();
+std::string register_source(Conn& c, const std::string& name, const json& command) {
   return test::put_source_text(*c, name, command.dump());
 }
 
+// Builds started by every node under `dir`, as their logs (<node>/kilnd.log, kept across
+// restarts) say.
 std::size_t builds_done(const fs::path& dir) {
-  std::string s = test::slurp(dir / "builds.txt");
-  return static_cast<std::size_t>(std::count(s.begin(), s.end(), '\n'));
+  std::size_t n = 0;
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec))
+    if (fs::exists(it->path() / "kilnd.log")) n += test::build_starts(test::slurp(it->path() / "kilnd.log")).size();
+  return n;
 }
 
 json status(Conn& c) { return json::parse(call(c, protocol::MsgType::status, "{}")); }
@@ -111,7 +115,7 @@ TEST_CASE("ABuildsBAndCServeItByteIdenticalWithoutBuildingAndAFreshNodePullsTheS
   auto cb = connect(b);
   auto cc = connect(c);
 
-  const std::string hash = register_source(ca, dir.path(), "src.json", {{"behavior", "ok"}});
+  const std::string hash = register_source(ca, "src.json", {{"behavior", "ok"}});
   const Key key = client_key(hash);
   build(ca, key);
   const std::string bytes_a = get(ca, key);
@@ -174,7 +178,7 @@ TEST_CASE("RegistryDownHitsGoOnMissesBuildAndPushesQueueDurablyAndDrainWhenItRet
   const std::string toml_a = node_toml(reg, {true, true, dir / "builder-a.pem", {trust_a}});
   auto a = std::make_unique<test::KilndProcess>(dir / "a", toml_a);
   auto ca = connect(*a);
-  const std::string hash = register_source(ca, dir.path(), "src.json", {{"behavior", "ok"}});
+  const std::string hash = register_source(ca, "src.json", {{"behavior", "ok"}});
   const Key k1 = client_key(hash, "One");
   build(ca, k1);
   REQUIRE(wait_until([&] { return pending(ca) == 0; }));
@@ -250,7 +254,7 @@ TEST_CASE("TamperedUnsignedForeignAndMisboundArtifactsAreRefusedCountedAndRebuil
 
   test::KilndProcess b(dir / "b", node_toml(reg, {false, true, {}, {trust_a}}));
   auto cb = connect(b);
-  const std::string hash = register_source(cb, dir.path(), "src.json", {{"behavior", "ok"}});
+  const std::string hash = register_source(cb, "src.json", {{"behavior", "ok"}});
   const std::string evil = "evil native code";
 
   struct Case {
@@ -309,7 +313,7 @@ TEST_CASE("TamperedUnsignedForeignAndMisboundArtifactsAreRefusedCountedAndRebuil
   // A trusted builder replaces what a stranger planted; a pull then gets the signed one.
   test::KilndProcess a(dir / "a", node_toml(reg, {true, true, dir / "builder-a.pem", {trust_a}}));
   auto ca = connect(a);
-  CHECK(register_source(ca, dir.path(), "src.json", {{"behavior", "ok"}}) == hash);
+  CHECK(register_source(ca, "src.json", {{"behavior", "ok"}}) == hash);
   const Key planted = full_key(ca, client_key(hash, "Unsigned"));
   build(ca, planted);
   REQUIRE(wait_until([&] { return pending(ca) == 0 && status(ca)["fleet"]["pushes"].get<int>() >= 1; }));

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <tuple>
 #include <chrono>
 #include <cstdio>
 #include <ctime>
@@ -78,7 +79,6 @@ class Fleet {
   test::Registry& registry() { return reg_; }
   fs::path hold_file() const { return dir_ / "hold"; }
   int metrics_port(const std::string& n) const { return metrics_ports_.at(n); }
-  fs::path starts_file() const { return dir_ / "starts.txt"; }
 
   std::string toml(const NodeSpec& s) const {
     std::ostringstream t;
@@ -119,27 +119,22 @@ class Fleet {
     return out;
   }
 
-  // "<region> <pid> <output>" lines: which node (by store folder) started which build.
+  // (region, node) per build started, in start order: each node's log (<node>/kilnd.log,
+  // kept across its restarts) says what it started, and when.
   std::vector<std::pair<std::string, std::string>> starts() const {
+    std::vector<std::tuple<std::string, std::string, std::string>> all;  // time, region, node
+    for (const char* n : {"a", "b", "c"})
+      for (auto& b : test::build_starts(test::slurp(dir_ / n / "kilnd.log"))) all.emplace_back(b.time, b.region, n);
+    std::stable_sort(all.begin(), all.end());
     std::vector<std::pair<std::string, std::string>> out;
-    std::istringstream in(test::slurp(starts_file()));
-    std::string region, pid, output;
-    while (in >> region >> pid >> output) {
-      std::string node = "?";
-      for (const char* n : {"a", "b", "c"}) {
-        if (output.find((dir_ / n).string() + "/") == 0) node = n;
-      }
-      out.emplace_back(region, node);
-    }
+    for (auto& [time, region, node] : all) out.emplace_back(region, node);
     return out;
   }
-  pid_t start_pid(std::size_t i) const {
-    std::istringstream in(test::slurp(starts_file()));
-    std::string region, output;
-    pid_t pid = 0;
-    for (std::size_t k = 0; k <= i; ++k)
-      if (!(in >> region >> pid >> output)) return 0;
-    return pid;
+  // The pid of the worker running now on node `n` (its record in its build's folder), 0
+  // if none.
+  pid_t running_worker(const std::string& n) const {
+    auto running = test::running_test_workers(dir_ / n / "store" / "builds");
+    return running.empty() ? 0 : running.front().pid;
   }
   // Prints the builds started per key (region) and node.
   void print_builds(const char* test) const {
@@ -279,9 +274,8 @@ class Clients {
 
 // A test-worker source whose builds wait while `hold` exists, on the nodes whose store
 // folder path contains `only` ("" = every node).
-std::string source_text(const Fleet& f, const std::string& behavior, const fs::path& hold, const std::string& only = "") {
+std::string source_text(const std::string& behavior, const fs::path& hold, const std::string& only = "") {
   return json{{"behavior", behavior},
-              {"starts_file", f.starts_file().string()},
               {"holds", json::array({{{"file", hold.string()}, {"only", only}}})},
               {"log", "test worker: the last line of this build's log"}}
       .dump();
@@ -291,7 +285,7 @@ std::string source_text(const Fleet& f, const std::string& behavior, const fs::p
 // f.hold_file() exists; its model hash.
 std::string start_three_nodes(Fleet& f) {
   for (const char* n : {"a", "b", "c"}) f.start({n, f.etcd().url()});
-  const std::string text = source_text(f, "ok", f.hold_file());
+  const std::string text = source_text("ok", f.hold_file());
   std::string hash;
   for (const char* n : {"a", "b", "c"}) hash = register_source(f.node(n), text);
   return hash;
@@ -373,7 +367,7 @@ TEST_CASE("HolderKilledMidBuildAnotherNodeBuildsWithinTheLeaseTimeAndEveryClient
   Fleet f;
   for (const char* n : {"a", "b", "c"}) f.start({.name = n, .etcd_url = f.etcd().url(), .lease_ttl_s = kShortLeaseTtl});
   // Only a's build is held: the node that takes over builds at once.
-  const std::string text = source_text(f, "ok", f.hold_file(), (f.dir() / "a").string() + "/");
+  const std::string text = source_text("ok", f.hold_file(), (f.dir() / "a").string() + "/");
   std::string hash;
   for (const char* n : {"a", "b", "c"}) hash = register_source(f.node(n), text);
   const Key key = client_key(hash, "Block");
@@ -386,7 +380,8 @@ TEST_CASE("HolderKilledMidBuildAnotherNodeBuildsWithinTheLeaseTimeAndEveryClient
   REQUIRE(wait_until([&] { return claims_count(f.node("b"), "lost") == 1 && claims_count(f.node("c"), "lost") == 1; }));
 
   // a dies mid-build, with its worker (a killed kilnd leaves its worker's group running).
-  const pid_t worker = f.start_pid(0);
+  pid_t worker = 0;
+  REQUIRE(wait_until([&] { return (worker = f.running_worker("a")) != 0; }));
   f.node("a").signal(SIGKILL);
   REQUIRE(f.node("a").wait(10s).has_value());
   if (worker > 0) ::kill(-worker, SIGKILL);
@@ -418,7 +413,7 @@ TEST_CASE("HolderKilledMidBuildAnotherNodeBuildsWithinTheLeaseTimeAndEveryClient
 TEST_CASE("EtcdStoppedMidRunBuildsGoOnPerNode") {
   Fleet f;
   for (const char* n : {"a", "b", "c"}) f.start({n, f.etcd().url()});
-  const std::string text = source_text(f, "ok", f.hold_file(), (f.dir() / "a").string() + "/");
+  const std::string text = source_text("ok", f.hold_file(), (f.dir() / "a").string() + "/");
   std::string hash;
   for (const char* n : {"a", "b", "c"}) hash = register_source(f.node(n), text);
   const Key k1 = client_key(hash, "One");
@@ -439,7 +434,7 @@ TEST_CASE("EtcdStoppedMidRunBuildsGoOnPerNode") {
 
   // A new key on every node at once, every build held until all three have started:
   // each node builds it once (single flight per node), none waits on etcd.
-  const std::string text2 = source_text(f, "ok", f.hold_file());
+  const std::string text2 = source_text("ok", f.hold_file());
   std::string hash2;
   for (const char* n : {"a", "b", "c"}) hash2 = register_source(f.node(n), text2);
   const Key k2 = client_key(hash2, "Two");
@@ -477,7 +472,7 @@ TEST_CASE("AFailedBuildFailsOnceForTheFleetAndEveryWaiterGetsItsMessage") {
   test::TcpProxy slow_grant(f.etcd().port());
   slow_grant.delay_requests_containing(R"("TTL":"600")", 1500ms);
   for (const char* n : {"a", "b", "c"}) f.start({n, slow_grant.url(), 0, 600});
-  const std::string text = source_text(f, "fail", f.hold_file());
+  const std::string text = source_text("fail", f.hold_file());
   std::string hash;
   for (const char* n : {"a", "b", "c"}) hash = register_source(f.node(n), text);
   const Key key = client_key(hash, "Broken");
@@ -525,7 +520,6 @@ TEST_CASE("APartitionedHolderLosesItsClaimAndItsLateResultIsAcceptedNotDuplicate
   // Each node's build waits on its own file: a's (the late result) is let go first.
   const fs::path hold_a = f.dir() / "hold-a", hold_b = f.dir() / "hold-b";
   const std::string text = json{{"behavior", "ok"},
-                                {"starts_file", f.starts_file().string()},
                                 {"holds", json::array({{{"file", hold_a.string()}, {"only", (f.dir() / "a").string() + "/"}},
                                                        {{"file", hold_b.string()}, {"only", (f.dir() / "b").string() + "/"}}})}}
                                .dump();
@@ -588,7 +582,7 @@ TEST_CASE("AWaiterHedgesWhenTheHolderRunsFarPastTheExpectedBuildTime") {
   // expected_build_s = 1, hedge_factor 2: a holder past 2 s is a straggler.
   f.start({"a", f.etcd().url(), 2});
   f.start({"b", f.etcd().url(), 2});
-  const std::string text = source_text(f, "ok", f.hold_file(), (f.dir() / "a").string() + "/");
+  const std::string text = source_text("ok", f.hold_file(), (f.dir() / "a").string() + "/");
   std::string hash;
   for (const char* n : {"a", "b"}) hash = register_source(f.node(n), text);
   const Key key = client_key(hash, "Block");
@@ -610,7 +604,7 @@ TEST_CASE("NoCoordinatorReachableFromTheStartEachNodeBuildsAloneAndSaysSo") {
   Fleet f;
   const int dead = test::free_port();  // nothing listens there
   f.start({"a", "http://127.0.0.1:" + std::to_string(dead)});
-  const std::string hash = register_source(f.node("a"), source_text(f, "ok", f.hold_file()));
+  const std::string hash = register_source(f.node("a"), source_text("ok", f.hold_file()));
   Outcome o = get_or_build(f.node("a").socket(), client_key(hash, "Alone"));
   CHECK_MESSAGE(o.ok, o.error);
   const json st = status(f.node("a"))["fleet"]["coordinator"];
@@ -623,7 +617,7 @@ TEST_CASE("AClaimPastItsDeadlineIsTakenOverAndAnUnreadableOneAfterTheBuildTimeou
   Fleet f;
   // build_timeout_s = 3: an unreadable claim is given 3 s from when a node first saw it.
   f.start({"a", f.etcd().url(), 0, 0, 3});
-  const std::string hash = register_source(f.node("a"), source_text(f, "ok", f.hold_file()));
+  const std::string hash = register_source(f.node("a"), source_text("ok", f.hold_file()));
   auto etcd = fleet::EtcdClient::create({{f.etcd().url()}, 10s});
   REQUIRE(etcd.has_value());
   // Claims planted by a "node" that keeps its lease alive but never finishes.
@@ -663,7 +657,7 @@ TEST_CASE("AWaiterWhoseWaitMsRunsOutWhileAnotherNodeBuildsGetsTimeoutOnTime") {
   Fleet f;
   f.start({"a", f.etcd().url()});
   f.start({"b", f.etcd().url()});
-  const std::string text = source_text(f, "ok", f.hold_file());
+  const std::string text = source_text("ok", f.hold_file());
   std::string hash;
   for (const char* n : {"a", "b"}) hash = register_source(f.node(n), text);
   const Key key = client_key(hash, "Block");

@@ -90,6 +90,17 @@ std::string builds_toml(int slots, int failure_ttl_s) {
       {.slots = slots, .gpu_arch = node.gpu_arch, .gpu_name = node.gpu_name, .failure_ttl_s = failure_ttl_s});
 }
 
+std::size_t builds_started(const std::filesystem::path& dir, const std::string& region) {
+  std::vector<std::filesystem::path> logs{dir / "kilnd.log"};
+  std::error_code ec;
+  for (std::filesystem::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec))
+    logs.push_back(it->path() / "kilnd.log");
+  std::size_t n = 0;
+  for (const auto& log : logs)
+    for (const auto& b : kiln::test::build_starts(read_file(log))) n += b.region == region ? 1 : 0;
+  return n;
+}
+
 void write_file(const std::filesystem::path& p, const std::string& bytes) {
   std::ofstream out(p, std::ios::binary | std::ios::trunc);
   out << bytes;

@@ -31,6 +31,11 @@ Run kilnctl(std::vector<std::string> args, const std::filesystem::path& socket =
 // test node (tests/client/support/kilnd_process.cpp).
 std::string builds_toml(int slots, int failure_ttl_s = 600);
 
+// Builds of `region` started by the kilnd whose folder is `dir` and those in its
+// subfolders, as their logs (kilnd.log, kept across restarts) say: the sandboxed test
+// worker writes nothing outside its build's folder (tests/support/kilnd_builds.hpp).
+std::size_t builds_started(const std::filesystem::path& dir, const std::string& region);
+
 // A libkiln client of `d` (tests/support/client_fixture.hpp).
 inline client::Client connect(const test::KilndProcess& d) { return test::connect_client(d.socket()); }
 inline std::span<const std::byte> as_bytes(const std::string& s) { return std::as_bytes(std::span(s.data(), s.size())); }

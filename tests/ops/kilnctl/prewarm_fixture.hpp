@@ -11,8 +11,11 @@
 namespace kiln::ops_test {
 
 struct PrewarmFixture {
-  std::filesystem::path manifest, good_count, bad_count;
+  std::filesystem::path dir, manifest;
   int good_keys = 0, bad_keys = 0;
+  // Builds of the good and the bad source started by the kilnds in `dir` (their logs).
+  std::size_t good_builds() const { return builds_started(dir, "GoodBlock"); }
+  std::size_t bad_builds() const { return builds_started(dir, "BadBlock"); }
 };
 
 // Good: 2 kinds x 3 dtypes x `good_signatures` signatures; bad: 2 kinds x 2 dtypes x 2.
@@ -20,12 +23,11 @@ struct PrewarmFixture {
 inline PrewarmFixture write_prewarm_fixture(const std::filesystem::path& dir, int good_signatures, int sleep_ms,
                                             const std::filesystem::path& hold = {}) {
   PrewarmFixture f;
-  f.good_count = dir / "good.count";
-  f.bad_count = dir / "bad.count";
+  f.dir = dir;
   const std::string holds = hold.empty() ? "" : R"(,"holds":[{"file":")" + hold.string() + R"(","only":""}])";
-  std::string good = R"({"behavior":"ok","sleep_ms":)" + std::to_string(sleep_ms) + R"(,"count_file":")" +
-                     f.good_count.string() + R"(","log":"planned success")" + holds + "}";
-  std::string bad = R"({"behavior":"fail","count_file":")" + f.bad_count.string() + R"(","log":"planned failure"})";
+  std::string good =
+      R"({"behavior":"ok","sleep_ms":)" + std::to_string(sleep_ms) + R"(,"log":"planned success")" + holds + "}";
+  std::string bad = R"({"behavior":"fail","log":"planned failure"})";
   write_file(dir / "good.json", good);
   write_file(dir / "bad.json", bad);
   std::string m = "format = 1\n";
@@ -47,13 +49,6 @@ inline PrewarmFixture write_prewarm_fixture(const std::filesystem::path& dir, in
   f.good_keys = 2 * 3 * good_signatures;
   f.bad_keys = 2 * 2 * 2;
   return f;
-}
-
-inline std::size_t count_lines(const std::filesystem::path& p) {
-  std::string s = read_file(p);
-  std::size_t n = 0;
-  for (char c : s) n += c == '\n' ? 1 : 0;
-  return n;
 }
 
 }  // namespace kiln::ops_test

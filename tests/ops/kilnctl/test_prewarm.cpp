@@ -34,8 +34,8 @@ TEST_CASE("PrewarmOfFiftyKeysReportsExactlyWhatHappenedAndASecondRunBuildsNothin
   CHECK(lines_starting(first.out, "present").empty());
   for (const auto& l : failed) CHECK(l.find("build_failed") != std::string::npos);
   CHECK(lines_starting(first.out, "50 keys: 42 built, 0 already there, 8 failed in ").size() == 1);
-  CHECK(count_lines(f.good_count) == 42);  // every good key built exactly once
-  std::size_t bad_builds = count_lines(f.bad_count);
+  CHECK(f.good_builds() == 42);  // every good key built exactly once
+  std::size_t bad_builds = f.bad_builds();
   CHECK(bad_builds == 8);
 
   // What it built is stored.
@@ -55,8 +55,8 @@ TEST_CASE("PrewarmOfFiftyKeysReportsExactlyWhatHappenedAndASecondRunBuildsNothin
   CHECK(s["present"] == 42);
   CHECK(s["built"] == 0);
   CHECK(s["failed"] == 8);
-  CHECK(count_lines(f.good_count) == 42);
-  CHECK(count_lines(f.bad_count) == bad_builds);
+  CHECK(f.good_builds() == 42);
+  CHECK(f.bad_builds() == bad_builds);
   CHECK(seconds < 10);
   for (const auto& item : s["items"]) {
     if (item["outcome"] == "failed") CHECK(item["label"].get<std::string>().rfind("BadBlock", 0) == 0);
@@ -117,12 +117,12 @@ TEST_CASE("PrewarmOfAManifestThatIsAllStoredReturnsAtOnceWithExitZero") {
   Run second = kilnctl({"prewarm", f.manifest.string()}, d.socket());
   CHECK(second.code == 0);
   CHECK(lines_starting(second.out, "present ").size() == 12);
-  CHECK(count_lines(f.good_count) == 12);
+  CHECK(f.good_builds() == 12);
   // --force rebuilds every key.
   Run forced = kilnctl({"prewarm", "--force", "--json", f.manifest.string()}, d.socket());
   CHECK(forced.code == 0);
   CHECK(json::parse(forced.out)["built"] == 12);
-  CHECK(count_lines(f.good_count) == 24);
+  CHECK(f.good_builds() == 24);
 }
 
 TEST_CASE("PrewarmErrorsAreClearAndExitNonZero") {
@@ -192,7 +192,7 @@ TEST_CASE("OnANodeWhoseWorkerHasNoTorchPrewarmSaysOnceThatBuildsAreRefused") {
   CHECK(run.err.find("this node cannot build: its build worker has no torch (probe: ") != std::string::npos);
   CHECK(run.out.find("incomplete") == std::string::npos);
   CHECK(run.err.find("incomplete") == std::string::npos);
-  CHECK(count_lines(f.good_count) == 0);
+  CHECK(f.good_builds() == 0);
 
   // kilnd itself answers BUILD and PREWARM_SUBMIT so, for any client.
   auto c = connect(d);
@@ -236,7 +236,7 @@ TEST_CASE("SourcesTravelWithAnExportAndBuildOnTheOtherNode") {
   m = m.substr(0, m.find("[[build]]\nsource = \"bad\""));
   write_file(f.manifest, m);
   REQUIRE(kilnctl({"prewarm", f.manifest.string()}, a.socket()).code == 0);
-  CHECK(count_lines(f.good_count) == 12);
+  CHECK(f.good_builds() == 12);
 
   Run ex = kilnctl({"export", "--json", "--sources-from", f.manifest.string(), (dir / "x.tar").string()}, a.socket());
   REQUIRE_MESSAGE(ex.code == 0, ex.err);
@@ -261,5 +261,5 @@ TEST_CASE("SourcesTravelWithAnExportAndBuildOnTheOtherNode") {
   json s = json::parse(again.out);
   CHECK(s["built"] == 1);
   CHECK(s["present"] == 11);
-  CHECK(count_lines(f.good_count) == 13);
+  CHECK(f.good_builds() == 13);
 }

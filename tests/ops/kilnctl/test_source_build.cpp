@@ -31,10 +31,12 @@ TEST_CASE("SourceAddThenBuildStoresTheArtifactAndARememberedFailureIsRetriedOnly
   test::TempDir dir;
   test::KilndProcess d(dir.path(), builds_toml(1));
   REQUIRE_MESSAGE(d.start(), d.log());
-  auto good_count = dir.path() / "good.count";
-  auto bad_count = dir.path() / "bad.count";
-  std::string good = R"({"behavior":"ok","count_file":")" + good_count.string() + R"(","log":"good build"})";
-  std::string bad = R"({"behavior":"fail","count_file":")" + bad_count.string() + R"(","log":"bad build"})";
+  // Builds of each source, as kilnd's log says (the good one builds regions Block and
+  // OtherBlock, the bad one Bad).
+  auto good_builds = [&] { return builds_started(dir.path(), "Block") + builds_started(dir.path(), "OtherBlock"); };
+  auto bad_builds = [&] { return builds_started(dir.path(), "Bad"); };
+  std::string good = R"({"behavior":"ok","log":"good build"})";
+  std::string bad = R"({"behavior":"fail","log":"bad build"})";
   write_file(dir.path() / "good.json", good);
   write_file(dir.path() / "bad.json", bad);
   std::string good_hash = sha256(good).hex(), bad_hash = sha256(bad).hex();
@@ -64,7 +66,7 @@ TEST_CASE("SourceAddThenBuildStoresTheArtifactAndARememberedFailureIsRetriedOnly
   json b = json::parse(built.out);
   CHECK(b["state"] == "done");
   CHECK(b["key_digest"].get<std::string>().size() == 64);
-  CHECK(count_lines(good_count) == 1);
+  CHECK(good_builds() == 1);
   Run got = kilnctl(cat({"get", "-o", (dir.path() / "artifact.bin").string()}, key_args(good_hash, "Block")), d.socket());
   CAPTURE(got.err);
   CHECK(got.code == 0);
@@ -72,24 +74,24 @@ TEST_CASE("SourceAddThenBuildStoresTheArtifactAndARememberedFailureIsRetriedOnly
   // Already stored: a plain build does not run the worker again.
   Run again = kilnctl(cat({"build"}, key_args(good_hash, "Block")), d.socket());
   CHECK(again.code == 0);
-  CHECK(count_lines(good_count) == 1);
+  CHECK(good_builds() == 1);
 
   // The failing source: the build fails with the worker's error ...
   Run fail1 = kilnctl(cat({"build"}, key_args(bad_hash, "Bad")), d.socket());
   CAPTURE(fail1.err);
   CHECK(fail1.code != 0);
   CHECK(fail1.err.find("build_failed") != std::string::npos);
-  CHECK(count_lines(bad_count) == 1);
+  CHECK(bad_builds() == 1);
   // ... a second attempt reports the remembered failure without running the worker ...
   Run fail2 = kilnctl(cat({"build"}, key_args(bad_hash, "Bad")), d.socket());
   CHECK(fail2.code == fail1.code);
   CHECK(fail2.err.find("build_failed") != std::string::npos);
-  CHECK(count_lines(bad_count) == 1);
+  CHECK(bad_builds() == 1);
   // ... and --force runs it again.
   Run forced = kilnctl(cat({"build", "--force"}, key_args(bad_hash, "Bad")), d.socket());
   CAPTURE(forced.err);
   CHECK(forced.code == fail1.code);
-  CHECK(count_lines(bad_count) == 2);
+  CHECK(bad_builds() == 2);
   // get --build: a miss of another key of the good source is built and served at once;
   // a bare digest cannot say what to build.
   Run on_miss = kilnctl(cat({"get", "--build", "-o", (dir.path() / "built-on-get.bin").string()},
@@ -97,7 +99,7 @@ TEST_CASE("SourceAddThenBuildStoresTheArtifactAndARememberedFailureIsRetriedOnly
   CAPTURE(on_miss.err);
   CHECK(on_miss.code == 0);
   CHECK(std::filesystem::file_size(dir.path() / "built-on-get.bin") > 0);
-  CHECK(count_lines(good_count) == 2);
+  CHECK(good_builds() == 2);
   Run miss_bad = kilnctl(cat({"get", "--build", "-o", (dir.path() / "never.bin").string()}, key_args(bad_hash, "Bad")),
                          d.socket());
   CHECK(miss_bad.code != 0);
@@ -107,7 +109,7 @@ TEST_CASE("SourceAddThenBuildStoresTheArtifactAndARememberedFailureIsRetriedOnly
   // --force on a stored key rebuilds it.
   Run rebuilt = kilnctl(cat({"build", "--force"}, key_args(good_hash, "Block")), d.socket());
   CHECK(rebuilt.code == 0);
-  CHECK(count_lines(good_count) == 3);
+  CHECK(good_builds() == 3);
 }
 
 TEST_CASE("SourceAddHasTheNodeHashOrComputesWithTheNamedWorkerAndSaysToPassModelHashWhenItCannot") {
