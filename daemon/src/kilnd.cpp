@@ -17,6 +17,7 @@
 #include <spdlog/spdlog.h>
 
 #include "kiln/builds/daemon_builds.hpp"  // [builds edit]
+#include "kiln/builds/worker_sandbox.hpp"
 #include "kiln/daemon/config.hpp"
 #include "kiln/daemon/server.hpp"
 #include "kiln/fleet/etcd_coordinator.hpp"
@@ -244,9 +245,13 @@ int kilnd_main(int argc, char** argv) {
     const bool found = worker_argv.size() < 2 || std::filesystem::exists(worker_argv.back(), ec);
     std::printf("builds = %s\nworker = %s%s\n", builds_config.enabled ? "enabled" : "disabled", worker.c_str(),
                 found ? "" : "  (not found: this node will not build)");
+    std::printf("worker_sandbox = %s\n", build::describe_sandbox_support(builds_config.scheduler.worker.sandbox).c_str());
     return 0;
   }
   setup_logging(config.log_level);
+  // What confines the workers on this kernel (SECURITY.md): a part the kernel lacks is said here.
+  if (builds_config.enabled)
+    spdlog::info("builds: worker sandbox {}", build::describe_sandbox_support(builds_config.scheduler.worker.sandbox));
 
   // Hits hand out descriptors and hot copies hold some: use the hard limit, not the
   // shell's soft default of 1024.

@@ -64,6 +64,24 @@ void remove_scratch(const fs::path& dir) {
   if (ec) spdlog::warn("builds: cannot remove the scratch folder {}: {}", dir.string(), ec.message());
 }
 
+// The build's folder as its worker gets it: writable in the sandbox, a private TMPDIR in it
+// (the CUDA JIT cache too), owned by the worker's user when kilnd switches to one.
+Status prepare_worker_folder(const fs::path& dir, WorkerCommand& cmd) {
+  std::error_code ec;
+  const fs::path tmp = dir / "tmp";
+  if (!fs::create_directory(tmp, ec) && ec)
+    return make_error(Errc::io_error, "cannot create the build's TMPDIR " + tmp.string() + ": " + ec.message());
+  cmd.env["TMPDIR"] = tmp.string();
+  cmd.env["CUDA_CACHE_PATH"] = (dir / "cuda-cache").string();
+  cmd.sandbox.writable.push_back(dir);
+  if (const auto& user = cmd.sandbox.user) {
+    for (const fs::path& p : {dir, tmp})
+      if (::chown(p.c_str(), user->uid, user->gid) != 0)
+        return error_from_errno(errno, "cannot give the build folder " + p.string() + " to worker_user " + user->name);
+  }
+  return {};
+}
+
 }  // namespace
 
 std::optional<Error> recent_failure(storage::Store& store, const Digest& digest, std::chrono::seconds ttl) {
@@ -150,6 +168,12 @@ BuildRunResult run_build(storage::Store& store, const SchedulerOptions& options,
   cmd.env["TORCHINDUCTOR_CACHE_DIR"] = (dir / "inductor-cache").string();
   cmd.env["TRITON_CACHE_DIR"] = (dir / "triton-cache").string();
   cmd.env["KILN_BUILD_SLOT"] = slot.name;
+  // The sandbox lets the worker write its own folder (and what the options already list);
+  // its TMPDIR is private, in that folder.
+  if (auto st = prepare_worker_folder(dir, cmd); !st) {
+    remove_scratch(dir);
+    return {std::move(st).error(), false};
+  }
   // The worker's group, for the start-up sweep of a kilnd started after this one is killed.
   // Not recording it only loses that; the build goes on.
   cmd.on_spawn = [&dir, &hex](int pid) {
@@ -225,7 +249,8 @@ BuildRunResult run_build(storage::Store& store, const SchedulerOptions& options,
                 "started); stored in %.3f s; total %.3f s\n",
                 hex.c_str(), slot.name.c_str(), exit.describe().c_str(), exit.seconds,
                 built ? built->summary.c_str() : "failed", source_s, store_s, since(t0));
-  rec.log = (exit.log_truncated ? "[kiln] log truncated to its last bytes\n" : "") + exit.log + summary;
+  rec.log = (exit.log_truncated ? "[kiln] log truncated to its last bytes\n" : "") + exit.log +
+            "\n[kiln] worker sandbox: " + exit.sandbox + summary;
   // A store that cannot take the artifact is not the source's fault: not remembered as a
   // failed build (which would refuse the key for failure_ttl), only logged.
   if (!built || stored) {

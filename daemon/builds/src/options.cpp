@@ -13,7 +13,7 @@ using toml_options::Table;
 Status apply_table(BuildsConfig& c, const Table& b) {
   KILN_TRY(b.only({"enabled", "worker", "work_dir", "probe_gpus", "builds_per_gpu", "build_timeout_s",
                    "probe_timeout_s", "source_check_timeout_s", "failure_ttl_s", "max_log_bytes",
-                   "keep_failed_work", "cancel_unwanted", "slots", "worker_env"}));
+                   "keep_failed_work", "cancel_unwanted", "slots", "worker_env", "sandbox", "worker_user"}));
   using std::chrono::seconds;
   SchedulerOptions& s = c.scheduler;
   KILN_TRY(b.boolean("enabled", c.enabled));
@@ -25,6 +25,14 @@ Status apply_table(BuildsConfig& c, const Table& b) {
       return b.error("worker_env", "\"" + name + "\" is not an environment variable name");
     if (is_scrubbed_env_var(name))  // kilnd would build what the key does not say
       return b.error("worker_env", name + " changes what a worker builds without being in the key; it cannot be passed");
+  }
+  KILN_TRY(b.boolean("sandbox", s.worker.sandbox.enabled));
+  std::string user;
+  KILN_TRY(b.string("worker_user", user));
+  if (!user.empty()) {
+    auto id = resolve_worker_user(user);
+    if (!id) return b.error("worker_user", id.error().message);
+    s.worker.sandbox.user = std::move(*id);
   }
   KILN_TRY(b.path("work_dir", s.work_dir));
   KILN_TRY(b.boolean("probe_gpus", s.probe_gpus));

@@ -2,6 +2,7 @@
 #include "source_check.hpp"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <spdlog/spdlog.h>
@@ -105,6 +106,16 @@ Result<std::unique_ptr<daemon::SourceCheck>> make_source_check(const fs::path& d
     int err = errno;
     file->path.clear();  // nothing of ours to remove
     return error_from_errno(err, "cannot create the source check file in " + dir.string());
+  }
+  // The hash op reads it as [builds] worker_user when one is set: through that user's group,
+  // read-only, so that it cannot change the bytes it vouches for.
+  if (const auto& user = worker.sandbox.user;
+      user && (::fchown(fd.get(), static_cast<uid_t>(-1), user->gid) != 0 || ::fchmod(fd.get(), 0640) != 0)) {
+    int err = errno;
+    fd.reset();
+    fs::remove(file->path, ec);
+    file->path.clear();
+    return error_from_errno(err, "cannot give the source check file to worker_user " + user->name);
   }
   return std::unique_ptr<daemon::SourceCheck>(
       std::make_unique<FileSourceCheck>(std::move(file), std::move(fd), std::move(worker), timeout, std::move(queue)));

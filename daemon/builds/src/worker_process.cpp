@@ -1,11 +1,12 @@
 // Spawning a worker in its own process group and supervising it with poll(2).
 #include "kiln/builds/worker_process.hpp"
 
+#include "worker_spawn.hpp"
+
 #include <fcntl.h>
 #include <pthread.h>
 #include <poll.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -14,7 +15,6 @@
 #include <cstdlib>
 #include <cstring>
 
-extern char** environ;
 
 namespace kiln::build {
 
@@ -145,45 +145,30 @@ WorkerExit run_worker(const WorkerCommand& command, const PendingRequest& pendin
     return result;
   }
 
-  posix_spawn_file_actions_t fa;
-  posix_spawnattr_t attr;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawnattr_init(&attr);
-  posix_spawn_file_actions_adddup2(&fa, in.r, 0);
-  posix_spawn_file_actions_adddup2(&fa, out.w, 1);
-  posix_spawn_file_actions_adddup2(&fa, err.w, 2);
   // Own process group (pgid = its pid) so that the whole tree can be killed at once;
-  // default signal dispositions and an empty mask whatever the daemon's threads use.
-  // No PR_SET_PDEATHSIG: posix_spawn has no hook to set it in the child, it would cover
-  // only the leader, not the compiler processes in its group, and it fires when the
-  // spawning *thread* exits, not kilnd. What a killed kilnd leaves is stopped by the next
-  // kilnd's start-up sweep instead, from the group recorded through on_spawn.
-  posix_spawnattr_setpgroup(&attr, 0);
-  sigset_t none, all;
-  sigemptyset(&none);
-  sigfillset(&all);
-  posix_spawnattr_setsigmask(&attr, &none);
-  posix_spawnattr_setsigdefault(&attr, &all);
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
-
-  std::vector<std::string> env = build_env(command.env, command.pass_env);
-  std::vector<char*> argv, envp;
-  for (const auto& a : command.argv) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
-  for (const auto& e : env) envp.push_back(const_cast<char*>(e.c_str()));
-  envp.push_back(nullptr);
-
+  // default signal dispositions and an empty mask whatever the daemon's threads use; the
+  // sandbox applied before exec (worker_spawn.hpp).
+  // No PR_SET_PDEATHSIG: it would cover only the leader, not the compiler processes in its
+  // group, and it fires when the spawning *thread* exits, not kilnd. What a killed kilnd
+  // leaves is stopped by the next kilnd's start-up sweep instead, from the group recorded
+  // through on_spawn.
+  const SandboxPlan plan = SandboxPlan::prepare(command.sandbox);
+  result.sandbox = plan.description();
+  if (!plan.refusal().empty()) {
+    result.spawn_error = plan.refusal();
+    close_fd(in.r), close_fd(in.w), close_fd(out.r), close_fd(out.w), close_fd(err.r), close_fd(err.w);
+    return result;
+  }
+  const std::vector<std::string> env = build_env(command.env, command.pass_env);
   const auto started = Clock::now();
-  pid_t pid = -1;
-  int rc = ::posix_spawnp(&pid, argv[0], &fa, &attr, argv.data(), envp.data());
-  posix_spawn_file_actions_destroy(&fa);
-  posix_spawnattr_destroy(&attr);
+  auto spawned = spawn_confined(command.argv, env, in.r, out.w, err.w, plan);
   close_fd(in.r), close_fd(out.w), close_fd(err.w);
-  if (rc != 0) {
-    result.spawn_error = command.argv[0] + ": " + std::strerror(rc);
+  if (!spawned) {
+    result.spawn_error = spawned.error().message;
     close_fd(in.w), close_fd(out.r), close_fd(err.r);
     return result;
   }
+  const pid_t pid = *spawned;
   ::fcntl(in.w, F_SETFL, O_NONBLOCK);
   if (command.on_spawn) command.on_spawn(pid);
 

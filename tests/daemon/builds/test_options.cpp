@@ -70,3 +70,20 @@ TEST_CASE("WorkerEnvNamesVariablesToPassAndRefusesThoseThatChangeABuildOutsideIt
   CHECK(apply_builds_toml(c, "[builds]\nworker_env = \"CUDA_HOME\"\n", "f").error().message.find("worker_env") !=
         std::string::npos);
 }
+
+TEST_CASE("WorkersAreSandboxedByDefaultAndWorkerUserNamesAUserThatIsNotRoot") {
+  auto c = default_builds_config("/s");
+  CHECK(c.scheduler.worker.sandbox.enabled);
+  CHECK_FALSE(c.scheduler.worker.sandbox.user.has_value());
+  REQUIRE(apply_builds_toml(c, "[builds]\nsandbox = false\nworker_user = \"nobody\"\n", "kilnd.toml").has_value());
+  CHECK_FALSE(c.scheduler.worker.sandbox.enabled);
+  REQUIRE(c.scheduler.worker.sandbox.user.has_value());
+  CHECK(c.scheduler.worker.sandbox.user->name == "nobody");
+  CHECK(c.scheduler.worker.sandbox.user->uid != 0);
+  for (const char* bad : {"root", "no-such-kiln-user"}) {
+    CAPTURE(bad);
+    auto st = apply_builds_toml(c, std::string("[builds]\nworker_user = \"") + bad + "\"\n", "kilnd.toml");
+    REQUIRE_FALSE(st.has_value());
+    CHECK(st.error().message.find("builds.worker_user") != std::string::npos);
+  }
+}

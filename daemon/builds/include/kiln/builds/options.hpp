@@ -16,6 +16,12 @@
 //                               # timed out, no prewarm wants it): dropped when queued, its
 //                               # worker killed when running; not a failure. false: every
 //                               # build runs to its end and its artifact is stored
+//   sandbox = true              # confine each worker: writes only to its build's folder, no
+//                               # network sockets, no io_uring, no_new_privs (Landlock and
+//                               # seccomp; what the kernel lacks is skipped and reported).
+//                               # false: workers run with kilnd's own rights
+//   worker_user = ""            # run workers as this user (not root; kilnd must be root to
+//                               # switch). "" = kilnd's own user
 //   [[builds.slots]]            # explicit slots replace the probed GPUs
 //   name = "cpu0"; gpu_arch = "cpu"; gpu_name = "x86_64"; visible_device = ""
 //
@@ -47,8 +53,8 @@ std::filesystem::path default_worker_dir();
 BuildsConfig default_builds_config(const std::filesystem::path& store_root);
 
 // Applies the [builds] table of a TOML document (absent: no change). Errors
-// (invalid_argument) name the origin, the option and what is wrong; `config` is then
-// unchanged.
+// (invalid_argument) name the origin, the option and what is wrong (worker_user: no such
+// user, or root); `config` is then unchanged.
 Status apply_builds_toml(BuildsConfig& config, std::string_view toml, std::string_view origin);
 // Same, from a file; io_error when it cannot be read.
 Status apply_builds_toml_file(BuildsConfig& config, const std::filesystem::path& file);

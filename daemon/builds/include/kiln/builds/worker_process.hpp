@@ -20,6 +20,8 @@
 #include <string_view>
 #include <vector>
 
+#include "kiln/builds/worker_sandbox.hpp"
+
 namespace kiln::build {
 
 struct WorkerCommand {
@@ -38,6 +40,10 @@ struct WorkerCommand {
   std::function<void(int pid)> on_spawn;
   // Names of kilnd's environment variables the worker gets too (see `env`).
   std::vector<std::string> pass_env;
+  // What confines the worker (kiln/builds/worker_sandbox.hpp): on by default, writable only
+  // beneath `sandbox.writable` (kilnd adds each build's folder). A sandbox that refuses
+  // (worker_user without root) makes the run spawn_failed.
+  WorkerSandbox sandbox;
 };
 
 // The worker's PATH unless [builds] worker_env passes kilnd's own.
@@ -71,6 +77,7 @@ struct WorkerExit {
   bool log_truncated = false;
   double seconds = 0;         // wall time from spawn to reaped
   std::string spawn_error;    // when spawn_failed
+  std::string sandbox;        // what confined it (SandboxPlan::description)
 
   bool clean_exit() const { return how == How::exited && code == 0; }
   // "exited with status 1", "killed by signal 11 (Segmentation fault)",
