@@ -153,7 +153,9 @@ void EtcdCoordinator::note_etcd(const Status& st) {
 
 // ---- decisions -------------------------------------------------------------------------
 
-void EtcdCoordinator::before_build(const Key& key, const Digest& key_digest, std::function<void(BuildDecision)> proceed) {
+void EtcdCoordinator::before_build(const Key& key, const Digest& key_digest, RecentFailure recent_failure,
+                                   std::function<void(BuildDecision)> proceed) {
+  const bool retry = recent_failure == RecentFailure::retry;
   BuildDecision now_decided;
   {
     std::lock_guard lock(mu_);
@@ -162,6 +164,7 @@ void EtcdCoordinator::before_build(const Key& key, const Digest& key_digest, std
     } else if (auto it = flights_.find(key_digest.hex()); it != flights_.end()) {
       auto& f = it->second;
       if (f->deciding) {
+        f->retry_failed = f->retry_failed || retry;  // read by the claim, if it is still to come
         f->waiters.push_back(std::move(proceed));
         return;
       }
@@ -173,6 +176,7 @@ void EtcdCoordinator::before_build(const Key& key, const Digest& key_digest, std
       f->key = key;
       f->digest = key_digest;
       f->hex = key_digest.hex();
+      f->retry_failed = retry;
       f->waiters.push_back(std::move(proceed));
       flights_.emplace(f->hex, f);
       jobs_.emplace(Clock::now(), [this, f] { try_claim(f); });
@@ -252,9 +256,18 @@ void EtcdCoordinator::try_claim(const std::shared_ptr<Flight>& f) {
     if (!l) return build_alone(f, l.error());
     const std::int64_t now = unix_now();
     ClaimRecord rec{options_.node_name, now, claim_deadline(now), expected_seconds(f->key)};
-    auto r = etcd_->txn({{ck, EtcdCompare::Target::create_revision, 0}, {fk, EtcdCompare::Target::create_revision, 0}},
-                        {{EtcdOp::Kind::put, ck, encode(rec), *l}},
-                        {{EtcdOp::Kind::range, ck, {}, 0}, {EtcdOp::Kind::range, fk, {}, 0}});
+    bool retry;
+    {
+      std::lock_guard lock(mu_);
+      retry = f->retry_failed;
+    }
+    // Forced: claimed over a failure record, which goes in the same transaction, so that
+    // the fleet's other callers wait for this retry and get its outcome.
+    std::vector<EtcdCompare> compare = {{ck, EtcdCompare::Target::create_revision, 0}};
+    std::vector<EtcdOp> claim = {{EtcdOp::Kind::put, ck, encode(rec), *l}};
+    if (retry) claim.push_back({EtcdOp::Kind::erase, fk, {}, 0});
+    else compare.push_back({fk, EtcdCompare::Target::create_revision, 0});
+    auto r = etcd_->txn(compare, claim, {{EtcdOp::Kind::range, ck, {}, 0}, {EtcdOp::Kind::range, fk, {}, 0}});
     if (!r && r.error().code == Errc::not_found && attempt == 0) {
       drop_lease(*l, "etcd no longer knows it");  // expired unnoticed: a fresh one, once
       continue;
@@ -268,7 +281,8 @@ void EtcdCoordinator::try_claim(const std::shared_ptr<Flight>& f) {
         return resolve(f, {BuildDecision::Action::pull, {}, 0});
       }
       count("won");
-      spdlog::info("fleet: claimed {} (node {}); building it for the fleet", short_hex(f->hex), options_.node_name);
+      spdlog::info("fleet: claimed {} (node {}); building it for the fleet{}", short_hex(f->hex), options_.node_name,
+                   retry ? " (forced: a failure the fleet recorded is retried)" : "");
       {
         std::lock_guard lock(mu_);
         f->claimed = true;
@@ -276,7 +290,7 @@ void EtcdCoordinator::try_claim(const std::shared_ptr<Flight>& f) {
       }
       return resolve(f, {BuildDecision::Action::build_here, {}, 0});
     }
-    if (!r->ranges[1].empty()) {
+    if (!r->ranges[1].empty() && !(retry && !r->ranges[0].empty())) {
       auto fr = parse_failure(r->ranges[1].front().value);
       count("failed");
       std::string msg = fr ? fr->error + " (the fleet's build on node " + fr->node + " failed; not retried before the failure TTL)"
@@ -287,6 +301,12 @@ void EtcdCoordinator::try_claim(const std::shared_ptr<Flight>& f) {
       // Compared while there, gone by the range: cannot be in one transaction; look again.
       schedule(Clock::now() + options_.poll_min, [this, f] { try_claim(f); });
       return;
+    }
+    {
+      // Another node builds it (a forced one retries any failure): its outcome answers
+      // this caller, a failure it records included.
+      std::lock_guard lock(mu_);
+      f->retry_failed = false;
     }
     if (!f->counted_lost) {
       f->counted_lost = true;

@@ -38,6 +38,7 @@ struct EtcdCoordinator::Flight {
   std::int64_t lease = 0;
   bool outcome_done = false;   // the build ended (ok or failed); the claim is being released
   bool awaiting_push = false;  // built; the claim goes once the push lands
+  bool retry_failed = false;   // a forced caller: the claim clears the fleet's failure record
   // Touched only by the one job that runs this flight's claim or poll at a time.
   std::chrono::milliseconds backoff{0};
   bool counted_lost = false;

@@ -90,8 +90,9 @@ class FleetBuildService final : public daemon::BuildService {
 
   std::shared_ptr<daemon::BuildWait> ensure(const Key& key, const Digest& key_digest, const daemon::EnsureOptions& options,
                                             std::function<void(Status)> done) override {
+    // Stored: done, or forced, a rebuild for this node alone (fleet_build_service.hpp).
     auto stored = fleet_.store().stat(key_digest);
-    if (options.force || (stored && *stored)) return inner_.ensure(key, key_digest, options, std::move(done));
+    if (stored && *stored) return inner_.ensure(key, key_digest, options, std::move(done));
     auto wait = std::make_shared<FleetWait>(std::move(done));
     fleet_.post([this, wait, key, key_digest, options] {
       if (wait->withdrawn()) return;
@@ -108,7 +109,8 @@ class FleetBuildService final : public daemon::BuildService {
           coordinator_->call_at(std::chrono::steady_clock::now() + std::chrono::milliseconds(options.wait_ms),
                                 [wait, ms = options.wait_ms] { wait->expire(ms); });
         }
-        coordinator_->before_build(key, key_digest, [this, wait, key, key_digest, options, source_why](BuildDecision d) {
+        const auto recent = options.force ? RecentFailure::retry : RecentFailure::respect;
+        coordinator_->before_build(key, key_digest, recent, [this, wait, key, key_digest, options, source_why](BuildDecision d) {
           switch (d.action) {
             case BuildDecision::Action::fail: wait->finish(std::move(d.failure)); return;
             case BuildDecision::Action::build_here: build(wait, key, key_digest, options, d.ticket, source_why); return;

@@ -9,6 +9,10 @@
 // decides (its progress says so), "running" once it builds on this node, then "done"
 // (progress: built here, or taken from the registry) or "failed".
 //
+// Forced (`force`): a key this node lacks goes the same way, retrying a failure the fleet
+// recorded once for the fleet; a key it holds is rebuilt here, for this node only
+// (kiln/fleet/fleet_build_service.hpp says why).
+//
 // Thread safety: every method from any thread; callbacks from any thread.
 #pragma once
 

@@ -172,7 +172,9 @@ void add_prewarm(CommandSet& set) {
     return failed == 0 ? 0 : kExitFailuresFound;
   });
   sub->add_option("MANIFEST", args->manifest, "The prewarm manifest (TOML, schema/prewarm-manifest.md)")->required();
-  sub->add_flag("--force", args->force, "Rebuild keys that are already stored (and retry recent failures)");
+  sub->add_flag("--force", args->force,
+                "Rebuild keys that are already stored, on this node (and retry recent failures, once for the fleet; "
+                "schema/protocol.md, forced builds on a node of a fleet)");
   sub->add_option("--progress", args->progress, "auto (live screen on a terminal, else one line per key), live, plain, none")
       ->check(CLI::IsMember({"auto", "live", "plain", "none"}));
   sub->add_flag("--dry-run", args->dry_run, "Print the keys the manifest expands to; contact no daemon");

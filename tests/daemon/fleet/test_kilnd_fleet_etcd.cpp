@@ -794,3 +794,96 @@ TEST_CASE("PrewarmFleetRefusesANodeWithoutACoordinator") {
   CHECK(out.find("exit=0") == std::string::npos);
   CHECK(f.starts().empty());
 }
+
+// `kilnctl prewarm --force` on every node of a fleet at once, for a key whose build failed
+// for the fleet a moment ago: one node claims over the failure record and retries it, the
+// two others wait for that build and get its outcome. The fleet retries once, not once per
+// node; without --force no node retries it at all.
+TEST_CASE("AForcedPrewarmOnEveryNodeRetriesTheFleetsRecentFailureOnceNotOncePerNode") {
+  Fleet f;
+  for (const char* n : {"a", "b", "c"}) f.start({n, f.etcd().url(), 0, 600});
+  const std::string text = json{{"behavior", "fail"},
+                                {"holds", json::array({{{"file", f.hold_file().string()}, {"only", ""}}})},
+                                {"log", "test worker: the last line of this build's log"}}
+                               .dump();
+  std::string hash;
+  for (const char* n : {"a", "b", "c"}) hash = register_source(f.node(n), text);
+  const Key key = client_key(hash, "Broken");
+  const std::string hex = key_hex(f.node("a"), key);
+  const fs::path manifest = f.dir() / "manifest.toml";
+  std::ofstream(manifest) << "format = 1\n[defaults]\nkind = \"aoti\"\ndtype = \"bfloat16\"\n"
+                          << "[[source]]\nname = \"blocks\"\nmodel_hash = \"" << hash << "\"\n"
+                          << "[[build]]\nsource = \"blocks\"\nregion = \"Broken\"\n"
+                          << "  [[build.signature]]\n  inputs = [{ shape = [1, 64] }]\n";
+  auto prewarm = [&](const std::string& node, const std::string& flags) {
+    // kilnctl exits non-zero when a key failed: its JSON summary is what counts here.
+    return test::sh(std::string(KILN_KILNCTL) + " --socket " + f.node(node).socket().string() + " --json prewarm --fleet " +
+                    flags + " " + manifest.string() + " 2>/dev/null; true");
+  };
+  // Builds of the key started on any node, from the nodes' logs (a build's start is
+  // logged as it starts; the metric counts it later).
+  auto builds_started = [&] {
+    int sum = 0;
+    const std::string line = "build " + hex + " started on ";
+    for (const char* n : {"a", "b", "c"}) {
+      const std::string log = test::slurp(f.dir() / n / "kilnd.log");
+      for (auto at = log.find(line); at != std::string::npos; at = log.find(line, at + 1)) ++sum;
+    }
+    return sum;
+  };
+  auto check_failed = [](const std::string& node, const std::string& out) {
+    INFO(node << ": " << out);
+    const json j = json::parse(out, nullptr, false);
+    REQUIRE_FALSE(j.is_discarded());
+    CHECK(j["failed"] == 1);
+    REQUIRE(j["items"].size() == 1);
+    CHECK(j["items"][0].value("error", "").find("test worker failed on purpose") != std::string::npos);
+  };
+
+  // The fleet's failure: node a builds the key and it fails.
+  Outcome first = get_or_build(f.node("a").socket(), key);
+  REQUIRE_FALSE(first.ok);
+  REQUIRE(builds_started() == 1);
+  // Without --force every node answers that failure, and none builds.
+  for (const char* n : {"a", "b", "c"}) check_failed(n, prewarm(n, ""));
+  CHECK(builds_started() == 1);
+
+  // --force everywhere at once; the retry is held until the two other nodes wait for it.
+  hold(f.hold_file());
+  std::map<std::string, std::string> out;
+  std::mutex out_mu;
+  std::vector<std::thread> runs;
+  for (const char* n : {"a", "b", "c"}) {
+    runs.emplace_back([&, n] {
+      std::string o = prewarm(n, "--force");
+      std::lock_guard lock(out_mu);
+      out[n] = std::move(o);
+    });
+  }
+  struct Join {
+    std::vector<std::thread>& runs;
+    fs::path hold;
+    ~Join() {  // a failed REQUIRE lets the build go, so that the runs end
+      release(hold);
+      for (auto& t : runs)
+        if (t.joinable()) t.join();
+    }
+  } join{runs, f.hold_file()};
+  std::size_t claimed = 0;
+  int started = 0;
+  REQUIRE_MESSAGE(wait_until([&] {
+                    claimed = f.claims().count(hex);
+                    started = builds_started();
+                    return claimed == 1 && started == 2;
+                  }),
+                  "claims of the key: " << claimed << ", builds started: " << started);
+  REQUIRE(wait_until([&] {
+    std::uint64_t lost = 0;
+    for (const char* n : {"a", "b", "c"}) lost += claims_count(f.node(n), "lost");
+    return lost == 2;  // the two nodes that did not claim it wait for the retry
+  }));
+  release(f.hold_file());
+  for (auto& t : runs) t.join();
+  CHECK(builds_started() == 2);  // one retry for the fleet
+  for (const char* n : {"a", "b", "c"}) check_failed(n, out[n]);
+}

@@ -19,7 +19,9 @@
 //  - The build fails: the holder writes "<prefix>/failed/<key digest>" (the build's last
 //    error line) under a lease of the failure TTL and deletes its claim in one
 //    transaction; every waiter, and every node that asks within that TTL, gets the
-//    failure (build_failed) without building.
+//    failure (build_failed) without building. A forced build (RecentFailure::retry)
+//    claims over the record and deletes it in the same transaction: one node retries for
+//    the fleet, and the others, forced or not, wait for that retry.
 //  - etcd cannot be reached (or answers nonsense): the node builds as if alone (per-node
 //    single flight), with a warning and kiln_fleet_claims_total{outcome="unavailable"}.
 //    No request waits on etcd for more than coordinator_timeout per endpoint, and once a
@@ -87,7 +89,8 @@ class EtcdCoordinator final : public BuildCoordinator, public FleetObserver {
   void stop();
 
   // BuildCoordinator
-  void before_build(const Key& key, const Digest& key_digest, std::function<void(BuildDecision)> proceed) override;
+  void before_build(const Key& key, const Digest& key_digest, RecentFailure recent_failure,
+                    std::function<void(BuildDecision)> proceed) override;
   void after_build(std::uint64_t ticket, const Status& outcome) override;
   void call_at(std::chrono::steady_clock::time_point when, std::function<void()> job) override { schedule(when, std::move(job)); }
   // FleetObserver

@@ -6,6 +6,13 @@
 // Prewarms (submit: PREWARM_SUBMIT, BUILD without wait) take the same way, key by key, at
 // prewarm priority; BUILD_STATUS answers for their handles ("f<n>").
 //
+// Forced builds (EnsureOptions::force): a key this node lacks takes the same way too, the
+// registry first, then one build for the fleet that retries a failure the fleet recorded
+// (RecentFailure::retry), so `kilnctl prewarm --force` on every node builds each missing
+// key once. A key this node holds is rebuilt here, and the rebuild serves this node only:
+// the registry's copy of a key is never replaced (the first push wins, and other nodes
+// serve those bytes), so there is nothing a rebuild elsewhere could hand this node.
+//
 // Fleet-wide build coordination: a BuildCoordinator, when set, decides before a key the
 // registry lacks is built here (kiln/fleet/etcd_coordinator.hpp implements it with etcd).
 //
@@ -22,6 +29,12 @@
 #include "kiln/fleet/fleet.hpp"
 
 namespace kiln::fleet {
+
+// Whether a claim may be made over the fleet's record of a recent failure of the key.
+enum class RecentFailure {
+  respect,  // answer the recorded failure (build_failed) without building
+  retry,    // a forced build (BUILD or PREWARM_SUBMIT with force): build once more for the fleet
+};
 
 // What a node does with a key the registry lacks.
 struct BuildDecision {
@@ -41,8 +54,11 @@ class BuildCoordinator {
   // Called on a fleet thread for a key this node lacks and the registry lacked a moment
   // ago. `proceed` is called exactly once, from any thread, possibly inside this call,
   // and must not block. It never waits on the coordinator for long: an unreachable
-  // coordinator means build_here.
-  virtual void before_build(const Key& key, const Digest& key_digest, std::function<void(BuildDecision)> proceed) = 0;
+  // coordinator means build_here. With RecentFailure::retry a failure the fleet recorded
+  // before this call does not answer it; one recorded while it waits (another node's
+  // build, retried for it) does.
+  virtual void before_build(const Key& key, const Digest& key_digest, RecentFailure recent_failure,
+                            std::function<void(BuildDecision)> proceed) = 0;
   // After every build_here decision, exactly once: what that caller's build ended with
   // (ok: stored; build_failed: the build failed; anything else: this caller stopped
   // waiting). Any thread; must not block.
