@@ -29,6 +29,11 @@ them again):
             from process start until every block class and signature is "hit" (or failed:
             its detail kept verbatim), and the build records (kilnd's BUILD_STATUS, LOGS of
             a failed build). Then one step compiled and the error vs eager.
+  jit       as miss, started beside the miss processes (so the same builds serve both),
+            with on_miss="compile" and cold caches of its own as regional's: torch.compile
+            runs each block until kiln's package lands; the wait also times one forward
+            per slice (`calls`: seconds since start, call seconds), so the row shows when
+            compiled speed arrived and when kiln's package took over.
   hit       a fresh process after the builds: compile_repeated_blocks, the first forward
             right after it; TTR, first call s, step ms, status (every block compiled?);
             then kiln.torch.restore(model) and the same inputs eager: the error vs eager.
@@ -56,7 +61,7 @@ import sys  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-MODES = ("eager", "regional", "miss", "hit")
+MODES = ("eager", "regional", "miss", "jit", "hit")
 STEP_WARMUP, STEP_REPEATS, STEP_N = 3, 3, 5
 
 
@@ -186,7 +191,7 @@ def _child(mode, family, work, result):
             model._repeated_blocks = list(fam.block_classes)
         model.compile_repeated_blocks(fullgraph=True)
         result["compiled_modules"] = sum(1 for m in model.modules() if getattr(m, "_compiled_call_impl", None))
-    elif mode in ("miss", "hit"):
+    elif mode in ("miss", "hit", "jit"):
         import kiln.torch as kiln_torch
 
         import kiln
@@ -195,7 +200,8 @@ def _child(mode, family, work, result):
                        "kiln_env": sorted(k for k in os.environ if k.startswith("KILN_")),
                        "pythonpath": os.environ.get("PYTHONPATH", "")})
         t = time.monotonic()
-        kiln_torch.compile_repeated_blocks(model, block_classes=fam.block_classes)
+        kiln_torch.compile_repeated_blocks(model, block_classes=fam.block_classes,
+                                           on_miss="compile" if mode == "jit" else "eager")
         result["compile_call_s"] = time.monotonic() - t
 
     with torch.no_grad():
@@ -222,8 +228,8 @@ def _child(mode, family, work, result):
         result["ttr_s"] = time.monotonic() - T0
         if kiln_torch is not None:
             result["status_after_first"] = kiln_torch.status(model)
-        if mode == "miss":
-            wait_for_takeover(kiln_torch, model, result)
+        if mode in ("miss", "jit"):
+            wait_for_takeover(kiln_torch, model, result, step if mode == "jit" else None)
         result["step_ms"], result["host_step_ms"], result["step_ms_all"] = time_steps(step)
         out = step()
         _sync()
@@ -233,6 +239,7 @@ def _child(mode, family, work, result):
             result["states"] = status_summary(result["status"])
             result["compiled_calls"] = sum(e["calls"]["compiled"] for e in result["status"])
             result["eager_calls"] = sum(e["calls"]["eager"] for e in result["status"])
+            result["jit_calls"] = sum(e["calls"].get("jit", 0) for e in result["status"])
         if mode == "eager":
             os.makedirs(os.path.dirname(ref_path), exist_ok=True)
             torch.save(out_cpu, ref_path + ".tmp")
@@ -254,14 +261,22 @@ def _child(mode, family, work, result):
         result["peak_mem_gib"] = torch.cuda.max_memory_allocated() / 2**30
 
 
-def wait_for_takeover(kiln_torch, model, result):
+def wait_for_takeover(kiln_torch, model, result, step=None):
     """After a miss's first call: waits (kiln.torch.wait, 1 s slices; exports run meanwhile)
     until no block is exporting or building, polling status; records when each entry
     turned hit or failed and when all had (seconds since process start)."""
     deadline = float(setting("MISS_UNTIL_UNIX", "0")) or (time.time() + 1500)
     first_done = time.monotonic() - T0
-    seen, transitions = {}, []
+    seen, transitions, calls = {}, [], []
     while True:
+        if step is not None:  # jit: one forward per slice, timed (compiled speed before kiln's package?)
+            import torch
+
+            t = time.monotonic()
+            with torch.no_grad():
+                step()
+            _sync()
+            calls.append([round(t - T0, 2), round(time.monotonic() - t, 4)])
         done = kiln_torch.wait(model, timeout=1.0)
         now = time.monotonic() - T0
         for e in kiln_torch.status(model):
@@ -278,6 +293,8 @@ def wait_for_takeover(kiln_torch, model, result):
     status = kiln_torch.status(model)
     result["status_after_wait"] = status
     result["transitions"] = transitions
+    if step is not None:
+        result["calls"] = calls
     result["all_hit"] = bool(status) and all(e["state"] == "hit" for e in status)
     if not result.get("takeover_timed_out"):
         result["takeover_s"] = now  # the next call runs every block that landed compiled
@@ -385,9 +402,15 @@ def run(work, phases, families):
             until = time.time() + deadline - (time.monotonic() - T0) - 40
             env = {"KILN_FAMILIES_MISS_UNTIL_UNIX": str(until)}
             log("starting the miss processes at once:", fams)
-            procs = [(start("miss", f, env), f) for f in fams]
-            for p, f in procs:
-                finish(p, "miss", f)
+            procs = [(start("miss", f, env), f, "miss") for f in fams]
+            if "jit" in phases:  # beside them, cold compiler caches of their own
+                for f in fams:
+                    cache = os.path.join(work, "inductor-cache", "jit-" + f)
+                    shutil.rmtree(cache, ignore_errors=True)
+                    procs.append((start("jit", f, dict(env, TORCHINDUCTOR_CACHE_DIR=cache,
+                                                        TRITON_CACHE_DIR=os.path.join(cache, "triton"))), f, "jit"))
+            for p, f, mode in procs:
+                finish(p, mode, f)
             save_builds(work)
     if "hit" in phases:
         wait_kilnd()
@@ -429,6 +452,9 @@ def save_builds(work):
 
         with kiln.Client() as c:
             data = {"builds": c.build_status(), "status": c.status()}
+            # each build's log tail: the worker's phase report and kilnd's summary line
+            data["logs"] = {b["key_digest"]: ((c.logs(b["key_digest"]) or {}).get("log") or "")[-3000:]
+                            for b in data["builds"]}
         with open(os.path.join(work, "rows", "kilnd-builds.json"), "w") as f:
             json.dump(data, f, indent=1, default=str)
     except Exception as ex:

@@ -98,9 +98,10 @@ else
   fi
   cat > "$WORK/kilnd.toml" <<TOML
 [builds]
-worker = ["python3", "$SRC/ops/workers/kiln_worker"]
+worker = ["$(command -v python3)", "$SRC/ops/workers/kiln_worker"]
 build_timeout_s = 1200
 builds_per_gpu = 4
+${KILN_FAMILIES_SANDBOX:+sandbox = $KILN_FAMILIES_SANDBOX}
 TOML
   rm -f "$KILN_SOCKET"
   # its own session: it outlives this call while the machine stays warm
