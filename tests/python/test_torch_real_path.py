@@ -64,6 +64,9 @@ def test_miss_builds_on_the_cpu_then_compiled_takes_over_and_a_fresh_process_hit
     built = builds_by_key(node.socket)
     digests = {e["key_digest"] for e in first["final_status"]}
     assert digests <= set(built) and all(built[d] == 1 for d in digests), built
+    # The four builds compiled into the node's compiler cache (kilnd's build work folder).
+    work = os.path.join(node.folder, "store", "builds")
+    assert os.listdir(os.path.join(work, "compiler-cache", "inductor")), os.listdir(work)
 
     # A fresh process with other weights: a hit from its very first call, its own weights.
     fresh = run_family(node.socket, "--family", "flux", "--seed", "1", "--scales", "1,2")

@@ -16,6 +16,7 @@
 
 #include "kiln/aoti_metadata.hpp"
 #include "kiln/builds/worker_protocol.hpp"
+#include "compiler_cache.hpp"
 #include "kiln/posix/fd.hpp"
 #include "worker_group.hpp"
 
@@ -163,10 +164,10 @@ BuildRunResult run_build(storage::Store& store, const SchedulerOptions& options,
 
   WorkerCommand cmd = options.worker;
   if (!slot.visible_device.empty()) cmd.env["CUDA_VISIBLE_DEVICES"] = slot.visible_device;
-  // A fresh compiler cache per build: the artifact holds everything the build produced,
-  // and nothing from an earlier build can leak into it.
-  cmd.env["TORCHINDUCTOR_CACHE_DIR"] = (dir / "inductor-cache").string();
-  cmd.env["TRITON_CACHE_DIR"] = (dir / "triton-cache").string();
+  if (auto st = use_node_compiler_cache(options, cmd); !st) {
+    remove_scratch(dir);
+    return {std::move(st).error(), false};
+  }
   cmd.env["KILN_BUILD_SLOT"] = slot.name;
   // The sandbox lets the worker write its own folder (and what the options already list);
   // its TMPDIR is private, in that folder.

@@ -5,6 +5,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "compiler_cache.hpp"
 #include "kiln/builds/worker_protocol.hpp"
 
 namespace kiln::build {
@@ -65,8 +66,14 @@ ProbedNode probe_node(const SchedulerOptions& options, const NodeFields& host, c
     tc = make_error(Errc::not_found, "the build worker is not installed at " + argv[1] +
                                          " (install kiln's workers there, or set [builds] worker in kilnd.toml)");
   } else {
-    WorkerExit exit = run_worker(options.worker, encode_toolchain_request(), limits, cancel);
-    tc = parse_toolchain_result(exit);
+    // With the builds' compiler caches: the CPU ISA it finds is the one they compile for.
+    WorkerCommand worker = options.worker;
+    if (auto st = use_node_compiler_cache(options, worker); !st) {
+      tc = std::move(st).error();
+    } else {
+      WorkerExit exit = run_worker(worker, encode_toolchain_request(), limits, cancel);
+      tc = parse_toolchain_result(exit);
+    }
   }
   if (tc) {
     p.node = tc->fields;

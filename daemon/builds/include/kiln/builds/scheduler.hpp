@@ -72,9 +72,10 @@ struct SlotConfig {
 
 struct SchedulerOptions {
   WorkerCommand worker;                  // e.g. {"python3", ".../ops/workers/kiln_worker"}
-  // Created; holds LOCK, jobs/ (one scratch folder per running build) and sources/ (source
-  // copies of running builds). Nothing of a build stays after it ends (but see
-  // keep_failed_work); build logs live in the store.
+  // Created; holds LOCK, jobs/ (one scratch folder per running build), sources/ (source
+  // copies of running builds) and compiler-cache/ (Inductor's and Triton's, shared by the
+  // node's builds: compiler_cache.hpp). Nothing else of a build stays after it ends (but
+  // see keep_failed_work); build logs live in the store.
   std::filesystem::path work_dir;
   // Slots; empty = one per GPU the driver probe finds (none: builds are refused).
   std::vector<SlotConfig> slots;

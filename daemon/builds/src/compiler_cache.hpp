@@ -1,0 +1,52 @@
+// The node's compiler caches, shared by every build worker and the toolchain probe.
+#pragma once
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <filesystem>
+#include <string>
+#include <system_error>
+#include <thread>
+
+#include "kiln/builds/scheduler.hpp"
+
+namespace kiln::build {
+
+// Points `cmd` at work_dir/compiler-cache/{inductor,triton} (created, writable in the
+// worker's sandbox, owned by worker_user when there is one) and gives it its share of the
+// node's cores as Inductor compile threads.
+//
+// Inductor's and Triton's caches are content-addressed (an entry is named by the hash of
+// what it compiles, the compiler, torch's and Triton's versions and the options), so what
+// one build compiled (the wrapper's precompiled header, a kernel, a Triton launcher, the
+// CPU-ISA probe libraries) is right for every later one: a second block class, resolution
+// or fine-tune skips it (tests/gpu/RESULTS-build-speed.md). The toolchain probe uses them
+// too, so the CPU ISA it reports for the node's keys is the one builds then compile for.
+// Inductor's default is every core per process, and builds side by side would each start
+// that many compile processes. io_error when the folders cannot be made or given away.
+inline Status use_node_compiler_cache(const SchedulerOptions& options, WorkerCommand& cmd) {
+  namespace fs = std::filesystem;
+  const fs::path root = options.work_dir / "compiler-cache";
+  for (const char* sub : {"inductor", "triton"}) {
+    std::error_code ec;
+    fs::create_directories(root / sub, ec);
+    if (ec) return make_error(Errc::io_error, "cannot create the compiler cache " + (root / sub).string() + ": " + ec.message());
+  }
+  cmd.env["TORCHINDUCTOR_CACHE_DIR"] = (root / "inductor").string();
+  cmd.env["TRITON_CACHE_DIR"] = (root / "triton").string();
+  cmd.sandbox.writable.push_back(root);
+  if (const auto& user = cmd.sandbox.user) {
+    for (const fs::path& p : {root, root / "inductor", root / "triton"})
+      if (::chown(p.c_str(), user->uid, user->gid) != 0)
+        return error_from_errno(errno, "cannot give the compiler cache " + p.string() + " to worker_user " + user->name);
+  }
+  const unsigned builds = static_cast<unsigned>(std::max<std::size_t>(1, options.slots.size())) *
+                          std::max(1u, options.builds_per_slot);
+  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  cmd.env["TORCHINDUCTOR_COMPILE_THREADS"] = std::to_string(std::clamp(cores / builds, 1u, 32u));
+  return {};
+}
+
+}  // namespace kiln::build
