@@ -59,7 +59,12 @@ Result<pid_t> spawn_confined(const std::vector<std::string>& argv, const std::ve
   const std::string program = find_program(argv[0]);
   if (program.empty()) return make_error(Errc::not_found, argv[0] + ": " + std::strerror(ENOENT));
   std::vector<char*> args, envp;
-  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  // argv[0] as found: the worker's PATH is not kilnd's (worker_process.cpp), and Python
+  // locates its installation (a virtual environment's pyvenv.cfg, hence torch) from
+  // argv[0], searching its own PATH when argv[0] has no '/'. With "python3" it found the
+  // system's, torch-less, where kilnd's PATH had named a virtual environment's.
+  args.push_back(const_cast<char*>(program.c_str()));
+  for (std::size_t i = 1; i < argv.size(); ++i) args.push_back(const_cast<char*>(argv[i].c_str()));
   args.push_back(nullptr);
   for (const auto& e : env) envp.push_back(const_cast<char*>(e.c_str()));
   envp.push_back(nullptr);

@@ -40,6 +40,16 @@ TEST_CASE("AWorkerGetsItsRequestOnStdinAndItsStdoutAndStderrAreSeparated") {
   CHECK(e.log == "to-log\n");
 }
 
+TEST_CASE("AProgramFoundOnKilndsPathGetsItsFullPathAsArgv0") {
+  // A Python found on kilnd's PATH (a virtual environment's) must not look itself up again
+  // on the worker's own PATH: it gets the path kilnd found as its argv[0].
+  auto e = run_worker(WorkerCommand{{"sh", "-c", "tr '\\000' '\\n' < /proc/$$/cmdline | head -n 1 >&2"}, {}, {}}, "",
+                      WorkerLimits{});
+  REQUIRE(e.clean_exit());
+  CHECK(e.log.starts_with("/"));
+  CHECK(e.log.ends_with("/sh\n"));
+}
+
 TEST_CASE("ExitStatusAndSignalsAreReported") {
   auto e = run_worker(sh("exit 3"), "", WorkerLimits{});
   CHECK(e.how == WorkerExit::How::exited);
