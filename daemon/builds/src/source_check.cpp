@@ -76,7 +76,27 @@ Result<std::string> verify_source_file(const WorkerCommand& worker, const fs::pa
   WorkerLimits limits;
   limits.timeout = timeout;
   limits.max_log = 64 * 1024;
-  WorkerExit exit = run_worker(worker, encode_hash_request(file), limits, cancel);
+  // A private TMPDIR, the one place the sandboxed hash op may write: torch.export.load
+  // unpacks the archive through tempfile, which fails where no temporary folder is writable.
+  WorkerCommand cmd = worker;
+  const fs::path tmp = file.string() + ".tmp";
+  struct Scratch {
+    fs::path path;
+    ~Scratch() {
+      std::error_code ec;
+      fs::remove_all(path, ec);
+      if (ec) spdlog::warn("builds: cannot remove the source check's TMPDIR {}: {}", path.string(), ec.message());
+    }
+  } scratch{tmp};
+  std::error_code ec;
+  if (!fs::create_directory(tmp, ec) || ec)
+    return make_error(Errc::io_error, "cannot create the source check's TMPDIR " + tmp.string() + ": " +
+                                          (ec ? ec.message() : std::string("it exists")) + nothing);
+  if (const auto& user = cmd.sandbox.user; user && ::chown(tmp.c_str(), user->uid, user->gid) != 0)
+    return error_from_errno(errno, "cannot give the source check's TMPDIR " + tmp.string() + " to worker_user " + user->name);
+  cmd.env["TMPDIR"] = tmp.string();
+  cmd.sandbox.writable.push_back(tmp);
+  WorkerExit exit = run_worker(cmd, encode_hash_request(file), limits, cancel);
   if (exit.how == WorkerExit::How::timed_out)
     return make_error(Errc::timeout, "cannot verify the source's model hash: the build worker's hash op " + exit.describe() +
                                          " ([builds] source_check_timeout_s)" + nothing);
