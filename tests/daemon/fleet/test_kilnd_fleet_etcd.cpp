@@ -844,11 +844,15 @@ TEST_CASE("AForcedPrewarmOnEveryNodeRetriesTheFleetsRecentFailureOnceNotOncePerN
   Outcome first = get_or_build(f.node("a").socket(), key);
   REQUIRE_FALSE(first.ok);
   REQUIRE(builds_started() == 1);
+  // The record is written just after the build's answer.
+  REQUIRE(wait_until([&] { return f.node("a").log().find("the fleet remembers it") != std::string::npos; }));
   // Without --force every node answers that failure, and none builds.
   for (const char* n : {"a", "b", "c"}) check_failed(n, prewarm(n, ""));
   CHECK(builds_started() == 1);
 
   // --force everywhere at once; the retry is held until the two other nodes wait for it.
+  std::uint64_t lost_before = 0;
+  for (const char* n : {"a", "b", "c"}) lost_before += claims_count(f.node(n), "lost");
   hold(f.hold_file());
   std::map<std::string, std::string> out;
   std::mutex out_mu;
@@ -880,10 +884,62 @@ TEST_CASE("AForcedPrewarmOnEveryNodeRetriesTheFleetsRecentFailureOnceNotOncePerN
   REQUIRE(wait_until([&] {
     std::uint64_t lost = 0;
     for (const char* n : {"a", "b", "c"}) lost += claims_count(f.node(n), "lost");
-    return lost == 2;  // the two nodes that did not claim it wait for the retry
+    return lost == lost_before + 2;  // the two nodes that did not claim it wait for the retry
   }));
   release(f.hold_file());
   for (auto& t : runs) t.join();
   CHECK(builds_started() == 2);  // one retry for the fleet
   for (const char* n : {"a", "b", "c"}) check_failed(n, out[n]);
+}
+
+// `kilnctl prewarm --force` of a key every node holds: the node asked rebuilds it for
+// itself, and nothing else changes. The registry's copy stays the first build's (a key's
+// copy is never replaced, so no other node could take the rebuild), the other nodes build
+// nothing, and the node keeps serving.
+TEST_CASE("AForcedPrewarmOfAStoredKeyRebuildsOnThatNodeOnlyAndLeavesTheRegistrysCopy") {
+  Fleet f;
+  const std::string hash = start_three_nodes(f);
+  const Key key = client_key(hash, "Stored");
+  const std::string hex = key_hex(f.node("a"), key);
+  const fs::path manifest = f.dir() / "manifest.toml";
+  std::ofstream(manifest) << "format = 1\n[defaults]\nkind = \"aoti\"\ndtype = \"bfloat16\"\n"
+                          << "[[source]]\nname = \"blocks\"\nmodel_hash = \"" << hash << "\"\n"
+                          << "[[build]]\nsource = \"blocks\"\nregion = \"Stored\"\n"
+                          << "  [[build.signature]]\n  inputs = [{ shape = [1, 64] }]\n";
+  auto builds_on = [&](const char* node) {
+    int n = 0;
+    for (const auto& [region, where] : f.starts()) n += region == "Stored" && where == node;
+    return n;
+  };
+  auto registry_manifest = [&] {
+    return f.registry().curl("/v2/kiln/test/manifests/" + hex, "-H 'Accept: application/vnd.oci.image.manifest.v1+json'");
+  };
+
+  Outcome built = get_or_build(f.node("a").socket(), key);
+  REQUIRE_MESSAGE(built.ok, built.error);
+  REQUIRE(wait_until([&] { return status(f.node("a"))["fleet"]["pending_pushes"] == 0; }));
+  const std::string pushed = registry_manifest();
+  for (const char* n : {"b", "c"}) {
+    Outcome pulled = get_or_build(f.node(n).socket(), key);
+    REQUIRE_MESSAGE(pulled.ok, pulled.error);
+    CHECK(pulled.bytes == built.bytes);
+  }
+  REQUIRE(f.starts().size() == 1);
+
+  const std::string out = test::sh(std::string(KILN_KILNCTL) + " --socket " + f.node("b").socket().string() +
+                                   " --json prewarm --fleet --force " + manifest.string());
+  INFO(out);
+  const json j = json::parse(out, nullptr, false);
+  REQUIRE_FALSE(j.is_discarded());
+  CHECK(j["built"] == 1);
+  REQUIRE(j["items"].size() == 1);
+  CHECK(j["items"][0].value("where", "") == "built on this node");
+  f.print_builds("forced prewarm of a stored key");
+  CHECK(builds_on("a") == 1);
+  CHECK(builds_on("b") == 1);
+  CHECK(builds_on("c") == 0);
+  CHECK(wait_until([&] { return status(f.node("b"))["fleet"]["pending_pushes"] == 0; }));
+  CHECK(registry_manifest() == pushed);
+  Outcome after = get_or_build(f.node("b").socket(), key);
+  CHECK(after.ok);
 }
