@@ -67,7 +67,7 @@ Config file (TOML; ops/kilnd.toml documents every option with its default):
              (true: shared through [fleet], signed): torch.compile's remote caches
              over the Redis protocol (GET needs read, SET build; entries trusted per writer)
   [builds]   enabled (true), worker (["python3", ".../kiln_worker"]), work_dir
-             (<store>/builds), probe_gpus (true), builds_per_gpu (1),
+             (<store>/builds), probe_gpus (true), builds_per_gpu (2),
              build_timeout_s (1800), probe_timeout_s (180), source_check_timeout_s
              (600: the worker's hash op on a source being registered), failure_ttl_s (600),
              max_log_bytes (1048576), keep_failed_work (false), cancel_unwanted

@@ -84,6 +84,9 @@ BuildsConfig default_builds_config(const std::filesystem::path& store_root) {
   BuildsConfig c;
   c.scheduler.worker.argv = {"python3", default_worker_dir().string()};
   c.scheduler.work_dir = store_root / "builds";
+  // Two at once per GPU: a model's block classes (FLUX has two) build side by side, each
+  // with half the cores (compiler_cache.hpp), and a build's GPU use is one block's check.
+  c.scheduler.builds_per_slot = 2;
   return c;
 }
 

@@ -5,7 +5,7 @@
 //   worker = ["python3", "/usr/share/kiln/workers/kiln_worker"]   # default: see below
 //   work_dir = "/var/lib/kiln/builds"   # default: <store>/builds
 //   probe_gpus = true           # ask the CUDA driver for GPUs (one build slot per GPU)
-//   builds_per_gpu = 1          # builds at once per slot
+//   builds_per_gpu = 2          # builds at once per slot
 //   build_timeout_s = 1800      # a worker past this is killed with its process group
 //   probe_timeout_s = 180       # the worker's toolchain probe at start
 //   source_check_timeout_s = 600  # a source's hash op when it is registered (PUT_SOURCE)
