@@ -8,6 +8,7 @@
 
 #include "kiln/protocol/frame.hpp"
 #include "kiln/toml/options.hpp"
+#include "loopback_endpoint.hpp"
 
 namespace kiln::daemon {
 
@@ -214,16 +215,7 @@ Status apply_toml_file(Config& config, const std::filesystem::path& file) {
 
 static Status check_loopback(const char* option, const std::string& listen, const char* example) {
   if (listen.empty()) return {};
-  auto bad = [&](const std::string& m) { return make_error(Errc::invalid_argument, std::string(option) + " " + m); };
-  auto colon = listen.rfind(':');
-  if (colon == std::string::npos) return bad(std::string("must be host:port, e.g. ") + example);
-  auto host = listen.substr(0, colon);
-  if (host != "127.0.0.1" && host != "localhost" && host != "[::1]" && host != "::1")
-    return bad("must be a loopback address (127.0.0.1 or [::1]); got " + host);
-  auto port = listen.substr(colon + 1);
-  char* end = nullptr;
-  long p = std::strtol(port.c_str(), &end, 10);
-  if (port.empty() || *end || p < 0 || p > 65535) return bad("port must be 0..65535");
+  KILN_TRY(parse_loopback_endpoint(option, listen, example));
   return {};
 }
 

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <ctime>
 #include <deque>
+#include <span>
 
 #include <boost/asio/redirect_error.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -24,16 +25,20 @@ Error no_builds() {
   return make_error(Errc::unsupported, "this kilnd has no build service (builds are not available on this node)");
 }
 
-// A node that builds nothing at all (no slot; a worker without torch) answers a BUILD or
-// a prewarm once, with why, instead of once per key ("key is incomplete": a worker that
-// reported no toolchain leaves torch_version unknown). With a fleet, keys complete enough
-// to look up in the registry still go there: a pull needs no build. `keys`: node fields
-// filled.
-Status refuse_if_node_cannot_build(const ServerState& s, const std::vector<Key>& keys) {
+// BUILD's and PREWARM_SUBMIT's start: a build service done probing this node, and `keys`
+// completed with its node fields. A node that builds nothing at all (no slot; a worker
+// without torch) then answers once, with why, instead of once per key ("key is
+// incomplete": a worker that reported no toolchain leaves torch_version unknown). With a
+// fleet, keys complete enough to look up in the registry still go there: a pull needs no
+// build.
+asio::awaitable<Status> start_build_request(ServerState& s, std::span<Key> keys) {
+  if (!s.builds) co_return no_builds();
+  if (auto waited = co_await wait_for_builds(s); !waited) co_return waited;
+  const NodeFields node = s.node();
+  for (auto& k : keys) fill_node_fields(k, node);
   Status can = s.builds->can_build();
-  if (can) return can;
-  if (s.fleet && std::ranges::all_of(keys, [](const Key& k) { return k.missing_fields().empty(); })) return {};
-  return can;
+  const bool pullable = s.fleet && std::ranges::all_of(keys, [](const Key& k) { return k.missing_fields().empty(); });
+  co_return can || pullable ? Status{} : can;
 }
 
 asio::awaitable<Outcome> handle_evict(Connection& c, const Request& r) {
@@ -177,11 +182,7 @@ asio::awaitable<Outcome> handle_build(Connection& c, const Request& r) {
   auto req = proto::decode<proto::BuildRequest>(r.body);
   if (!req) co_return fail(req.error());
   auto& s = c.state();
-  if (!s.builds) co_return fail(no_builds());
-  if (auto waited = co_await wait_for_builds(s); !waited) co_return fail(waited.error());
-  Key filled = req->key;
-  fill_node_fields(filled, s.node());
-  if (auto can = refuse_if_node_cannot_build(s, {filled}); !can) co_return fail(can.error());
+  if (auto can = co_await start_build_request(s, std::span(&req->key, 1)); !can) co_return fail(can.error());
   auto d = resolve_key(s, req->key);
   if (!d) co_return fail(d.error());
   auto* builds = s.builds;
@@ -226,11 +227,7 @@ asio::awaitable<Outcome> handle_prewarm(Connection& c, const Request& r) {
   auto req = proto::decode<proto::PrewarmRequest>(r.body);
   if (!req) co_return fail(req.error());
   auto& s = c.state();
-  if (!s.builds) co_return fail(no_builds());
-  if (auto waited = co_await wait_for_builds(s); !waited) co_return fail(waited.error());
-  const NodeFields node = s.node();
-  for (auto& k : req->keys) fill_node_fields(k, node);
-  if (auto can = refuse_if_node_cannot_build(s, req->keys); !can) co_return fail(can.error());
+  if (auto can = co_await start_build_request(s, req->keys); !can) co_return fail(can.error());
   if (!req->events) {
     auto sub = s.builds->submit(req->keys, req->force, nullptr);
     if (!sub) co_return fail(sub.error());

@@ -9,6 +9,8 @@
 #include <boost/beast/http.hpp>
 #include <spdlog/spdlog.h>
 
+#include "loopback_endpoint.hpp"
+
 namespace kiln::daemon {
 
 namespace asio = boost::asio;
@@ -19,25 +21,16 @@ using asio::ip::tcp;
 MetricsHttp::MetricsHttp(asio::io_context& io, Render render) : io_(io), acceptor_(io), render_(std::move(render)) {}
 
 Result<std::unique_ptr<MetricsHttp>> MetricsHttp::start(asio::io_context& io, const std::string& listen, Render render) {
-  auto colon = listen.rfind(':');
-  std::string host = listen.substr(0, colon);
-  if (host == "localhost") host = "127.0.0.1";
-  if (host.size() > 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
-  auto port = static_cast<unsigned short>(std::stoul(listen.substr(colon + 1)));
+  auto ep = parse_loopback_endpoint("metrics_listen", listen, "127.0.0.1:9464");
+  if (!ep) return std::move(ep).error();
   boost::system::error_code ec;
-  auto addr = asio::ip::make_address(host, ec);
-  if (ec || !addr.is_loopback())
-    return make_error(Errc::invalid_argument, "metrics_listen must be a loopback address; got " + listen);
   std::unique_ptr<MetricsHttp> m(new MetricsHttp(io, std::move(render)));
-  tcp::endpoint ep(addr, port);
-  m->acceptor_.open(ep.protocol(), ec);
+  m->acceptor_.open(ep->protocol(), ec);
   if (!ec) m->acceptor_.set_option(asio::socket_base::reuse_address(true), ec);
-  if (!ec) m->acceptor_.bind(ep, ec);
+  if (!ec) m->acceptor_.bind(*ep, ec);
   if (!ec) m->acceptor_.listen(64, ec);
   if (ec) return make_error(Errc::io_error, "metrics endpoint: cannot listen on " + listen + ": " + ec.message());
-  auto bound = m->acceptor_.local_endpoint();
-  std::string h = bound.address().is_v6() ? "[" + bound.address().to_string() + "]" : bound.address().to_string();
-  m->url_ = "http://" + h + ":" + std::to_string(bound.port()) + "/metrics";
+  m->url_ = "http://" + endpoint_text(m->acceptor_.local_endpoint()) + "/metrics";
   asio::co_spawn(io, m->accept_loop(), asio::detached);
   return m;
 }

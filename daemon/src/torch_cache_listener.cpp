@@ -11,6 +11,7 @@
 #include <spdlog/spdlog.h>
 
 #include "close_log.hpp"
+#include "loopback_endpoint.hpp"
 #include "make_room.hpp"
 #include "unix_listener.hpp"
 
@@ -42,22 +43,14 @@ Result<std::unique_ptr<TorchCacheListener>> TorchCacheListener::create(asio::io_
     l->created_socket_ = true;
   }
   if (!tc.listen.empty()) {
-    auto colon = tc.listen.rfind(':');
-    std::string host = tc.listen.substr(0, colon);
-    if (host == "localhost") host = "127.0.0.1";
-    if (host.size() > 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
-    auto addr = asio::ip::make_address(host, ec);
-    if (ec || !addr.is_loopback())
-      return make_error(Errc::invalid_argument, "torch_cache.listen: " + tc.listen + " is not a loopback address");
-    asio::ip::tcp::endpoint ep(addr, static_cast<unsigned short>(std::stoi(tc.listen.substr(colon + 1))));
-    l->tcp_.open(ep.protocol(), ec);
+    auto ep = parse_loopback_endpoint("torch_cache.listen", tc.listen, "127.0.0.1:6379");
+    if (!ep) return std::move(ep).error();
+    l->tcp_.open(ep->protocol(), ec);
     if (!ec) l->tcp_.set_option(asio::socket_base::reuse_address(true), ec);
-    if (!ec) l->tcp_.bind(ep, ec);
+    if (!ec) l->tcp_.bind(*ep, ec);
     if (!ec) l->tcp_.listen(512, ec);
     if (ec) return make_error(Errc::io_error, "torch_cache.listen " + tc.listen + ": " + ec.message());
-    auto bound = l->tcp_.local_endpoint(ec);
-    l->tcp_address_ = (addr.is_v6() ? "[" + addr.to_string() + "]" : addr.to_string()) + ":" +
-                      std::to_string(bound.port());
+    l->tcp_address_ = endpoint_text(l->tcp_.local_endpoint(ec));
   }
   return l;
 }

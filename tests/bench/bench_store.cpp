@@ -34,6 +34,7 @@
 #include "kiln/digest.hpp"
 #include "kiln/key.hpp"
 #include "kiln/storage/store.hpp"
+#include "sample_key.hpp"
 
 namespace {
 
@@ -163,20 +164,7 @@ void plain_read(const std::filesystem::path& p, std::vector<std::byte>& buf) {
 }
 
 kiln::Key key_for(int n) {
-  kiln::Key k;
-  k.model_hash = kiln::sha256(std::string_view("bench-model")).hex();
-  k.region = "Block" + std::to_string(n);
-  k.gpu_arch = "sm_90";
-  k.gpu_name = "NVIDIA H200";
-  k.torch_version = "2.11.0";
-  k.torch_git = "x";
-  k.cuda_version = "13.0";
-  k.triton_version = "3.6.0";
-  k.platform = "linux";
-  k.machine = "x86_64";
-  k.cpu_isa = "avx512";
-  k.dtype = "bfloat16";
-  return k;
+  return kiln::test::sample_key("Block" + std::to_string(n), kiln::sha256(std::string_view("bench-model")).hex());
 }
 
 struct Row {

@@ -97,6 +97,29 @@ TEST_CASE("validation refuses a non-loopback metrics address and out-of-range fr
   CHECK_FALSE(validate(c));
 }
 
+// One reader of loopback listen options (daemon/src/loopback_endpoint.hpp): what the
+// configuration accepts is what the listeners bind.
+TEST_CASE("listen addresses are loopback host:port, in every spelling kiln documents") {
+  Config c = default_config();
+  for (const char* ok : {"127.0.0.1:9464", "localhost:0", "[::1]:6379", "::1:6379", "127.0.0.1:65535"}) {
+    c.metrics_listen = ok;
+    CHECK_MESSAGE(validate(c), ok);
+  }
+  const std::pair<const char*, const char*> refused[] = {
+      {"127.0.0.1", "must be host:port, e.g. 127.0.0.1:9464"},
+      {"0.0.0.0:9464", "must be a loopback address (127.0.0.1 or [::1]); got 0.0.0.0"},
+      {"example.com:9464", "must be a loopback address"},
+      {"127.0.0.1:65536", "port must be 0..65535"},
+      {"127.0.0.1:94x", "port must be 0..65535"},
+      {"127.0.0.1:", "port must be 0..65535"}};
+  for (const auto& [listen, why] : refused) {
+    c.metrics_listen = listen;
+    auto st = validate(c);
+    REQUIRE_FALSE_MESSAGE(st, listen);
+    CHECK_MESSAGE(st.error().message.find(std::string("metrics_listen ") + why) == 0, st.error().message);
+  }
+}
+
 TEST_CASE("[torch_cache] durability is deferred by default; sync, deferred and its bound are read; others are refused by name") {
   Config c = default_config();
   CHECK(c.torch_cache.durability == TorchCacheConfig::Durability::deferred);

@@ -4,6 +4,7 @@
 #include <set>
 
 #include "kiln/key.hpp"
+#include "sample_key.hpp"
 
 using kiln::Dim;
 using kiln::Errc;
@@ -11,23 +12,10 @@ using kiln::Key;
 
 namespace {
 
+// The tests' sample key with a second input, a call and compile options: every field set.
 Key full_key() {
-  Key k;
-  k.kind = kiln::ArtifactKind::aoti;
-  k.model_hash = std::string(64, 'a');
-  k.region = "FluxSingleTransformerBlock";
-  k.gpu_arch = "sm_90";
-  k.gpu_name = "NVIDIA H200";
-  k.torch_version = "2.11.0+cu130";
-  k.torch_git = "0123abcd";
-  k.cuda_version = "13.0";
-  k.triton_version = "3.6.0";
-  k.platform = "linux";
-  k.machine = "x86_64";
-  k.cpu_isa = "avx512";
-  k.dtype = "bfloat16";
-  k.inputs = {{{Dim::fixed(1), Dim{1, 4096}, Dim::fixed(3072)}, "bfloat16", "strided"},
-              {{Dim::fixed(1), Dim::fixed(3072)}, "float32", "strided"}};
+  Key k = kiln::test::sample_key();
+  k.inputs.push_back({{Dim::fixed(1), Dim::fixed(3072)}, "float32", "strided"});
   // The call as diffusers makes it: keyword arguments only, a None among them.
   k.call = R"({"args": [], "kwargs": {"temb": {"tensor": 1}, "hidden_states": {"tensor": 0},
                "joint_attention_kwargs": {"const": null}}})";

@@ -2,28 +2,13 @@
 #include <doctest/doctest.h>
 
 #include "kiln/protocol/messages.hpp"
+#include "sample_key.hpp"
 
 using namespace kiln;
 using namespace kiln::protocol;
 
 namespace {
-Key complete_key() {
-  Key k;
-  k.model_hash = std::string(64, 'a');
-  k.region = "full";
-  k.gpu_arch = "sm_90";
-  k.gpu_name = "NVIDIA H200";
-  k.torch_version = "2.11.0";
-  k.torch_git = "g";
-  k.cuda_version = "13.0";
-  k.triton_version = "3.6.0";
-  k.platform = "linux";
-  k.machine = "x86_64";
-  k.cpu_isa = "avx512";
-  k.dtype = "bfloat16";
-  k.inputs = {TensorSpec{{Dim::fixed(1), Dim{1, 64}}, "bfloat16", "strided"}};
-  return k;
-}
+Key complete_key() { return test::sample_key("full"); }
 }  // namespace
 
 TEST_CASE("requests and replies round-trip") {

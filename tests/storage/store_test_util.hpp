@@ -8,26 +8,14 @@
 
 #include "kiln/key.hpp"
 #include "kiln/storage/store.hpp"
+#include "sample_key.hpp"
 
 namespace kiln::test {
 
 // A complete key; `n` varies the region so that each n gives a distinct key.
 inline Key make_key(int n, const std::string& gpu_arch = "sm_90") {
-  Key k;
-  k.kind = ArtifactKind::aoti;
-  k.model_hash = sha256(std::string_view("model")).hex();
-  k.region = "Block" + std::to_string(n);
+  Key k = sample_key("Block" + std::to_string(n), sha256(std::string_view("model")).hex());
   k.gpu_arch = gpu_arch;
-  k.gpu_name = "NVIDIA H200";
-  k.torch_version = "2.11.0+cu130";
-  k.torch_git = "abc123";
-  k.cuda_version = "13.0";
-  k.triton_version = "3.6.0";
-  k.platform = "linux";
-  k.machine = "x86_64";
-  k.cpu_isa = "avx512";
-  k.dtype = "bfloat16";
-  k.inputs = {{{Dim::fixed(1), Dim{1, 4096}, Dim::fixed(3072)}, "bfloat16", "strided"}};
   k.compile_options = R"({"mode":"max-autotune"})";  // canonical: read back as given
   return k;
 }

@@ -157,13 +157,13 @@ class Core {
     r.toolchain_error = probed_.toolchain_error;
     r.refusal = probed_.refusal;
     std::lock_guard lock(mu_);
+    r.build_seconds = build_seconds_;
     for (std::size_t s = 0; s < probed_.slots.size(); ++s)
       r.slots.push_back(SlotReport{probed_.slots[s], queues_[s].size(), running_[s]});
     r.builds_started = started_;
     r.builds_ok = ok_;
     r.builds_failed = failed_;
     r.builds_cancelled = cancelled_;
-    r.build_seconds = build_seconds_;
     return r;
   }
 

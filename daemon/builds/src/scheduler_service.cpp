@@ -159,6 +159,9 @@ class SchedulerService final : public daemon::BuildService {
   proto::GpuReport gpu_report() const override {
     const NodeReport node = scheduler_.report();
     proto::GpuReport r;
+    // The reason every build request is refused for (scheduler.cpp, buildable_slots).
+    r.builds_note = node.refusal;
+    r.build_seconds = node.build_seconds;
     for (const auto& g : node.gpus)
       r.gpus.push_back({static_cast<std::uint32_t>(g.index), g.name, g.arch, g.memory_bytes, g.uuid});
     if (r.gpus.empty()) r.note = node.gpu_note.empty() ? "GPUs were not probed ([builds] probe_gpus = false)" : node.gpu_note;
@@ -168,9 +171,6 @@ class SchedulerService final : public daemon::BuildService {
     r.builds_succeeded = node.builds_ok;
     r.builds_failed = node.builds_failed;
     r.builds_cancelled = node.builds_cancelled;
-    r.build_seconds = node.build_seconds;
-    // The reason every build request is refused for (scheduler.cpp, buildable_slots).
-    r.builds_note = node.refusal;
     return r;
   }
 

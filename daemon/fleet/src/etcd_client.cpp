@@ -1,5 +1,6 @@
 // etcd's v3 JSON gateway. See kiln/fleet/etcd_client.hpp and schema/etcd-coordination.md.
 #include "kiln/fleet/etcd_client.hpp"
+#include "kiln/base64.hpp"
 
 #include <charconv>
 

@@ -1,6 +1,7 @@
 // A node's membership in a fleet: start, pulls. Pushes are in fleet_push.cpp, status and
 // metrics in fleet_status.cpp. See kiln/fleet/fleet.hpp.
 #include "kiln/fleet/fleet.hpp"
+#include "kiln/base64.hpp"
 
 #include <ctime>
 

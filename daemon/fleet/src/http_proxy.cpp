@@ -5,6 +5,7 @@
 #include <cstdlib>
 
 #include "kiln/fleet/http_client.hpp"
+#include "kiln/base64.hpp"
 
 namespace kiln::fleet {
 

@@ -1,5 +1,6 @@
 // Pushes a signature. See kiln/fleet/publish.hpp.
 #include "kiln/fleet/publish.hpp"
+#include "kiln/base64.hpp"
 
 #include <nlohmann/json.hpp>
 

@@ -10,7 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "kiln/fleet/http_client.hpp"  // base64
+#include "kiln/base64.hpp"
 #include "kiln/oci/descriptor.hpp"
 
 namespace kiln::fleet {
@@ -93,6 +93,17 @@ SigningKey::~SigningKey() {
   if (pkey_) EVP_PKEY_free(static_cast<EVP_PKEY*>(pkey_));
 }
 
+Result<SigningKey> SigningKey::adopt(void* raw, std::string name) {
+  PkeyPtr pkey(static_cast<EVP_PKEY*>(raw), &EVP_PKEY_free);
+  auto pub = public_of(pkey.get(), name);
+  if (!pub) return std::move(pub).error();
+  SigningKey k;
+  k.name_ = std::move(name);
+  k.public_ = std::move(*pub);
+  k.pkey_ = pkey.release();
+  return k;
+}
+
 Result<SigningKey> SigningKey::load(const std::filesystem::path& file, std::string name) {
   if (!valid_key_name(name)) {
     return make_error(Errc::invalid_argument, "signing key name '" + name.substr(0, 64) + "' must be 1-64 of [A-Za-z0-9._-]");
@@ -105,13 +116,7 @@ Result<SigningKey> SigningKey::load(const std::filesystem::path& file, std::stri
   if (EVP_PKEY_id(raw) != EVP_PKEY_ED25519) {
     return make_error(Errc::invalid_argument, "signing key file " + file.string() + " is not an ed25519 key");
   }
-  auto pub = public_of(raw, name);
-  if (!pub) return std::move(pub).error();
-  SigningKey k;
-  k.name_ = std::move(name);
-  k.public_ = std::move(*pub);
-  k.pkey_ = pkey.release();
-  return k;
+  return adopt(pkey.release(), std::move(name));
 }
 
 Result<SigningKey> SigningKey::generate(std::string name) {
@@ -121,13 +126,7 @@ Result<SigningKey> SigningKey::generate(std::string name) {
   EVP_PKEY* raw = EVP_PKEY_Q_keygen(nullptr, nullptr, "ED25519");
   if (!raw) return make_error(Errc::internal, "ed25519 key generation failed");
   PkeyPtr pkey(raw, &EVP_PKEY_free);
-  auto pub = public_of(raw, name);
-  if (!pub) return std::move(pub).error();
-  SigningKey k;
-  k.name_ = std::move(name);
-  k.public_ = std::move(*pub);
-  k.pkey_ = pkey.release();
-  return k;
+  return adopt(pkey.release(), std::move(name));
 }
 
 std::string SigningKey::private_pem() const {

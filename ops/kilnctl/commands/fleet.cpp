@@ -16,6 +16,7 @@
 #include "kilnctl/commands/commands.hpp"
 #include "kilnctl/commands/fleet_transfer.hpp"
 #include "kilnctl/exit_codes.hpp"
+#include "kiln/base64.hpp"
 
 namespace kiln::ctl {
 
@@ -55,8 +56,7 @@ Result<std::pair<std::string, std::string>> generate(const std::string& name) {
   if (EVP_PKEY_get_raw_public_key(key.get(), raw, &len) != 1 || len != 32) {
     return make_error(Errc::internal, "cannot read the new key's public half");
   }
-  char b64[64] = {};
-  EVP_EncodeBlock(reinterpret_cast<unsigned char*>(b64), raw, 32);
+  const std::string b64 = base64_encode(std::as_bytes(std::span(raw)));
   std::unique_ptr<BIO, decltype(&BIO_free)> bio(BIO_new(BIO_s_mem()), &BIO_free);
   PEM_write_bio_PrivateKey(bio.get(), key.get(), nullptr, nullptr, 0, nullptr, nullptr);
   char* data = nullptr;

@@ -8,19 +8,14 @@
 // for many clients at once); the destructor then waits for every `answer` to return.
 #pragma once
 
-#include <netinet/in.h>
 #include <poll.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <functional>
-#include <mutex>
 #include <string>
-#include <thread>
-#include <vector>
 
-#include <doctest/doctest.h>
+#include "loopback_acceptor.hpp"
 
 namespace kiln::test {
 
@@ -31,45 +26,22 @@ class LoopbackHttpServer {
 
   // Serves at most `max_connections` connections (0: any number), then accepts no more.
   explicit LoopbackHttpServer(Answer answer, int max_connections = 0, Serving serving = Serving::one_at_a_time)
-      : answer_(std::move(answer)) {
-    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    REQUIRE(::bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
-    socklen_t len = sizeof a;
-    ::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len);
-    port_ = ntohs(a.sin_port);
-    REQUIRE(::listen(fd_, 8) == 0);
-    thread_ = std::thread([this, max_connections, serving] {
-      for (int served = 0; max_connections == 0 || served < max_connections; ++served) {
-        const int c = ::accept(fd_, nullptr, nullptr);
-        if (c < 0) return;  // the destructor shut the listener down
-        connections_++;
-        if (serving == Serving::concurrently) {
-          std::lock_guard lock(mu_);
-          each_.emplace_back([this, c] {
-            serve(c);
-            ::close(c);
-          });
-          continue;
-        }
-        serve(c);
-        ::close(c);
-      }
-    });
-  }
-  ~LoopbackHttpServer() {
-    ::shutdown(fd_, SHUT_RDWR);
-    ::close(fd_);
-    thread_.join();
-    std::lock_guard lock(mu_);
-    for (auto& t : each_) t.join();
-  }
+      : answer_(std::move(answer)),
+        acceptor_(
+            [this, serving](int c) {
+              connections_++;
+              auto one = [this, c] {
+                serve(c);
+                ::close(c);
+              };
+              if (serving == Serving::concurrently) acceptor_.spawn(one);
+              else one();
+            },
+            max_connections) {}
   LoopbackHttpServer(const LoopbackHttpServer&) = delete;
   LoopbackHttpServer& operator=(const LoopbackHttpServer&) = delete;
 
-  std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
+  std::string url() const { return acceptor_.url(); }
   int connections() const { return connections_; }
   int requests() const { return requests_; }
 
@@ -92,12 +64,8 @@ class LoopbackHttpServer {
   }
 
   Answer answer_;
-  int fd_ = -1;
-  int port_ = 0;
   std::atomic<int> connections_{0}, requests_{0};
-  std::thread thread_;
-  std::mutex mu_;
-  std::vector<std::thread> each_;  // guarded by mu_: Serving::concurrently's connections
+  LoopbackAcceptor acceptor_;  // last: stops first
 };
 
 // Writes `s` to the connection (a test's reply; a short write fails the client's test).

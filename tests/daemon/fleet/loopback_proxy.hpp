@@ -13,55 +13,20 @@
 #include <unistd.h>
 
 #include <atomic>
-#include <list>
-#include <mutex>
 #include <string>
-#include <thread>
-#include <tuple>
-#include <utility>
 
-#include <doctest/doctest.h>
+#include "loopback_acceptor.hpp"
 
 namespace kiln::test {
 
-// A listening TCP socket on 127.0.0.1 and a port the kernel chose; {fd, port}.
-inline std::pair<int, int> listen_on_loopback() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t size = sizeof addr;
-  const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&addr), size) == 0 && ::listen(fd, 16) == 0 &&
-                  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &size) == 0;
-  REQUIRE_MESSAGE(ok, "cannot listen on a loopback port");
-  return {fd, ntohs(addr.sin_port)};
-}
-
 class LoopbackProxy {
  public:
-  LoopbackProxy() {
-    std::tie(fd_, port_) = listen_on_loopback();
-    acceptor_ = std::thread([this] {
-      for (;;) {
-        const int c = ::accept(fd_, nullptr, nullptr);
-        if (c < 0) return;  // the destructor shut the listener down
-        std::lock_guard lock(mu_);
-        threads_.emplace_back([this, c] { serve(c); });
-      }
-    });
-  }
-  ~LoopbackProxy() {
-    stopping_ = true;
-    ::shutdown(fd_, SHUT_RDWR);
-    ::close(fd_);
-    acceptor_.join();
-    std::lock_guard lock(mu_);
-    for (auto& t : threads_) t.join();
-  }
+  LoopbackProxy() : acceptor_([this](int c) { acceptor_.spawn([this, c] { serve(c); }); }) {}
+  ~LoopbackProxy() { stopping_ = true; }  // tunnels end; then acceptor_ joins them
   LoopbackProxy(const LoopbackProxy&) = delete;
   LoopbackProxy& operator=(const LoopbackProxy&) = delete;
 
-  std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
+  std::string url() const { return acceptor_.url(); }
   int tunnels() const { return tunnels_; }    // CONNECTs answered 200
   int forwards() const { return forwards_; }  // connections of absolute-form requests
 
@@ -131,13 +96,9 @@ class LoopbackProxy {
     ::close(c);
   }
 
-  int fd_ = -1;
-  int port_ = 0;
   std::atomic<bool> stopping_{false};
   std::atomic<int> tunnels_{0}, forwards_{0};
-  std::thread acceptor_;
-  std::mutex mu_;
-  std::list<std::thread> threads_;  // guarded by mu_
+  LoopbackAcceptor acceptor_;  // last: stops first
 };
 
 }  // namespace kiln::test

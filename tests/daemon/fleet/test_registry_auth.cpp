@@ -19,6 +19,7 @@
 #include "kiln/fleet/registry_auth.hpp"
 #include "kiln/fleet/registry_client.hpp"
 #include "loopback_http_server.hpp"
+#include "kiln/base64.hpp"
 #include "loopback_proxy.hpp"
 #include "registry_fixture.hpp"
 #include "temp_dir.hpp"

@@ -56,11 +56,3 @@ TEST_CASE("PayloadsThatAreNotKilnsAreCorrupt") {
   CHECK(parse_payload(R"({"critical":{"type":"x","image":{}},"optional":{}})").error().code == Errc::corrupt);
 }
 
-TEST_CASE("Base64RoundTrips") {
-  for (std::string s : {"", "a", "ab", "abc", "abcd", "user:password"}) {
-    auto enc = base64_encode(std::as_bytes(std::span(s.data(), s.size())));
-    auto dec = base64_decode(enc);
-    REQUIRE(dec.has_value());
-    CHECK(std::string(reinterpret_cast<const char*>(dec->data()), dec->size()) == s);
-  }
-}

@@ -27,6 +27,7 @@
 #include <doctest/doctest.h>
 #include <nlohmann/json.hpp>
 
+#include "kiln/base64.hpp"
 #include "kiln/fleet/http_client.hpp"
 #include "kiln/fleet/options.hpp"
 #include "loopback_http_server.hpp"
@@ -36,7 +37,7 @@
 
 namespace kiln::test::token_registry {
 
-using kiln::fleet::base64_encode;
+using kiln::base64_encode;
 using kiln::fleet::FleetConfig;
 
 inline constexpr const char* kUser = "kiln";
@@ -90,23 +91,12 @@ inline std::string header_of(const std::string& head, const std::string& name) {
 class RequestServer {
  public:
   using Answer = std::function<void(int fd, const std::string& head, const std::string& body)>;
-  explicit RequestServer(Answer answer) : answer_(std::move(answer)) {
-    std::tie(fd_, port_) = test::listen_on_loopback();
-    thread_ = std::thread([this] {
-      for (;;) {
-        const int c = ::accept(fd_, nullptr, nullptr);
-        if (c < 0) return;  // the destructor shut the listener down
-        serve(c);
-        ::close(c);
-      }
-    });
-  }
-  ~RequestServer() {
-    ::shutdown(fd_, SHUT_RDWR);
-    ::close(fd_);
-    thread_.join();
-  }
-  std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
+  explicit RequestServer(Answer answer)
+      : answer_(std::move(answer)), acceptor_([this](int c) {
+          serve(c);
+          ::close(c);
+        }) {}
+  std::string url() const { return acceptor_.url(); }
 
  private:
   void serve(int c) {
@@ -130,9 +120,7 @@ class RequestServer {
   }
 
   Answer answer_;
-  int fd_ = -1;
-  int port_ = 0;
-  std::thread thread_;
+  test::LoopbackAcceptor acceptor_;  // last: stops first
 };
 
 // A token issuer as docker's auth servers behave: basic credentials (or a refresh token)

@@ -12,22 +12,14 @@
 
 #include "kiln/digest.hpp"
 #include "kiln/protocol/messages.hpp"
+#include "sample_key.hpp"
+#include "unix_socket.hpp"
 
 namespace kiln::test {
 
 namespace proto = kiln::protocol;
 
-RawClient::RawClient(const std::filesystem::path& socket) {
-  fd_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  std::strncpy(addr.sun_path, socket.c_str(), sizeof(addr.sun_path) - 1);
-  if (::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
-    int e = errno;
-    ::close(fd_);
-    throw std::runtime_error("connect " + socket.string() + ": " + std::strerror(e));
-  }
-}
+RawClient::RawClient(const std::filesystem::path& socket) : fd_(connect_unix(socket)) {}
 
 RawClient::~RawClient() {
   for (int fd : fds_) ::close(fd);
@@ -185,24 +177,7 @@ RawFrame RawClient::put(const Key& key, const std::string& bytes, std::size_t ch
   return std::move(*r);
 }
 
-Key test_key(const std::string& seed) {
-  Key k;
-  k.kind = ArtifactKind::aoti;
-  k.model_hash = sha256(seed).hex();
-  k.region = "FluxSingleTransformerBlock";
-  k.gpu_arch = "sm_90";
-  k.gpu_name = "NVIDIA H200";
-  k.torch_version = "2.11.0+cu130";
-  k.torch_git = "abc123";
-  k.cuda_version = "13.0";
-  k.triton_version = "3.6.0";
-  k.platform = "linux";
-  k.machine = "x86_64";
-  k.cpu_isa = "avx512";
-  k.dtype = "bfloat16";
-  k.inputs = {TensorSpec{{Dim::fixed(1), Dim{1, 4096}, Dim::fixed(3072)}, "bfloat16", "strided"}};
-  return k;
-}
+Key test_key(const std::string& seed) { return sample_key("FluxSingleTransformerBlock", sha256(seed).hex()); }
 
 std::string read_fd(int fd) {
   std::string out;

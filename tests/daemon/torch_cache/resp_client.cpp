@@ -10,6 +10,8 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "unix_socket.hpp"
+
 namespace kiln::test {
 
 const RespReply* RespReply::get(const std::string& key) const {
@@ -18,16 +20,7 @@ const RespReply* RespReply::get(const std::string& key) const {
   return nullptr;
 }
 
-RespClient::RespClient(const std::filesystem::path& socket) {
-  fd_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  std::strncpy(addr.sun_path, socket.c_str(), sizeof(addr.sun_path) - 1);
-  if (::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
-    ::close(fd_);
-    throw std::runtime_error("cannot connect to " + socket.string() + ": " + std::strerror(errno));
-  }
-}
+RespClient::RespClient(const std::filesystem::path& socket) : fd_(connect_unix(socket)) {}
 
 RespClient::~RespClient() { ::close(fd_); }
 

@@ -10,6 +10,7 @@
 
 #include "kiln/key.hpp"
 #include "kiln/oci/layout.hpp"
+#include "sample_key.hpp"
 
 namespace kiln::oci::test_util {
 
@@ -48,21 +49,8 @@ inline std::string read_all(const LayoutReader& r, const Descriptor& d) {
 }
 
 inline Key sample_key(std::string region, ArtifactKind kind = ArtifactKind::aoti, char hash = 'a') {
-  Key k;
+  Key k = kiln::test::sample_key(std::move(region), std::string(64, hash));
   k.kind = kind;
-  k.model_hash = std::string(64, hash);
-  k.region = std::move(region);
-  k.gpu_arch = "sm_90";
-  k.gpu_name = "NVIDIA H200";
-  k.torch_version = "2.11.0+cu130";
-  k.torch_git = "0123abcd";
-  k.cuda_version = "13.0";
-  k.triton_version = "3.6.0";
-  k.platform = "linux";
-  k.machine = "x86_64";
-  k.cpu_isa = "avx512";
-  k.dtype = "bfloat16";
-  k.inputs = {{{Dim::fixed(1), Dim{1, 4096}, Dim::fixed(3072)}, "bfloat16", "strided"}};
   k.compile_options = R"({"mode":"max-autotune"})";
   return k;
 }

@@ -106,7 +106,5 @@ class HttpClient {
 Result<std::string> basic_authorization_from_file(const std::filesystem::path& file);
 // "Bearer <token>" from a file holding the token.
 Result<std::string> bearer_authorization_from_file(const std::filesystem::path& file);
-std::string base64_encode(std::span<const std::byte> data);
-std::optional<std::vector<std::byte>> base64_decode(std::string_view text);
 
 }  // namespace kiln::fleet

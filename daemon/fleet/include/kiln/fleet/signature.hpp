@@ -59,6 +59,9 @@ class SigningKey {
 
  private:
   SigningKey() = default;
+  // Takes `pkey` (an ed25519 EVP_PKEY*, owned from now on, freed on failure): load and
+  // generate end here.
+  static Result<SigningKey> adopt(void* pkey, std::string name);
   std::string name_;
   PublicKey public_;
   void* pkey_ = nullptr;  // EVP_PKEY*
