@@ -8,6 +8,10 @@ def cpu_isa():
     # kernels; the key writes it lower case (schema/key.md).
     try:
         from torch._inductor.cpu_vec_isa import pick_vec_isa
+
+        import isa_probe
+
+        isa_probe.faster_isa_probes()
         isa = str(pick_vec_isa()).lower()
         return isa or "none"
     except Exception:  # noqa: BLE001 - old torch or no vectorization support

@@ -75,21 +75,21 @@ def test_a_weight_aotinductor_folds_into_the_package_is_found_by_name(tmp_path):
 
 
 def test_the_isa_probe_child_loads_without_importing_torch(tmp_path, monkeypatch):
-    """aoti.faster_isa_probes on a torch whose ISA probe child imports torch (VecISA without
+    """isa_probe.faster_isa_probes on a torch whose ISA probe child imports torch (VecISA without
     _probe_load): the child it installs dlopens a probe library that needs libtorch's
     libraries through LD_LIBRARY_PATH, without `import torch`; without that path it falls
     back to importing torch; a library that is not there still fails the probe."""
     import subprocess
 
-    import aoti
+    import isa_probe
     from torch._inductor import cpu_vec_isa
 
     if hasattr(cpu_vec_isa.VecISA, "_probe_load"):
         monkeypatch.delattr(cpu_vec_isa.VecISA, "_probe_load")
     monkeypatch.setattr(cpu_vec_isa.VecISA, "_avx_py_load", "import torch", raising=False)
     monkeypatch.setenv("LD_LIBRARY_PATH", "/nonexistent")
-    assert aoti.faster_isa_probes()
-    assert cpu_vec_isa.VecISA._avx_py_load == aoti._FAST_ISA_PROBE
+    assert isa_probe.faster_isa_probes()
+    assert cpu_vec_isa.VecISA._avx_py_load == isa_probe._FAST_ISA_PROBE
     lib = os.path.join(os.path.dirname(torch.__file__), "lib")
     assert os.environ["LD_LIBRARY_PATH"] == f"{lib}:/nonexistent"
     # A probe library as Inductor's: it needs libc10 and has no rpath to find it.
@@ -98,7 +98,7 @@ def test_the_isa_probe_child_loads_without_importing_torch(tmp_path, monkeypatch
                     "-Wl,--no-as-needed", "-lc10"], input="int kiln_probe() { return 1; }", text=True, check=True)
 
     def child(path, env):
-        code = aoti._FAST_ISA_PROBE.replace("__lib_path__", str(path))
+        code = isa_probe._FAST_ISA_PROBE.replace("__lib_path__", str(path))
         code += "\nimport sys\nsys.exit(3 if 'torch' in sys.modules else 0)\n"
         return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True).returncode
 
