@@ -9,8 +9,11 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <cstddef>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
@@ -49,6 +52,40 @@ Result<gid_t> resolve_group(const std::string& name) {
   return out->gr_gid;
 }
 
+// The "Seccomp:" mode and "Seccomp_filters:" count (Linux 5.9+; -1 before) of a process,
+// from /proc/<pid>/status; nullopt when it cannot be read (the process is gone).
+struct SeccompState {
+  int mode = 0;
+  int filters = -1;
+};
+std::optional<SeccompState> seccomp_state(const std::string& pid) {
+  FILE* f = std::fopen(("/proc/" + pid + "/status").c_str(), "re");
+  if (!f) return std::nullopt;
+  SeccompState st;
+  bool seen = false;
+  char line[256];
+  while (std::fgets(line, sizeof line, f)) {
+    if (std::sscanf(line, "Seccomp: %d", &st.mode) == 1) seen = true;
+    std::sscanf(line, "Seccomp_filters: %d", &st.filters);
+  }
+  std::fclose(f);
+  if (!seen) return std::nullopt;
+  return st;
+}
+
+// Whether process `pid` of kilnd's own user runs under more seccomp filters than kilnd: a
+// build worker's sandbox adds one (filters are inherited and cannot be dropped, so nothing a
+// worker starts loses it). Without the filter count (kernels before 5.9): filtered while
+// kilnd is not.
+bool below_kilnd(pid_t pid) {
+  static const std::optional<SeccompState> own = seccomp_state("self");
+  const auto theirs = seccomp_state(std::to_string(pid));
+  if (!theirs) return true;  // gone, or invisible: not checkable, not trusted
+  if (!own) return false;    // kilnd cannot read its own status: no /proc to go by
+  if (own->filters >= 0 && theirs->filters >= 0) return theirs->filters > own->filters;
+  return theirs->mode == 2 && own->mode != 2;
+}
+
 }  // namespace
 
 Result<PeerCred> peer_credentials(int fd) {
@@ -74,6 +111,19 @@ Result<PeerCred> peer_credentials(int fd) {
     groups.resize(glen / sizeof(gid_t) + 16);
   }
 #endif
+  // Only kilnd's own user can be mistaken for kilnd's owner (trust_owner, admin_users);
+  // workers of another user ([builds] worker_user) get what [access] gives that user. Not
+  // for a kilnd run as root: root clients in a container run under the container's filter
+  // too, and such a kilnd's workers are root unless worker_user says otherwise (SECURITY.md).
+  if (p.uid == ::geteuid() && p.uid != 0 && below_kilnd(p.pid)) {
+    p.in_worker_sandbox = true;
+    static std::atomic<std::int64_t> last_warned{0};
+    const std::int64_t now = std::chrono::duration_cast<std::chrono::seconds>(
+                                 std::chrono::steady_clock::now().time_since_epoch()).count();
+    if (std::int64_t was = last_warned.load(); now - was >= 10 && last_warned.compare_exchange_strong(was, now))
+      spdlog::warn("access: a connection from pid {} (uid {}) comes from inside a build worker's sandbox: it gets no "
+                   "role (at most one such line per 10 s)", p.pid, p.uid);
+  }
   return p;
 }
 
@@ -136,6 +186,7 @@ Result<AccessPolicy> AccessPolicy::make(const AccessConfig& c, std::optional<gid
 
 protocol::Role AccessPolicy::role_of(const PeerCred& p) const {
   using protocol::Role;
+  if (p.in_worker_sandbox) return Role::none;
   if (trust_owner_ && (p.uid == owner_ || p.uid == 0)) return Role::admin;
   if (admin_.matches(p)) return Role::admin;
   if (put_.matches(p)) return Role::put;

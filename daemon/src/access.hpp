@@ -21,6 +21,12 @@ struct PeerCred {
   uid_t uid = 0;
   gid_t gid = 0;
   std::vector<gid_t> groups;   // supplementary groups (SO_PEERGROUPS), primary included
+  // A process of kilnd's own user (not root) under more seccomp filters than kilnd: a build
+  // worker in its sandbox, or something it started (kiln/builds/worker_sandbox.hpp). It gets
+  // no role, whatever [access] says of its user: a worker a crafted source took over must not
+  // be kilnd's owner on its socket. Also true when such a peer's /proc status cannot be
+  // read (it exited right after connecting): what cannot be checked is not trusted.
+  bool in_worker_sandbox = false;
 };
 
 // Credentials of the process at the other end of a connected Unix socket.
@@ -40,7 +46,8 @@ class AccessPolicy {
   // config still used the old write role (AccessConfig::legacy_write).
   static Result<AccessPolicy> make(const AccessConfig& config, std::optional<gid_t> socket_group = std::nullopt);
 
-  // The highest role the peer holds (roles are cumulative); Role::none if none.
+  // The highest role the peer holds (roles are cumulative); Role::none if none, and for a
+  // peer in_worker_sandbox.
   protocol::Role role_of(const PeerCred& peer) const;
 
  private:

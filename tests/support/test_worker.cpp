@@ -8,7 +8,8 @@
 //    "log": "text",                 // written to stderr (the build log)
 //    "pad_bytes": 0,                // the artifact is this much longer (benchmarks)
 //    "content_file": "/path",       // the artifact is this file's bytes
-//    "probe": {"write": ["/path"]}, // try what the sandbox forbids (below)
+//    "probe": {"write": ["/path"],  // try what the sandbox forbids (below)
+//              "kiln_socket": "/path/kiln.sock"},
 //    "holds": [{"file": "/path",    // after starting, wait while this file exists...
 //               "only": "text"}]}   // ...when the output path contains this text ("" = any)
 //                                   // (tests hold a node's build, and release it)
@@ -20,7 +21,9 @@
 // starts building) and, for hang_child, "child.pid"; both are logged too. With "probe" it
 // logs one line "test worker: probe uid=<uid> gid=<gid> inet=<ok|errno name>
 // inet6=... write:<path>=<ok|errno name> ... tmp=..." before building: what the sandbox let it
-// do (an AF_INET and an AF_INET6 socket, creating each named file, a file in $TMPDIR).
+// do (an AF_INET and an AF_INET6 socket, creating each named file, a file in $TMPDIR), and
+// with "kiln_socket" " kiln_socket=roles:<the roles kilnd's HELLO reply gives it, JSON>"
+// (or the errno's name when it cannot connect).
 //
 // The toolchain op answers
 // fixed "test" versions (and cpu_isa "test-worker-isa" unless asked with "host": false), or
@@ -39,12 +42,14 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
 
+#include <array>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -56,6 +61,8 @@
 #include <nlohmann/json.hpp>
 
 #include "kiln/digest.hpp"
+#include "kiln/protocol/frame.hpp"
+#include "kiln/protocol/messages.hpp"
 
 extern char** environ;
 
@@ -94,6 +101,42 @@ void log_env() {
 // "ok" or the errno's name, for the probe line.
 std::string outcome(bool ok) { return ok ? std::string("ok") : std::string(::strerrorname_np(errno)); }
 
+// The roles kilnd's socket at `path` gives this process (its HELLO reply's), as JSON; the
+// errno's name when it cannot connect, "closed" when kilnd hangs up.
+std::string kiln_roles(const std::string& path) {
+  int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return outcome(false);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::strncpy(addr.sun_path, path.c_str(), sizeof addr.sun_path - 1);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+    std::string e = outcome(false);
+    ::close(fd);
+    return e;
+  }
+  kiln::protocol::HelloRequest hello;
+  hello.client = "test-worker";
+  const auto frame = kiln::protocol::encode_frame({.type = kiln::protocol::MsgType::hello, .request_id = 1},
+                                                  kiln::protocol::encode(hello));
+  std::string got = "closed";
+  if (::write(fd, frame.data(), frame.size()) == static_cast<ssize_t>(frame.size())) {
+    std::array<std::byte, kiln::protocol::kHeaderSize> head{};
+    std::string body;
+    if (::recv(fd, head.data(), head.size(), MSG_WAITALL) == static_cast<ssize_t>(head.size())) {
+      auto h = kiln::protocol::decode_header(head, kiln::protocol::kHardMaxFrame);
+      if (h) {
+        body.resize(h->length);
+        if (h->length == 0 || ::recv(fd, body.data(), body.size(), MSG_WAITALL) == static_cast<ssize_t>(body.size())) {
+          json reply = json::parse(body, nullptr, false);
+          got = reply.is_object() && reply.contains("roles") ? "roles:" + reply["roles"].dump() : "reply:" + body;
+        }
+      }
+    }
+  }
+  ::close(fd);
+  return got;
+}
+
 // What the sandbox let this process do (see the header comment).
 std::string probe(const json& p) {
   std::string line = "uid=" + std::to_string(::getuid()) + " gid=" + std::to_string(::getgid());
@@ -108,6 +151,7 @@ std::string probe(const json& p) {
     line += " write:" + f + "=" + outcome(fd >= 0);
     if (fd >= 0) ::close(fd);
   }
+  if (p.contains("kiln_socket")) line += " kiln_socket=" + kiln_roles(p["kiln_socket"].get<std::string>());
   const char* tmpdir = std::getenv("TMPDIR");
   const std::string in_tmp = std::string(tmpdir ? tmpdir : "/tmp") + "/test-worker-probe";
   int t = ::open(in_tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);

@@ -14,6 +14,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 
 
 namespace kiln::build {
@@ -84,6 +85,38 @@ void append_tail(std::string& log, bool& truncated, const char* data, std::size_
 
 void kill_group(pid_t pid, int sig) { ::kill(-pid, sig); }
 
+// A sandboxed worker whose command sets no TMPDIR (a source check, the toolchain probe) gets
+// a private one for its run, under kilnd's TMPDIR: the sandbox lets it write nowhere else,
+// and torch.export.load unpacks an archive there. Removed with everything in it when the
+// run ends. A build's TMPDIR is its job folder's (build_runner.cpp).
+class PrivateTmp {
+ public:
+  PrivateTmp() = default;
+  PrivateTmp(const PrivateTmp&) = delete;
+  PrivateTmp& operator=(const PrivateTmp&) = delete;
+  ~PrivateTmp() {
+    std::error_code ec;
+    if (!path_.empty()) std::filesystem::remove_all(path_, ec);
+  }
+  // "" on success (or nothing to do), else why the worker cannot be started.
+  std::string make_if_needed(WorkerSandbox& sandbox, std::map<std::string, std::string>& env) {
+    if (!sandbox.enabled || env.count("TMPDIR")) return {};
+    const char* base = std::getenv("TMPDIR");
+    std::string templ = std::string(base && *base ? base : "/tmp") + "/kiln-worker-XXXXXX";
+    if (!::mkdtemp(templ.data())) return "cannot create a TMPDIR for the worker in " + templ + ": " + std::strerror(errno);
+    path_ = templ;
+    if (sandbox.user && ::chown(templ.c_str(), sandbox.user->uid, sandbox.user->gid) != 0)
+      return "cannot give the worker's TMPDIR " + templ + " to worker_user " + sandbox.user->name + ": " +
+             std::strerror(errno);
+    env["TMPDIR"] = templ;
+    sandbox.writable.push_back(path_);
+    return {};
+  }
+
+ private:
+  std::filesystem::path path_;
+};
+
 // write(2) to a pipe whose reader is gone raises SIGPIPE in the writing thread, which
 // would kill a process that has not ignored it. Blocked for the call; a pending one is
 // consumed, so only EPIPE remains.
@@ -152,14 +185,24 @@ WorkerExit run_worker(const WorkerCommand& command, const PendingRequest& pendin
   // group, and it fires when the spawning *thread* exits, not kilnd. What a killed kilnd
   // leaves is stopped by the next kilnd's start-up sweep instead, from the group recorded
   // through on_spawn.
-  const SandboxPlan plan = SandboxPlan::prepare(command.sandbox);
+  WorkerSandbox sandbox = command.sandbox;
+  std::map<std::string, std::string> extra_env = command.env;
+  PrivateTmp tmp;
+  std::string refused = worker_user_refusal(sandbox);
+  if (refused.empty()) refused = tmp.make_if_needed(sandbox, extra_env);
+  if (!refused.empty()) {
+    result.spawn_error = refused;
+    close_fd(in.r), close_fd(in.w), close_fd(out.r), close_fd(out.w), close_fd(err.r), close_fd(err.w);
+    return result;
+  }
+  const SandboxPlan plan = SandboxPlan::prepare(sandbox);
   result.sandbox = plan.description();
   if (!plan.refusal().empty()) {
     result.spawn_error = plan.refusal();
     close_fd(in.r), close_fd(in.w), close_fd(out.r), close_fd(out.w), close_fd(err.r), close_fd(err.w);
     return result;
   }
-  const std::vector<std::string> env = build_env(command.env, command.pass_env);
+  const std::vector<std::string> env = build_env(extra_env, command.pass_env);
   const auto started = Clock::now();
   auto spawned = spawn_confined(command.argv, env, in.r, out.w, err.w, plan);
   close_fd(in.r), close_fd(out.w), close_fd(err.w);

@@ -165,6 +165,8 @@ std::string user_refusal(const std::optional<WorkerIdentity>& user) {
 
 }  // namespace
 
+std::string worker_user_refusal(const WorkerSandbox& sandbox) { return user_refusal(sandbox.user); }
+
 Result<WorkerIdentity> resolve_worker_user(const std::string& name) {
   std::vector<char> buf(16384);
   passwd pw{}, *found = nullptr;

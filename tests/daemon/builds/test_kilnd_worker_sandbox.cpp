@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
 #include <string>
 
 #include <doctest/doctest.h>
@@ -33,11 +34,13 @@ struct Built {
   std::string probe;  // the test worker's "probe" line: what it was let do
 };
 
-// Registers a test-worker source that probes `writes` and builds it; the build's log.
-Built build_probing(const test::KilndProcess& kilnd, const std::vector<std::string>& writes) {
+// Registers a test-worker source that probes `writes` (and kilnd's socket, with
+// `kiln_socket`) and builds it; the build's log.
+Built build_probing(const test::KilndProcess& kilnd, const std::vector<std::string>& writes, bool kiln_socket = false) {
   auto c = test::connect_raw(kilnd.socket());
-  const std::string hash =
-      test::put_source_text(*c, "probe.json", json{{"behavior", "ok"}, {"probe", {{"write", writes}}}}.dump());
+  json probe = {{"write", writes}};
+  if (kiln_socket) probe["kiln_socket"] = kilnd.socket().string();
+  const std::string hash = test::put_source_text(*c, "probe.json", json{{"behavior", "ok"}, {"probe", probe}}.dump());
   json built = json::parse(test::call_ok(*c, proto::MsgType::build, "{\"key\":" + test::source_key(hash).to_json() + "}"));
   REQUIRE(built["state"] == "done");
   json logs = json::parse(
@@ -52,6 +55,26 @@ Built build_probing(const test::KilndProcess& kilnd, const std::vector<std::stri
 }
 
 bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+// A kilnd that runs as the user nobody, as the shipped unit runs it as kiln: a script that
+// gives nobody the folders KilndProcess made for it (the socket's, the readiness socket,
+// the store) and drops root with setpriv before it execs kilnd.
+std::string kilnd_as_nobody(const fs::path& dir) {
+  const fs::path script = dir / "kilnd-as-nobody.sh";
+  std::ofstream(script) << "#!/bin/sh\n"
+                        << "prev=\n"
+                        << "for a in \"$@\"; do\n"
+                        << "  case $prev in\n"
+                        << "    --socket) chown nobody \"$(dirname \"$a\")\" ;;\n"
+                        << "    --store) mkdir -p \"$a\" && chown -R nobody \"$a\" ;;\n"
+                        << "  esac\n"
+                        << "  prev=$a\n"
+                        << "done\n"
+                        << "chown nobody \"$NOTIFY_SOCKET\"\n"
+                        << "exec setpriv --reuid=nobody --regid=nogroup --clear-groups -- " << test::kilnd_binary() << " \"$@\"\n";
+  fs::permissions(script, fs::perms::owner_all | fs::perms::group_read | fs::perms::others_read);
+  return script.string();
+}
 
 }  // namespace
 
@@ -114,4 +137,28 @@ TEST_CASE("WithTheSandboxOffAWorkerHasKilndsRightsAndTheLogsSaySo") {
   CHECK(fs::exists(in_store));
   CHECK(has(b.log, "[kiln] worker sandbox: off ([builds] sandbox = false)"));
   CHECK(has(kilnd.log(), "builds: worker sandbox off ([builds] sandbox = false)"));
+}
+
+TEST_CASE("AWorkerOfKilndsOwnUserGetsNoRoleOnKilndsSocket") {
+  if (::geteuid() != 0) {
+    MESSAGE("not root: cannot start kilnd as another user here");
+    return;
+  }
+  // kilnd not root, its workers its own user: the shipped unit's case, where the worker would
+  // otherwise be kilnd's owner on its socket (trust_owner: admin) and could PUT any bytes.
+  test::TempDir dir;
+  test::KilndProcess kilnd(dir.path(), test::builds_toml(), {}, -1, kilnd_as_nobody(dir.path()));
+  Built b = build_probing(kilnd, {}, /*kiln_socket=*/true);
+  MESSAGE("probe: " << b.probe);
+  CHECK_MESSAGE(has(b.probe, "uid=65534 "), b.probe);  // kilnd's own user: nobody here
+  CHECK_MESSAGE(has(b.probe, "kiln_socket=roles:[]"), b.probe);
+  CHECK(has(kilnd.log(), "comes from inside a build worker's sandbox: it gets no role"));
+
+  // The sandbox off: the same worker is kilnd's owner there (what the sandbox takes away).
+  test::TempDir off_dir;
+  test::KilndProcess off(off_dir.path(), test::builds_toml({.extra = {"sandbox = false"}}), {}, -1,
+                         kilnd_as_nobody(off_dir.path()));
+  Built o = build_probing(off, {}, /*kiln_socket=*/true);
+  MESSAGE("sandbox off, probe: " << o.probe);
+  CHECK_MESSAGE(has(o.probe, "kiln_socket=roles:[\"read\",\"build\",\"put\",\"admin\"]"), o.probe);
 }

@@ -33,7 +33,7 @@ WorkerCommand prober(const std::vector<fs::path>& writes) {
   std::string paths;
   for (const auto& p : writes) paths += "'" + p.string() + "',";
   const std::string script = R"(
-import errno, os, signal, socket
+import errno, os, signal, socket, tempfile
 def t(f):
     try:
         f()
@@ -46,6 +46,8 @@ out = ["inet=" + t(lambda: socket.socket(socket.AF_INET).close()),
 for p in [)" + paths + R"(]:
     out.append("write:" + p + "=" + t(lambda: open(p, "w").close()))
 out.append("kill_parent=" + t(lambda: os.kill(os.getppid(), 0)))
+out.append("mkdtemp=" + t(lambda: tempfile.mkdtemp()))
+out.append("TMPDIR=" + os.environ.get("TMPDIR", ""))
 print(" ".join(out))
 )";
   WorkerCommand cmd;
@@ -108,6 +110,13 @@ TEST_CASE("AConfinedWorkerWritesOnlyBeneathItsFoldersAndHasNoNetwork") {
   CHECK(has(e.out, "write:" + (dir / "job" / "f").string() + "=ok"));
   CHECK(has(e.out, "write:/dev/null=ok"));
   CHECK(has(e.out, "write:/dev/shm/kiln-sandbox-test=ok"));  // Python's multiprocessing semaphores
+  // No TMPDIR of its own in the command: a private one for the run, gone afterwards.
+  CHECK(has(e.out, "mkdtemp=ok"));
+  const auto at = e.out.find("TMPDIR=");
+  REQUIRE(at != std::string::npos);
+  const fs::path private_tmp = e.out.substr(at + 7, e.out.find_first_of(" \n", at) - at - 7);
+  CHECK(private_tmp.filename().string().starts_with("kiln-worker-"));
+  CHECK_FALSE(fs::exists(private_tmp));
   fs::remove("/dev/shm/kiln-sandbox-test");
   if (has(e.sandbox, "landlock ABI")) {
     CHECK(has(e.out, "write:" + (dir / "other" / "f").string() + "=EACCES"));

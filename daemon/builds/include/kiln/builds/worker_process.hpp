@@ -41,8 +41,10 @@ struct WorkerCommand {
   // Names of kilnd's environment variables the worker gets too (see `env`).
   std::vector<std::string> pass_env;
   // What confines the worker (kiln/builds/worker_sandbox.hpp): on by default, writable only
-  // beneath `sandbox.writable` (kilnd adds each build's folder). A sandbox that refuses
-  // (worker_user without root) makes the run spawn_failed.
+  // beneath `sandbox.writable` (kilnd adds each build's folder). A sandboxed run whose `env`
+  // sets no TMPDIR (the toolchain probe) gets a private one under kilnd's
+  // TMPDIR, writable and removed when the run ends. A sandbox that refuses (worker_user
+  // without root) makes the run spawn_failed.
   WorkerSandbox sandbox;
 };
 

@@ -95,6 +95,10 @@ class SandboxPlan {
   std::string description_, refusal_;
 };
 
+// Why a worker with `sandbox` must not be started ("" = it may): its user is one kilnd,
+// not being root, cannot switch to. SandboxPlan::refusal says the same.
+std::string worker_user_refusal(const WorkerSandbox& sandbox);
+
 // For kilnd's start-up log and STATUS: what a worker on this kernel gets with `sandbox`
 // (its description without per-build paths), e.g. "on: landlock ABI 7, seccomp,
 // no_new_privs" or "on: seccomp, no_new_privs; landlock unavailable (...)".
