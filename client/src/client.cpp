@@ -231,6 +231,8 @@ Result<ArtifactInfo> Client::Impl::put(const Key& key, detail::PutSource& plain_
   req.size = source.size();
   req.pin = put_options.pin;
   req.build_seconds = put_options.build_seconds;
+  if (put_options.origin == PutOrigin::imported) req.origin = "import";
+  if (put_options.created_at > 0) req.created_at = put_options.created_at;
   auto got = stream_request(proto::MsgType::put, proto::encode(req), source);
   if (!got) return std::move(got).error();
   if (got->header.type != proto::MsgType::ok) {

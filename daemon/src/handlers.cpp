@@ -422,6 +422,11 @@ Result<Upload> prepare_upload(Connection& c, const Request& r) {
     up.key_digest = *d;
     up.meta.pin = req->pin;
     up.meta.build_seconds = req->build_seconds;
+    if (req->origin != "put" && req->origin != "import")
+      return make_error(Errc::invalid_argument, "put.origin: \"" + req->origin.substr(0, 64) +
+                                                    "\" is kilnd's own to say; a client puts \"put\" or \"import\"");
+    up.meta.origin = req->origin;
+    up.meta.created_at = req->created_at.value_or(0);
     up.expect_size = req->size;
     up.expect_blob = req->blob_digest;
     up.keep_aoti_copy = up.key.kind == ArtifactKind::aoti;

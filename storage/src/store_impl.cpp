@@ -5,6 +5,7 @@
 #include <sys/file.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <ctime>
@@ -243,8 +244,9 @@ Result<ArtifactInfo> StoreImpl::commit(std::unique_ptr<PutStream> stream, const 
   info.key_digest = *key_digest;
   info.blob_digest = blob->header.digest;
   info.size = blob->header.size;
-  info.created_at = now();
-  info.last_access = info.created_at;
+  const std::int64_t t = now();
+  info.created_at = meta.created_at > 0 ? std::min(meta.created_at, t) : t;
+  info.last_access = t;
   info.build_seconds = meta.build_seconds;
   info.pinned = meta.pin;
   info.origin = meta.origin;
@@ -255,11 +257,11 @@ Result<ArtifactInfo> StoreImpl::commit(std::unique_ptr<PutStream> stream, const 
     pending_touches_.erase(info.key_digest);
     auto replaced = index_.upsert(info, ++access_seq_);
     if (replaced && options_.push_outbox && meta.publish == Publish::yes) {
-      KILN_TRY(index_.enqueue_push("artifact:" + info.key_digest.hex(), info.created_at));
+      KILN_TRY(index_.enqueue_push("artifact:" + info.key_digest.hex(), t));
     }
     return replaced;
   };
-  auto stored = store_blob_locked(*blob, info.key_digest, info.created_at, reference);
+  auto stored = store_blob_locked(*blob, info.key_digest, t, reference);
   if (!stored) return std::move(stored).error();
   if (options_.quota_bytes != 0) {
     // Soft quota: best effort; the put itself has succeeded.

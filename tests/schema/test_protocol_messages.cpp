@@ -149,3 +149,24 @@ TEST_CASE("a body nested past the limit is refused before parsing, however long"
   REQUIRE_FALSE(text);
   CHECK(text.error().message.find("nests deeper") == std::string::npos);
 }
+
+// PUT's origin and created_at (kilnctl import): sent only when set, so a plain PUT is the
+// body it always was and an older kilnd, which ignores unknown fields, takes it as a put.
+TEST_CASE("a put carries origin and created_at only when an import sets them") {
+  PutRequest plain;
+  plain.key = complete_key();
+  const std::string body = encode(plain);
+  CHECK(body.find("origin") == std::string::npos);
+  CHECK(body.find("created_at") == std::string::npos);
+  auto back = decode<PutRequest>(body);
+  REQUIRE(back);
+  CHECK(back->origin == "put");
+  CHECK_FALSE(back->created_at);
+  PutRequest imported = plain;
+  imported.origin = "import";
+  imported.created_at = 1'600'000'000;
+  auto got = decode<PutRequest>(encode(imported));
+  REQUIRE(got);
+  CHECK(got->origin == "import");
+  CHECK(got->created_at == 1'600'000'000);
+}

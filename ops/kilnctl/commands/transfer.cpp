@@ -252,6 +252,8 @@ Result<ImportReport> import_layout(client::Client& client, const std::filesystem
     client::PutOptions put;
     put.pin = pin;
     put.build_seconds = art.meta.build_seconds.value_or(0);
+    put.origin = client::PutOrigin::imported;
+    put.created_at = art.meta.created_at;
     auto info = client.put_file(art.key, file.path(), put);
     if (!info) {
       if (info.error().code == Errc::unavailable) return std::move(info).error();

@@ -208,6 +208,9 @@ std::string encode(const PutRequest& m) {
   json j{{"key", key_json(m.key)}, {"pin", m.pin}, {"build_seconds", m.build_seconds}};
   if (m.size) j["size"] = *m.size;
   if (m.blob_digest) j["blob_digest"] = m.blob_digest->hex();
+  // Only when not a plain put: a plain PUT reads as it did before these fields.
+  if (m.origin != "put") j["origin"] = m.origin;
+  if (m.created_at) j["created_at"] = *m.created_at;
   return dump(j);
 }
 template <>
@@ -215,7 +218,7 @@ Result<PutRequest> decode<PutRequest>(std::string_view text) {
   KILN_DECODE_BEGIN("put");
   PutRequest m;
   in.req("key", m.key).opt("size", m.size).opt("blob_digest", m.blob_digest).opt("pin", m.pin);
-  in.opt("build_seconds", m.build_seconds);
+  in.opt("build_seconds", m.build_seconds).opt("origin", m.origin).opt("created_at", m.created_at);
   KILN_DECODE_END(m);
 }
 std::string encode(const PutReply& m) { return dump(json{{"info", to_json(m.info)}}); }

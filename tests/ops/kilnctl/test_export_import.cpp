@@ -18,6 +18,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
+constexpr std::int64_t kMadeAt = 1'600'000'000;
+
 struct Stored {
   Digest key_digest;
   std::string bytes;
@@ -36,6 +38,7 @@ std::vector<Stored> fill(const test::KilndProcess& d) {
     client::PutOptions po;
     po.build_seconds = 1.5 * static_cast<double>(i);
     po.pin = i == 2;
+    po.created_at = kMadeAt + static_cast<std::int64_t>(i);  // made long before this test
     auto info = c.put(k, as_bytes(bytes), po);
     REQUIRE_MESSAGE(info, (info ? "" : info.error().to_string()));
     out.push_back({info->key_digest, bytes});
@@ -119,6 +122,20 @@ TEST_CASE("ExportThenImportIntoAFreshStoreIsByteIdenticalWithTheSameKeys") {
   CHECK((*info)->build_seconds == doctest::Approx(6.0));
   CHECK(!(*info)->pinned);
   CHECK(!cb.stat(stored[2].key_digest).value().value().pinned);
+  // Where it came from, and when it was made (on a, not when b imported it).
+  auto ca = connect(a);
+  for (std::size_t n = 0; n < stored.size(); ++n) {
+    auto on_a = ca.stat(stored[n].key_digest).value().value();
+    auto on_b = cb.stat(stored[n].key_digest).value().value();
+    CHECK(on_a.origin == "put");
+    CHECK(on_b.origin == "import");
+    CHECK(on_a.created_at == kMadeAt + static_cast<std::int64_t>(n));
+    CHECK(on_b.created_at == on_a.created_at);
+  }
+  Run inspect = kilnctl({"inspect", "--digest", stored[4].key_digest.hex()}, b.socket());
+  REQUIRE_MESSAGE(inspect.code == 0, inspect.err);
+  CHECK(inspect.out.find("origin") != std::string::npos);
+  CHECK(inspect.out.find("import") != std::string::npos);
   fs::create_directories(dir / "d");
   test::KilndProcess dn(dir / "d");
   REQUIRE_MESSAGE(dn.start(), dn.log());

@@ -88,9 +88,19 @@ std::filesystem::path resolve_socket_path(const std::filesystem::path& explicit_
 // What to look up: a key (node fields may be empty) or a complete key's digest.
 using Lookup = std::variant<Key, Digest>;
 
+// How an artifact came to the node, as stat/ls show it (ArtifactInfo::origin).
+enum class PutOrigin {
+  put,       // this client made it, or has it: "put"
+  imported,  // it was made elsewhere and exported (kilnctl import): "import"
+};
+
 struct PutOptions {
   bool pin = false;             // pinned entries are never evicted
   double build_seconds = 0;     // how long the artifact took to build (shown by stat/ls)
+  PutOrigin origin = PutOrigin::put;
+  // When it was made (unix seconds), for an import: the exporter's; 0 = now. A kilnd older
+  // than this field ignores it and origin, and records "put" and now.
+  std::int64_t created_at = 0;
   // Called on the calling thread with the bytes sent so far and the total, after each
   // frame's worth (a progress display); may be empty.
   std::function<void(std::uint64_t sent, std::uint64_t total)> on_progress;

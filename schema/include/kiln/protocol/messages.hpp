@@ -111,6 +111,10 @@ struct PutRequest {
   std::optional<Digest> blob_digest;
   bool pin = false;
   double build_seconds = 0;
+  // "put" (a client's own artifact) or "import" (kilnctl import: one exported elsewhere);
+  // kilnd refuses any other (build, registry and torch_cache are its own to say).
+  std::string origin = "put";
+  std::optional<std::int64_t> created_at;  // unix seconds, kept from where it was made
 };
 struct PutReply {
   ArtifactMeta info;

@@ -104,6 +104,9 @@ struct PutMeta {
   double build_seconds = 0;
   bool pin = false;
   std::string origin = "put";   // see ArtifactInfo::origin
+  // When it was made, where it was made (an import keeps the exporter's); 0 = now. A time
+  // after now is taken as now.
+  std::int64_t created_at = 0;
   Publish publish = Publish::no;  // yes: a push_queue row in the same transaction (outbox on)
 };
 
