@@ -1,7 +1,11 @@
 // Helpers shared by the storage tests: keys, byte patterns, a store in a TempDir.
 #pragma once
 
+#include <doctest/doctest.h>
+
 #include <cstring>
+#include <filesystem>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -37,6 +41,21 @@ inline std::vector<std::byte> make_bytes(std::size_t n, std::uint64_t seed) {
 
 inline std::span<const std::byte> as_bytes(const std::string& s) {
   return {reinterpret_cast<const std::byte*>(s.data()), s.size()};
+}
+
+// The store at `root` with `opts`; the test fails (REQUIRE) when it cannot be opened.
+inline std::unique_ptr<storage::Store> open_store(const std::filesystem::path& root, storage::StoreOptions opts = {}) {
+  opts.root = root;
+  auto s = storage::Store::open(opts);
+  REQUIRE_MESSAGE(s, (s ? "" : s.error().to_string()));
+  return std::move(*s);
+}
+
+// Regular files below `dir`, at any depth.
+inline std::size_t count_files(const std::filesystem::path& dir) {
+  std::size_t n = 0;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(dir)) n += e.is_regular_file() ? 1 : 0;
+  return n;
 }
 
 }  // namespace kiln::test

@@ -22,6 +22,7 @@
 
 using namespace kiln;
 using namespace kiln::storage;
+using kiln::test::count_files;
 
 namespace {
 
@@ -66,12 +67,6 @@ void replay(const std::filesystem::path& log, std::size_t& consumed, Expectation
     }
   }
   consumed = i;
-}
-
-std::size_t count_files(const std::filesystem::path& dir) {
-  std::size_t n = 0;
-  for (const auto& entry : std::filesystem::recursive_directory_iterator(dir)) n += entry.is_regular_file() ? 1 : 0;
-  return n;
 }
 
 pid_t spawn_writer(const std::filesystem::path& root, const std::filesystem::path& log, std::uint64_t seed,

@@ -11,19 +11,9 @@
 
 using namespace kiln;
 using namespace kiln::storage;
-using kiln::test::make_bytes;
-using kiln::test::make_key;
-using kiln::test::TmpfsMount;
+using namespace kiln::test;  // store_test_util.hpp
 
 namespace {
-
-std::unique_ptr<Store> open_store(const std::filesystem::path& root) {
-  StoreOptions o;
-  o.root = root;
-  auto s = Store::open(o);
-  REQUIRE_MESSAGE(s, (s ? "" : s.error().to_string()));
-  return std::move(*s);
-}
 
 void check_reads(Store& store, const std::vector<ArtifactInfo>& infos) {  // infos[i] holds make_bytes(100000, i + 1)
   for (std::size_t i = 0; i < infos.size(); ++i) {

@@ -11,29 +11,14 @@
 
 using namespace kiln;
 using namespace kiln::storage;
-using kiln::test::make_bytes;
-using kiln::test::make_key;
+using namespace kiln::test;  // store_test_util.hpp
 
 namespace {
-
-std::unique_ptr<Store> open_store(const std::filesystem::path& root) {
-  StoreOptions o;
-  o.root = root;
-  auto s = Store::open(o);
-  REQUIRE_MESSAGE(s, (s ? "" : s.error().to_string()));
-  return std::move(*s);
-}
 
 void write_text(const std::filesystem::path& p, const std::string& text) {
   std::filesystem::create_directories(p.parent_path());
   std::ofstream f(p, std::ios::binary);
   f << text;
-}
-
-std::size_t count(const std::filesystem::path& dir) {
-  std::size_t n = 0;
-  for (const auto& e : std::filesystem::recursive_directory_iterator(dir)) n += e.is_regular_file() ? 1 : 0;
-  return n;
 }
 
 }  // namespace
@@ -62,7 +47,7 @@ TEST_CASE("open removes temporaries, drops rows whose blob is missing, collects 
   CHECK(std::filesystem::is_empty(dir.path() / "tmp"));
   CHECK_FALSE(store->stat(lose.key_digest)->has_value());
   CHECK(**store->get_bytes(keep.key_digest) == make_bytes(5000, 1));
-  CHECK(count(dir.path() / "blobs") == 1);
+  CHECK(count_files(dir.path() / "blobs") == 1);
   auto v = store->verify();
   REQUIRE(v);
   CHECK(v->checked == 1);
@@ -92,7 +77,7 @@ TEST_CASE("a truncated blob file is quarantined on open; foreign files are moved
   CHECK_FALSE(store->stat(a.key_digest)->has_value());
   CHECK(**store->get_bytes(b.key_digest) == make_bytes(50000, 2));
   CHECK(std::filesystem::exists(dir.path() / "my-model.pt2"));
-  std::size_t quarantined = count(dir.path() / "quarantine");
+  std::size_t quarantined = count_files(dir.path() / "quarantine");
   CHECK(quarantined == 3);  // the truncated blob and the two foreign files
   CHECK(store->stats()->quarantined == 1);
 }

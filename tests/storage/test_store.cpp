@@ -14,28 +14,14 @@
 
 using namespace kiln;
 using namespace kiln::storage;
-using kiln::test::make_bytes;
-using kiln::test::make_key;
+using namespace kiln::test;  // store_test_util.hpp
 
 namespace {
-
-std::unique_ptr<Store> open_store(const std::filesystem::path& root, StoreOptions opts = {}) {
-  opts.root = root;
-  auto s = Store::open(opts);
-  REQUIRE_MESSAGE(s, (s ? "" : s.error().to_string()));
-  return std::move(*s);
-}
 
 ListQuery where(std::map<std::string, std::string> filters) {
   ListQuery q;
   q.filters = std::move(filters);
   return q;
-}
-
-std::size_t count_files(const std::filesystem::path& dir) {
-  std::size_t n = 0;
-  for (const auto& e : std::filesystem::recursive_directory_iterator(dir)) n += e.is_regular_file() ? 1 : 0;
-  return n;
 }
 
 }  // namespace
