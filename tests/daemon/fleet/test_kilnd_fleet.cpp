@@ -69,21 +69,8 @@ json status(Conn& c) { return json::parse(call(c, protocol::MsgType::status, "{}
 
 json stat_of(Conn& c, const Key& key) { return json::parse(call(c, protocol::MsgType::stat, "{\"key\":" + key.to_json() + "}")); }
 
-void build(Conn& c, const Key& key) {
-  auto r = c->call(protocol::MsgType::build, "{\"key\":" + key.to_json() + ",\"wait\":true}");
-  REQUIRE_MESSAGE(r.header.type == protocol::MsgType::ok, r.body);
-}
-
-// The artifact's bytes (a GET, descriptor delivery), or "" on a miss.
-std::string get(Conn& c, const Key& key) {
-  auto r = c->call(protocol::MsgType::get, "{\"key\":" + key.to_json() + ",\"delivery\":\"fd\"}");
-  REQUIRE_MESSAGE(r.header.type == protocol::MsgType::ok, r.body);
-  if (!json::parse(r.body)["found"].get<bool>()) return {};
-  REQUIRE(r.fd >= 0);
-  std::string bytes = test::read_fd(r.fd);
-  ::close(r.fd);
-  return bytes;
-}
+void build(Conn& c, const Key& key) { test::build_and_wait(*c, key); }
+std::string get(Conn& c, const Key& key) { return test::get_bytes(*c, key); }
 
 bool wait_until(const std::function<bool()>& pred, std::chrono::milliseconds limit = 30s) {
   auto deadline = std::chrono::steady_clock::now() + limit;

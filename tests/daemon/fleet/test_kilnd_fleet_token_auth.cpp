@@ -43,21 +43,8 @@ std::size_t builds(Conn& c) {
   return json::parse(test::call_ok(*c, protocol::MsgType::build_status, "{}"))["builds"].size();
 }
 
-void build(Conn& c, const Key& key) {
-  auto r = c->call(protocol::MsgType::build, "{\"key\":" + key.to_json() + ",\"wait\":true}");
-  REQUIRE_MESSAGE(r.header.type == protocol::MsgType::ok, r.body);
-}
-
-// The artifact's bytes, or "" on a miss.
-std::string get(Conn& c, const Key& key) {
-  auto r = c->call(protocol::MsgType::get, "{\"key\":" + key.to_json() + ",\"delivery\":\"fd\"}");
-  REQUIRE_MESSAGE(r.header.type == protocol::MsgType::ok, r.body);
-  if (!json::parse(r.body)["found"].get<bool>()) return {};
-  REQUIRE(r.fd >= 0);
-  std::string bytes = test::read_fd(r.fd);
-  ::close(r.fd);
-  return bytes;
-}
+void build(Conn& c, const Key& key) { test::build_and_wait(*c, key); }
+std::string get(Conn& c, const Key& key) { return test::get_bytes(*c, key); }
 
 std::string origin(Conn& c, const Key& key) {
   return json::parse(test::call_ok(*c, protocol::MsgType::stat, "{\"key\":" + key.to_json() + "}"))["info"]["origin"];

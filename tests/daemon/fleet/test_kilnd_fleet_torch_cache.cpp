@@ -31,7 +31,7 @@ namespace fs = std::filesystem;
 namespace {
 
 const std::string kFx = "pt2:fx-graph-v1::fgraph0123456789:c1";
-const std::string kPgo = "pt2:dynamo-pgo::code-state-job1:c1";
+const std::string kPgo = test::kPgo;
 
 // A kilnd node: builds off, the metrics endpoint on, a torch cache socket, and `fleet` (a
 // [fleet] table, or more [torch_cache] keys and then one) after it.

@@ -9,6 +9,10 @@
 #include <memory>
 #include <string>
 
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+
 #include "kiln/digest.hpp"
 #include "kiln/protocol/messages.hpp"
 #include "support/raw_client.hpp"
@@ -29,6 +33,23 @@ inline std::string call_ok(RawClient& c, protocol::MsgType type, const std::stri
   auto r = c.call(type, body);
   REQUIRE_MESSAGE(r.header.type == protocol::MsgType::ok, r.body);
   return r.body;
+}
+
+// BUILD of `key`, waiting until it is built and stored.
+inline void build_and_wait(RawClient& c, const Key& key) {
+  auto r = c.call(protocol::MsgType::build, "{\"key\":" + key.to_json() + ",\"wait\":true}");
+  REQUIRE_MESSAGE(r.header.type == protocol::MsgType::ok, r.body);
+}
+
+// The artifact's bytes (a GET, descriptor delivery), or "" on a miss.
+inline std::string get_bytes(RawClient& c, const Key& key) {
+  auto r = c.call(protocol::MsgType::get, "{\"key\":" + key.to_json() + ",\"delivery\":\"fd\"}");
+  REQUIRE_MESSAGE(r.header.type == protocol::MsgType::ok, r.body);
+  if (!nlohmann::json::parse(r.body)["found"].get<bool>()) return {};
+  REQUIRE(r.fd >= 0);
+  std::string bytes = read_fd(r.fd);
+  ::close(r.fd);
+  return bytes;
 }
 
 // PUT_SOURCE of `text` as the source `name` under its SHA-256, the model hash the test

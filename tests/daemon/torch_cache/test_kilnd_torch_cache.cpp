@@ -24,8 +24,6 @@ using proto::MsgType;
 
 namespace {
 
-const std::string kFx = "pt2:fx-graph-v1::fabc123:c1";
-const std::string kPgo = "pt2:dynamo-pgo::code-state-job1:c1";
 
 
 // The connection was closed with no reply at all: what kilnd does instead of an error.

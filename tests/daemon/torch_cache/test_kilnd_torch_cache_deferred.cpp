@@ -35,8 +35,6 @@ using proto::MsgType;
 
 namespace {
 
-const std::string kPgo = "pt2:dynamo-pgo::code-state-job1:c1";
-
 // A kilnd serving the torch cache with deferred durability, and its metrics endpoint.
 struct Daemon : TorchCacheConfig {
   Daemon() { durability = "deferred"; }

@@ -9,6 +9,10 @@
 
 namespace kiln::test {
 
+// torch's keys as torch.compile writes them: a dynamo profile (PGO) entry, an FX graph.
+inline const std::string kPgo = "pt2:dynamo-pgo::code-state-job1:c1";
+inline const std::string kFx = "pt2:fx-graph-v1::fabc123:c1";
+
 struct TorchCacheConfig {
   std::filesystem::path sock_dir = short_temp_dir();
   std::filesystem::path torch_sock = sock_dir / "torch.sock";
