@@ -57,12 +57,13 @@ Result<UniqueFd> create_unix_listener(const std::filesystem::path& path, const A
   UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
   if (!fd.valid()) return error_from_errno(errno, "socket(AF_UNIX)");
   auto addr = address_of(path);
-  // The socket file is created with the umask applied; set the intended mode right after.
-  mode_t old = ::umask(0177);
-  int rc = ::bind(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr);
-  int bind_errno = errno;
-  ::umask(old);
-  if (rc != 0) return error_from_errno(bind_errno, "bind " + path.string());
+  // The socket file gets kilnd's umask, then its intended mode right after. Not a narrower
+  // umask around bind(): the umask is the process's, and kilnd's build probe creates folders
+  // on its own thread meanwhile (they came out 0600: the compiler cache unusable, a flaky
+  // test). Connecting needs write permission on the file, which a usual umask (022, 077)
+  // withholds from others, and every connection is authorised by its peer credentials.
+  if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0)
+    return error_from_errno(errno, "bind " + path.string());
   if (::chmod(path.c_str(), access.socket_mode) != 0) return error_from_errno(errno, "chmod " + path.string());
   if (!access.socket_group.empty()) {
     gid_t gid;
