@@ -70,7 +70,7 @@ Config file (TOML; ops/kilnd.toml documents every option with its default):
              (<store>/builds), probe_gpus (true), builds_per_gpu (2),
              build_timeout_s (1800), probe_timeout_s (180), source_check_timeout_s
              (600: the worker's hash op on a source being registered), failure_ttl_s (600),
-             max_log_bytes (1048576), keep_failed_work (false), cancel_unwanted
+             max_log_bytes (1048576), keep_failed_work (false), shared_compiler_cache (true), cancel_unwanted
              (true: stop a build once nobody waits for it), [[builds.slots]]
              name, gpu_arch, gpu_name, visible_device (replace the probed GPUs)
 

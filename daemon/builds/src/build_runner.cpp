@@ -164,7 +164,7 @@ BuildRunResult run_build(storage::Store& store, const SchedulerOptions& options,
 
   WorkerCommand cmd = options.worker;
   if (!slot.visible_device.empty()) cmd.env["CUDA_VISIBLE_DEVICES"] = slot.visible_device;
-  if (auto st = use_node_compiler_cache(options, cmd); !st) {
+  if (auto st = use_node_compiler_cache(options, cmd, dir); !st) {
     remove_scratch(dir);
     return {std::move(st).error(), false};
   }

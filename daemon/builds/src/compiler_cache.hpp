@@ -16,7 +16,9 @@ namespace kiln::build {
 
 // Points `cmd` at work_dir/compiler-cache/{inductor,triton} (created, writable in the
 // worker's sandbox, owned by worker_user when there is one) and gives it its share of the
-// node's cores as Inductor compile threads.
+// node's cores as Inductor compile threads. With `shared_compiler_cache` off, a build's
+// caches are fresh folders in its own `job_dir` (the probe, with no job_dir, keeps
+// Inductor's default: a folder in its private TMPDIR).
 //
 // Inductor's and Triton's caches are content-addressed (an entry is named by the hash of
 // what it compiles, the compiler, torch's and Triton's versions and the options), so what
@@ -26,8 +28,20 @@ namespace kiln::build {
 // too, so the CPU ISA it reports for the node's keys is the one builds then compile for.
 // Inductor's default is every core per process, and builds side by side would each start
 // that many compile processes. io_error when the folders cannot be made or given away.
-inline Status use_node_compiler_cache(const SchedulerOptions& options, WorkerCommand& cmd) {
+inline Status use_node_compiler_cache(const SchedulerOptions& options, WorkerCommand& cmd,
+                                      const std::filesystem::path& job_dir = {}) {
   namespace fs = std::filesystem;
+  const unsigned builds = static_cast<unsigned>(std::max<std::size_t>(1, options.slots.size())) *
+                          std::max(1u, options.builds_per_slot);
+  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  cmd.env["TORCHINDUCTOR_COMPILE_THREADS"] = std::to_string(std::clamp(cores / builds, 1u, 32u));
+  if (!options.shared_compiler_cache) {
+    if (!job_dir.empty()) {
+      cmd.env["TORCHINDUCTOR_CACHE_DIR"] = (job_dir / "inductor-cache").string();
+      cmd.env["TRITON_CACHE_DIR"] = (job_dir / "triton-cache").string();
+    }
+    return {};
+  }
   const fs::path root = options.work_dir / "compiler-cache";
   for (const char* sub : {"inductor", "triton"}) {
     std::error_code ec;
@@ -42,10 +56,6 @@ inline Status use_node_compiler_cache(const SchedulerOptions& options, WorkerCom
       if (::chown(p.c_str(), user->uid, user->gid) != 0)
         return error_from_errno(errno, "cannot give the compiler cache " + p.string() + " to worker_user " + user->name);
   }
-  const unsigned builds = static_cast<unsigned>(std::max<std::size_t>(1, options.slots.size())) *
-                          std::max(1u, options.builds_per_slot);
-  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-  cmd.env["TORCHINDUCTOR_COMPILE_THREADS"] = std::to_string(std::clamp(cores / builds, 1u, 32u));
   return {};
 }
 

@@ -13,7 +13,8 @@ using toml_options::Table;
 Status apply_table(BuildsConfig& c, const Table& b) {
   KILN_TRY(b.only({"enabled", "worker", "work_dir", "probe_gpus", "builds_per_gpu", "build_timeout_s",
                    "probe_timeout_s", "source_check_timeout_s", "failure_ttl_s", "max_log_bytes",
-                   "keep_failed_work", "cancel_unwanted", "slots", "worker_env", "sandbox", "worker_user"}));
+                   "keep_failed_work", "cancel_unwanted", "slots", "worker_env", "sandbox", "worker_user",
+                   "shared_compiler_cache"}));
   using std::chrono::seconds;
   SchedulerOptions& s = c.scheduler;
   KILN_TRY(b.boolean("enabled", c.enabled));
@@ -43,6 +44,7 @@ Status apply_table(BuildsConfig& c, const Table& b) {
   KILN_TRY(b.duration("failure_ttl_s", s.failure_ttl, seconds(0), seconds(30 * 24 * 3600)));
   KILN_TRY(b.integer("max_log_bytes", s.max_log_bytes, 1024, 64ll << 20));
   KILN_TRY(b.boolean("keep_failed_work", s.keep_failed_work));
+  KILN_TRY(b.boolean("shared_compiler_cache", s.shared_compiler_cache));
   KILN_TRY(b.boolean("cancel_unwanted", s.cancel_unwanted));
   if (const toml::node* n = b.get("slots")) {
     const toml::array* a = n->as_array();

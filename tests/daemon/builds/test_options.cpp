@@ -14,6 +14,7 @@ TEST_CASE("BuildsDefaultsPointAtTheStoreAndThePythonWorker") {
   CHECK(c.scheduler.worker.argv[0] == "python3");
   CHECK(c.scheduler.worker.argv[1].find("kiln_worker") != std::string::npos);
   CHECK(c.scheduler.builds_per_slot == 2);
+  CHECK(c.scheduler.shared_compiler_cache);
 }
 
 TEST_CASE("TheBuildsSectionIsAppliedAndOtherSectionsIgnored") {
@@ -25,6 +26,7 @@ worker = ["/usr/bin/python3", "/opt/kiln_worker"]
 build_timeout_s = 60
 failure_ttl_s = 0
 builds_per_gpu = 3
+shared_compiler_cache = false
 probe_gpus = false
 [[builds.slots]]
 name = "cpu0"
@@ -36,6 +38,7 @@ gpu_name = "x86_64"
   CHECK(c.scheduler.build_timeout == std::chrono::seconds(60));
   CHECK(c.scheduler.failure_ttl == std::chrono::seconds(0));
   CHECK(c.scheduler.builds_per_slot == 3);
+  CHECK_FALSE(c.scheduler.shared_compiler_cache);
   CHECK_FALSE(c.scheduler.probe_gpus);
   REQUIRE(c.scheduler.slots.size() == 1);
   CHECK(c.scheduler.slots[0].gpu_arch == "cpu");

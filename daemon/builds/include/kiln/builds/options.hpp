@@ -6,6 +6,8 @@
 //   work_dir = "/var/lib/kiln/builds"   # default: <store>/builds
 //   probe_gpus = true           # ask the CUDA driver for GPUs (one build slot per GPU)
 //   builds_per_gpu = 2          # builds at once per slot
+//   shared_compiler_cache = true  # one Inductor/Triton cache for the node's builds
+//                               # (work_dir/compiler-cache); false: fresh ones per build
 //   build_timeout_s = 1800      # a worker past this is killed with its process group
 //   probe_timeout_s = 180       # the worker's toolchain probe at start
 //   source_check_timeout_s = 600  # a source's hash op when it is registered (PUT_SOURCE)

@@ -81,6 +81,9 @@ struct SchedulerOptions {
   std::vector<SlotConfig> slots;
   bool probe_gpus = true;                // false: use only `slots`
   unsigned builds_per_slot = 1;
+  // One Inductor/Triton cache for the node's builds and probe (compiler_cache.hpp); false:
+  // each build compiles with fresh caches of its own (SECURITY.md: what sharing trusts).
+  bool shared_compiler_cache = true;
   std::chrono::milliseconds build_timeout{std::chrono::minutes(30)};
   std::chrono::milliseconds probe_timeout{std::chrono::minutes(3)};
   // A source's hash op at registration (PUT_SOURCE): killed with its group past this.
