@@ -12,30 +12,45 @@ using namespace kiln;
 using namespace kiln::ops_test;
 using json = nlohmann::json;
 
+namespace {
+
+// kilnctl status of `d` as a person reads it; the run must succeed.
+std::string status_text(const test::KilndProcess& d) {
+  Run r = kilnctl({"status"}, d.socket());
+  REQUIRE_MESSAGE(r.code == 0, r.err);
+  return r.out;
+}
+
+// kilnctl status --json of `d`; the run must succeed.
+json status_json(const test::KilndProcess& d) {
+  Run r = kilnctl({"status", "--json"}, d.socket());
+  REQUIRE_MESSAGE(r.code == 0, r.err);
+  return json::parse(r.out);
+}
+
+}  // namespace
+
 TEST_CASE("StatusShowsBuildSlotsAndSaysWhyNoGpuWasFound") {
   test::TempDir dir;
   test::KilndProcess d(dir.path(), builds_toml(2));
   REQUIRE_MESSAGE(d.start(), d.log());
   auto node = test::test_node_fields();
 
-  Run human = kilnctl({"status"}, d.socket());
-  REQUIRE_MESSAGE(human.code == 0, human.err);
-  auto gpus = lines_starting(human.out, "gpus");
+  const std::string human = status_text(d);
+  auto gpus = lines_starting(human, "gpus");
   REQUIRE(gpus.size() == 1);
   CHECK(gpus[0].find("none found: ") != std::string::npos);
   CHECK(gpus[0].find("GPU probe disabled") != std::string::npos);
-  auto slots = lines_starting(human.out, "slot ");
+  auto slots = lines_starting(human, "slot ");
   REQUIRE(slots.size() == 2);
   CHECK(slots[0].find("slot gpu0") == 0);
   CHECK(slots[0].find(node.gpu_name + ", " + node.gpu_arch + ": 0 running, 0 queued") != std::string::npos);
   CHECK(slots[1].find("slot gpu1") == 0);
-  auto builds = lines_starting(human.out, "can build");
+  auto builds = lines_starting(human, "can build");
   REQUIRE(builds.size() == 1);
   CHECK(builds[0].find("yes (a miss is built on this node)") != std::string::npos);
 
-  Run js = kilnctl({"status", "--json"}, d.socket());
-  REQUIRE_MESSAGE(js.code == 0, js.err);
-  json s = json::parse(js.out);
+  const json s = status_json(d);
   CHECK(s["gpus"].is_array());
   CHECK(s["gpus"].empty());
   CHECK(s["gpu_note"].get<std::string>().find("GPU probe disabled") != std::string::npos);
@@ -51,13 +66,12 @@ TEST_CASE("StatusWithBuildsDisabledSaysGpusAreNotProbed") {
   test::TempDir dir;
   test::KilndProcess d(dir.path(), "[builds]\nenabled = false\n");
   REQUIRE_MESSAGE(d.start(), d.log());
-  Run human = kilnctl({"status"}, d.socket());
-  REQUIRE_MESSAGE(human.code == 0, human.err);
-  auto gpus = lines_starting(human.out, "gpus");
+  const std::string human = status_text(d);
+  auto gpus = lines_starting(human, "gpus");
   REQUIRE(gpus.size() == 1);
   CHECK(gpus[0].find("none found: builds are disabled on this node") != std::string::npos);
-  CHECK(lines_starting(human.out, "slot ").empty());
-  auto builds = lines_starting(human.out, "can build");
+  CHECK(lines_starting(human, "slot ").empty());
+  auto builds = lines_starting(human, "can build");
   REQUIRE(builds.size() == 1);
   CHECK(builds[0].find("no: builds are disabled in kilnd's configuration ([builds] enabled = false)") !=
         std::string::npos);
@@ -72,14 +86,11 @@ TEST_CASE("StatusSaysWhyANodeCannotBuild") {
                                        "\"]\n[[builds.slots]]\nname = \"cpu0\"\ngpu_arch = \"cpu\"\n"
                                        "gpu_name = \"x86_64\"\n");
   REQUIRE_MESSAGE(d.start(), d.log());
-  Run human = kilnctl({"status"}, d.socket());
-  REQUIRE_MESSAGE(human.code == 0, human.err);
-  auto builds = lines_starting(human.out, "can build");
+  const std::string human = status_text(d);
+  auto builds = lines_starting(human, "can build");
   REQUIRE(builds.size() == 1);
   CHECK(builds[0].find("no: the build worker is not installed at " + missing) != std::string::npos);
-  Run js = kilnctl({"status", "--json"}, d.socket());
-  REQUIRE_MESSAGE(js.code == 0, js.err);
-  json s = json::parse(js.out);
+  const json s = status_json(d);
   CHECK(s["can_build"] == false);
   CHECK(s["builds_unavailable"].get<std::string>().find(missing) != std::string::npos);
 }
@@ -89,23 +100,21 @@ TEST_CASE("StatusSaysWhereTorchCompilesCachesAreServed") {
   const auto sock = (dir.path() / "tc.sock").string();
   test::KilndProcess d(dir.path(), builds_toml(1) + "\n[torch_cache]\nsocket = \"" + sock + "\"\n");
   REQUIRE_MESSAGE(d.start(), d.log());
-  Run human = kilnctl({"status"}, d.socket());
-  REQUIRE_MESSAGE(human.code == 0, human.err);
-  auto tc = lines_starting(human.out, "torch cache");
+  const std::string human = status_text(d);
+  auto tc = lines_starting(human, "torch cache");
   REQUIRE(tc.size() == 1);
   CHECK(tc[0].find("unix://" + sock) != std::string::npos);
-  Run js = kilnctl({"status", "--json"}, d.socket());
-  REQUIRE_MESSAGE(js.code == 0, js.err);
-  CHECK(json::parse(js.out)["torch_cache"]["socket"] == sock);
+  const json js = status_json(d);
+  CHECK(js["torch_cache"]["socket"] == sock);
   // deferred is kilnd's default
-  CHECK(json::parse(js.out)["torch_cache"]["durability"] == "deferred");
-  CHECK(json::parse(js.out)["torch_cache"]["queued"]["entries"] == 0);
-  auto writes = lines_starting(human.out, "torch writes");
+  CHECK(js["torch_cache"]["durability"] == "deferred");
+  CHECK(js["torch_cache"]["queued"]["entries"] == 0);
+  auto writes = lines_starting(human, "torch writes");
   REQUIRE(writes.size() == 1);
   CHECK(writes[0].find("deferred (+OK once in memory): 0 entries, ") != std::string::npos);
   // No [fleet]: the entries stay on the node.
-  CHECK(json::parse(js.out)["torch_cache"]["fleet"] == false);
-  auto shared = lines_starting(human.out, "torch fleet");
+  CHECK(js["torch_cache"]["fleet"] == false);
+  auto shared = lines_starting(human, "torch fleet");
   REQUIRE(shared.size() == 1);
   CHECK(shared[0].find("this node only") != std::string::npos);
 
