@@ -1,6 +1,7 @@
 // A test's own Unix stream socket, connected to `path`: the raw clients that speak kiln's
-// frames or RESP to a real kilnd. Throws std::runtime_error naming the path and the
-// reason when it cannot connect (kilnd not there yet, or gone). The caller owns the fd.
+// frames or RESP to a real kilnd. connect_unix throws std::runtime_error naming the path
+// and the reason when it cannot connect (kilnd not there yet, or gone); the caller owns
+// the fd it returns.
 #pragma once
 
 #include <sys/socket.h>
@@ -27,5 +28,19 @@ inline int connect_unix(const std::filesystem::path& path) {
   }
   return fd;
 }
+
+// An owned connection to a Unix stream socket (connect_unix): the raw clients' base, which
+// closes it. Not copyable.
+class UnixStream {
+ public:
+  explicit UnixStream(const std::filesystem::path& path) : fd_(connect_unix(path)) {}
+  ~UnixStream() { ::close(fd_); }
+  UnixStream(const UnixStream&) = delete;
+  UnixStream& operator=(const UnixStream&) = delete;
+  int fd() const { return fd_; }
+
+ protected:
+  const int fd_;
+};
 
 }  // namespace kiln::test

@@ -19,11 +19,9 @@ namespace kiln::test {
 
 namespace proto = kiln::protocol;
 
-RawClient::RawClient(const std::filesystem::path& socket) : fd_(connect_unix(socket)) {}
 
 RawClient::~RawClient() {
-  for (int fd : fds_) ::close(fd);
-  if (fd_ >= 0) ::close(fd_);
+  for (int fd : fds_) ::close(fd);  // the connection itself: ~UnixStream
 }
 
 bool RawClient::send_bytes(const void* data, std::size_t n) {

@@ -13,6 +13,7 @@
 
 #include "kiln/key.hpp"
 #include "kiln/protocol/frame.hpp"
+#include "unix_socket.hpp"
 
 namespace kiln::test {
 
@@ -22,14 +23,11 @@ struct RawFrame {
   int fd = -1;   // owned by the caller when >= 0
 };
 
-class RawClient {
+class RawClient : public UnixStream {
  public:
-  explicit RawClient(const std::filesystem::path& socket);  // throws if it cannot connect
+  using UnixStream::UnixStream;  // connects to a socket path; throws if it cannot
   ~RawClient();
-  RawClient(const RawClient&) = delete;
-  RawClient& operator=(const RawClient&) = delete;
 
-  int fd() const { return fd_; }
   bool send_bytes(const void* data, std::size_t n);
   bool send_frame(protocol::MsgType type, std::uint32_t id, std::string_view body, std::uint16_t flags = 0);
   // Next frame, or nullopt on timeout / closed connection (closed() tells which).
@@ -50,7 +48,6 @@ class RawClient {
   bool recv_exact(void* buf, std::size_t n, std::chrono::steady_clock::time_point deadline);
   // One recvmsg into `into` (or the read-ahead buffer); descriptors go to fds_.
   ssize_t recv_some(char* into, std::size_t n, std::chrono::steady_clock::time_point deadline);
-  int fd_ = -1;
   std::vector<char> rbuf_ = std::vector<char>(256 * 1024);  // read-ahead, like a real client
   std::size_t rpos_ = 0, rlen_ = 0;
   std::vector<int> fds_;  // received, not yet claimed by an FD frame

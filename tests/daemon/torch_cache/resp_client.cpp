@@ -20,10 +20,6 @@ const RespReply* RespReply::get(const std::string& key) const {
   return nullptr;
 }
 
-RespClient::RespClient(const std::filesystem::path& socket) : fd_(connect_unix(socket)) {}
-
-RespClient::~RespClient() { ::close(fd_); }
-
 bool RespClient::send_raw(std::string_view bytes) {
   while (!bytes.empty()) {
     ssize_t n = ::send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL);

@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "unix_socket.hpp"
+
 namespace kiln::test {
 
 // One reply. `type` is its RESP type byte: + - : $ * % _ (a RESP2 null bulk is '$' with
@@ -22,12 +24,9 @@ struct RespReply {
   const RespReply* get(const std::string& key) const;
 };
 
-class RespClient {
+class RespClient : public UnixStream {
  public:
-  explicit RespClient(const std::filesystem::path& socket);  // throws if it cannot connect
-  ~RespClient();
-  RespClient(const RespClient&) = delete;
-  RespClient& operator=(const RespClient&) = delete;
+  using UnixStream::UnixStream;  // connects to a socket path; throws if it cannot
 
   bool send_raw(std::string_view bytes);
   // Sends a command as an array of bulk strings.
@@ -47,7 +46,6 @@ class RespClient {
  private:
   bool fill(std::chrono::steady_clock::time_point deadline);
   std::optional<RespReply> parse(std::size_t& pos, bool& incomplete) const;
-  int fd_ = -1;
   std::string buf_;
   bool closed_ = false;
 };
