@@ -14,6 +14,13 @@ using json = nlohmann::json;
 
 namespace {
 
+// The one line of `text` starting with `prefix`; the test fails unless there is exactly one.
+std::string one_line(const std::string& text, const std::string& prefix) {
+  auto lines = lines_starting(text, prefix);
+  REQUIRE_MESSAGE(lines.size() == 1, text);
+  return lines[0];
+}
+
 // kilnctl status of `d` as a person reads it; the run must succeed.
 std::string status_text(const test::KilndProcess& d) {
   Run r = kilnctl({"status"}, d.socket());
@@ -37,18 +44,16 @@ TEST_CASE("StatusShowsBuildSlotsAndSaysWhyNoGpuWasFound") {
   auto node = test::test_node_fields();
 
   const std::string human = status_text(d);
-  auto gpus = lines_starting(human, "gpus");
-  REQUIRE(gpus.size() == 1);
-  CHECK(gpus[0].find("none found: ") != std::string::npos);
-  CHECK(gpus[0].find("GPU probe disabled") != std::string::npos);
+  const std::string gpus = one_line(human, "gpus");
+  CHECK(gpus.find("none found: ") != std::string::npos);
+  CHECK(gpus.find("GPU probe disabled") != std::string::npos);
   auto slots = lines_starting(human, "slot ");
   REQUIRE(slots.size() == 2);
   CHECK(slots[0].find("slot gpu0") == 0);
   CHECK(slots[0].find(node.gpu_name + ", " + node.gpu_arch + ": 0 running, 0 queued") != std::string::npos);
   CHECK(slots[1].find("slot gpu1") == 0);
-  auto builds = lines_starting(human, "can build");
-  REQUIRE(builds.size() == 1);
-  CHECK(builds[0].find("yes (a miss is built on this node)") != std::string::npos);
+  const std::string builds = one_line(human, "can build");
+  CHECK(builds.find("yes (a miss is built on this node)") != std::string::npos);
 
   const json s = status_json(d);
   CHECK(s["gpus"].is_array());
@@ -67,13 +72,11 @@ TEST_CASE("StatusWithBuildsDisabledSaysGpusAreNotProbed") {
   test::KilndProcess d(dir.path(), "[builds]\nenabled = false\n");
   REQUIRE_MESSAGE(d.start(), d.log());
   const std::string human = status_text(d);
-  auto gpus = lines_starting(human, "gpus");
-  REQUIRE(gpus.size() == 1);
-  CHECK(gpus[0].find("none found: builds are disabled on this node") != std::string::npos);
+  const std::string gpus = one_line(human, "gpus");
+  CHECK(gpus.find("none found: builds are disabled on this node") != std::string::npos);
   CHECK(lines_starting(human, "slot ").empty());
-  auto builds = lines_starting(human, "can build");
-  REQUIRE(builds.size() == 1);
-  CHECK(builds[0].find("no: builds are disabled in kilnd's configuration ([builds] enabled = false)") !=
+  const std::string builds = one_line(human, "can build");
+  CHECK(builds.find("no: builds are disabled in kilnd's configuration ([builds] enabled = false)") !=
         std::string::npos);
 }
 
@@ -87,9 +90,8 @@ TEST_CASE("StatusSaysWhyANodeCannotBuild") {
                                        "gpu_name = \"x86_64\"\n");
   REQUIRE_MESSAGE(d.start(), d.log());
   const std::string human = status_text(d);
-  auto builds = lines_starting(human, "can build");
-  REQUIRE(builds.size() == 1);
-  CHECK(builds[0].find("no: the build worker is not installed at " + missing) != std::string::npos);
+  const std::string builds = one_line(human, "can build");
+  CHECK(builds.find("no: the build worker is not installed at " + missing) != std::string::npos);
   const json s = status_json(d);
   CHECK(s["can_build"] == false);
   CHECK(s["builds_unavailable"].get<std::string>().find(missing) != std::string::npos);
@@ -101,22 +103,19 @@ TEST_CASE("StatusSaysWhereTorchCompilesCachesAreServed") {
   test::KilndProcess d(dir.path(), builds_toml(1) + "\n[torch_cache]\nsocket = \"" + sock + "\"\n");
   REQUIRE_MESSAGE(d.start(), d.log());
   const std::string human = status_text(d);
-  auto tc = lines_starting(human, "torch cache");
-  REQUIRE(tc.size() == 1);
-  CHECK(tc[0].find("unix://" + sock) != std::string::npos);
+  const std::string tc = one_line(human, "torch cache");
+  CHECK(tc.find("unix://" + sock) != std::string::npos);
   const json js = status_json(d);
   CHECK(js["torch_cache"]["socket"] == sock);
   // deferred is kilnd's default
   CHECK(js["torch_cache"]["durability"] == "deferred");
   CHECK(js["torch_cache"]["queued"]["entries"] == 0);
-  auto writes = lines_starting(human, "torch writes");
-  REQUIRE(writes.size() == 1);
-  CHECK(writes[0].find("deferred (+OK once in memory): 0 entries, ") != std::string::npos);
+  const std::string writes = one_line(human, "torch writes");
+  CHECK(writes.find("deferred (+OK once in memory): 0 entries, ") != std::string::npos);
   // No [fleet]: the entries stay on the node.
   CHECK(js["torch_cache"]["fleet"] == false);
-  auto shared = lines_starting(human, "torch fleet");
-  REQUIRE(shared.size() == 1);
-  CHECK(shared[0].find("this node only") != std::string::npos);
+  const std::string shared = one_line(human, "torch fleet");
+  CHECK(shared.find("this node only") != std::string::npos);
 
   test::TempDir sync_dir;
   const auto sync_sock = (sync_dir.path() / "tc.sock").string();
