@@ -348,10 +348,7 @@ Fleet::PullOutcome Fleet::do_pull_artifact(const Digest& key_digest, Deadline de
   // One deadline for the whole lookup: manifest, signature, config and layer.
   const RegistryClient registry = registry_.within(deadline);
   auto manifest = registry.get_manifest(tag, kMaxManifestBytes);
-  if (!manifest) {
-    if (manifest.error().code == Errc::cancelled) return {false, "kilnd is stopping"};
-    return refuse(what, manifest.error());
-  }
+  if (!manifest) return fetch_failed(what, manifest.error());
   note_reachable();
   if (!*manifest) {
     misses_++;
@@ -382,11 +379,7 @@ Fleet::PullOutcome Fleet::do_pull_artifact(const Digest& key_digest, Deadline de
     return {false, "cannot store it: " + stream.error().to_string()};
   }
   auto got = registry.get_blob(checked->layer, [&](std::span<const std::byte> data) { return (*stream)->write(data); });
-  if (!got) {
-    // The stream is dropped uncommitted: nothing of it is stored.
-    if (got.error().code == Errc::cancelled) return {false, "kilnd is stopping"};
-    return refuse(what, got.error());
-  }
+  if (!got) return fetch_failed(what, got.error());  // the stream, dropped uncommitted, stores nothing
   storage::PutMeta meta;
   meta.build_seconds = checked->meta.build_seconds.value_or(0);
   meta.origin = "registry";
@@ -442,10 +435,7 @@ Fleet::PullOutcome Fleet::do_pull_source(const std::string& model_hash, Deadline
   if (auto have = store_.stat_source(model_hash); have && *have) return {true, {}};
   const RegistryClient registry = registry_.within(deadline);
   auto manifest = registry.get_manifest(tag, kMaxManifestBytes);
-  if (!manifest) {
-    if (manifest.error().code == Errc::cancelled) return {false, "kilnd is stopping"};
-    return refuse(what, manifest.error());
-  }
+  if (!manifest) return fetch_failed(what, manifest.error());
   note_reachable();
   if (!*manifest) return {};
   auto m = parse_bounded_manifest((*manifest)->bytes, "manifest " + tag, 1);
@@ -462,10 +452,7 @@ Fleet::PullOutcome Fleet::do_pull_source(const std::string& model_hash, Deadline
   auto stream = store_.begin_put();
   if (!stream) return {false, "cannot store it: " + stream.error().to_string()};
   auto got = registry.get_blob(checked->layer, [&](std::span<const std::byte> data) { return (*stream)->write(data); });
-  if (!got) {
-    if (got.error().code == Errc::cancelled) return {false, "kilnd is stopping"};
-    return refuse(what, got.error());
-  }
+  if (!got) return fetch_failed(what, got.error());
   auto info = store_.put_source(model_hash, std::move(*stream), checked->meta.name);
   if (!info) {
     spdlog::warn("fleet: cannot store {}: {}", what, info.error().to_string());

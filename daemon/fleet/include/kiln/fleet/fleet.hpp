@@ -168,6 +168,12 @@ class Fleet final : public daemon::FleetService {
   // Refuses (logs, counts) and returns the outcome that says why.
   PullOutcome refuse(const std::string& what, Refusal why, const std::string& detail);
   PullOutcome refuse(const std::string& what, const Error& e) { return refuse(what, refusal_of(e), e.message); }
+  // A registry fetch that failed: no refusal when kilnd is stopping (the fetch was
+  // cancelled), else refuse(what, e).
+  PullOutcome fetch_failed(const std::string& what, const Error& e) {
+    if (e.code == Errc::cancelled) return {false, "kilnd is stopping"};
+    return refuse(what, e);
+  }
   // Whether misses leave the registry alone now (after a late or failing answer).
   bool pull_paused() const;
   void note_unreachable(const Error& e);
