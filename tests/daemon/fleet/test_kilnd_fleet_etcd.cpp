@@ -294,6 +294,18 @@ std::string start_three_nodes(Fleet& f) {
 void hold(const fs::path& file) { std::ofstream(file) << "held\n"; }
 void release(const fs::path& file) { fs::remove(file); }
 
+// Lets the held builds go and joins the prewarm threads at scope exit: a failed REQUIRE
+// still ends the runs.
+struct ReleaseAndJoin {
+  std::vector<std::thread>& runs;
+  fs::path hold;
+  ~ReleaseAndJoin() {
+    release(hold);
+    for (auto& t : runs)
+      if (t.joinable()) t.join();
+  }
+};
+
 // The node's Prometheus text.
 std::string metrics(const Fleet& f, const std::string& node) {
   return test::sh("curl -sS --fail http://127.0.0.1:" + std::to_string(f.metrics_port(node)) + "/metrics");
@@ -718,15 +730,7 @@ TEST_CASE("ThreeNodesPrewarmOneManifestAtOnceOneBuildPerKeyAndEveryNodeEndsWithE
       out[n] = std::move(o);
     });
   }
-  struct Join {
-    std::vector<std::thread>& runs;
-    fs::path hold;
-    ~Join() {  // a failed REQUIRE lets the builds go, so that the runs end
-      release(hold);
-      for (auto& t : runs)
-        if (t.joinable()) t.join();
-    }
-  } join{runs, f.hold_file()};
+  ReleaseAndJoin join{runs, f.hold_file()};
   // Builds started per node, from its metrics (a node has one build slot: while the hold
   // lasts, one of its builds runs and the others queue).
   auto builds_started = [&](const char* n) {
@@ -864,15 +868,7 @@ TEST_CASE("AForcedPrewarmOnEveryNodeRetriesTheFleetsRecentFailureOnceNotOncePerN
       out[n] = std::move(o);
     });
   }
-  struct Join {
-    std::vector<std::thread>& runs;
-    fs::path hold;
-    ~Join() {  // a failed REQUIRE lets the build go, so that the runs end
-      release(hold);
-      for (auto& t : runs)
-        if (t.joinable()) t.join();
-    }
-  } join{runs, f.hold_file()};
+  ReleaseAndJoin join{runs, f.hold_file()};
   std::size_t claimed = 0;
   int started = 0;
   REQUIRE_MESSAGE(wait_until([&] {
