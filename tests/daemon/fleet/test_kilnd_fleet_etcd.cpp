@@ -306,6 +306,22 @@ struct ReleaseAndJoin {
   }
 };
 
+// A prewarm manifest of one source with one [1, 64] bfloat16 aoti signature per region.
+fs::path write_manifest(const fs::path& path, const std::string& hash, const std::vector<std::string>& regions) {
+  std::ofstream m(path);
+  m << "format = 1\n[defaults]\nkind = \"aoti\"\ndtype = \"bfloat16\"\n"
+    << "[[source]]\nname = \"blocks\"\nmodel_hash = \"" << hash << "\"\n";
+  for (const auto& r : regions)
+    m << "[[build]]\nsource = \"blocks\"\nregion = \"" << r << "\"\n  [[build.signature]]\n  inputs = [{ shape = [1, 64] }]\n";
+  return path;
+}
+
+// `kilnctl --socket <node's> --json prewarm --fleet FLAGS MANIFEST`, as a shell command.
+std::string prewarm_fleet(Fleet& f, const std::string& node, const fs::path& manifest, const std::string& flags = "") {
+  return std::string(KILN_KILNCTL) + " --socket " + f.node(node).socket().string() + " --json prewarm --fleet " +
+         (flags.empty() ? "" : flags + " ") + manifest.string();
+}
+
 // The node's Prometheus text.
 std::string metrics(const Fleet& f, const std::string& node) {
   return test::sh("curl -sS --fail http://127.0.0.1:" + std::to_string(f.metrics_port(node)) + "/metrics");
@@ -700,20 +716,12 @@ TEST_CASE("ThreeNodesPrewarmOneManifestAtOnceOneBuildPerKeyAndEveryNodeEndsWithE
   Fleet f;
   const std::string hash = start_three_nodes(f);
   const std::vector<std::string> regions = {"BlockA", "BlockB", "BlockC"};
-  const fs::path manifest = f.dir() / "manifest.toml";
-  {
-    std::ofstream m(manifest);
-    m << "format = 1\n[defaults]\nkind = \"aoti\"\ndtype = \"bfloat16\"\n"
-      << "[[source]]\nname = \"blocks\"\nmodel_hash = \"" << hash << "\"\n";
-    for (const auto& r : regions)
-      m << "[[build]]\nsource = \"blocks\"\nregion = \"" << r << "\"\n  [[build.signature]]\n  inputs = [{ shape = [1, 64] }]\n";
-  }
+  const fs::path manifest = write_manifest(f.dir() / "manifest.toml", hash, regions);
   std::vector<std::string> hexes;
   for (const auto& r : regions) hexes.push_back(key_hex(f.node("a"), client_key(hash, r)));
   auto prewarm = [&](const std::string& node) {
     try {
-      return test::sh(std::string(KILN_KILNCTL) + " --socket " + f.node(node).socket().string() + " --json prewarm --fleet " +
-                      manifest.string());
+      return test::sh(prewarm_fleet(f, node, manifest));
     } catch (const std::exception& e) {
       return std::string(e.what());
     }
@@ -814,15 +822,10 @@ TEST_CASE("AForcedPrewarmOnEveryNodeRetriesTheFleetsRecentFailureOnceNotOncePerN
   for (const char* n : {"a", "b", "c"}) hash = register_source(f.node(n), text);
   const Key key = client_key(hash, "Broken");
   const std::string hex = key_hex(f.node("a"), key);
-  const fs::path manifest = f.dir() / "manifest.toml";
-  std::ofstream(manifest) << "format = 1\n[defaults]\nkind = \"aoti\"\ndtype = \"bfloat16\"\n"
-                          << "[[source]]\nname = \"blocks\"\nmodel_hash = \"" << hash << "\"\n"
-                          << "[[build]]\nsource = \"blocks\"\nregion = \"Broken\"\n"
-                          << "  [[build.signature]]\n  inputs = [{ shape = [1, 64] }]\n";
+  const fs::path manifest = write_manifest(f.dir() / "manifest.toml", hash, {"Broken"});
   auto prewarm = [&](const std::string& node, const std::string& flags) {
     // kilnctl exits non-zero when a key failed: its JSON summary is what counts here.
-    return test::sh(std::string(KILN_KILNCTL) + " --socket " + f.node(node).socket().string() + " --json prewarm --fleet " +
-                    flags + " " + manifest.string() + " 2>/dev/null; true");
+    return test::sh(prewarm_fleet(f, node, manifest, flags) + " 2>/dev/null; true");
   };
   // Builds of the key started on any node, from the nodes' logs (a build's start is
   // logged as it starts; the metric counts it later).
@@ -897,11 +900,7 @@ TEST_CASE("AForcedPrewarmOfAStoredKeyRebuildsOnThatNodeOnlyAndLeavesTheRegistrys
   const std::string hash = start_three_nodes(f);
   const Key key = client_key(hash, "Stored");
   const std::string hex = key_hex(f.node("a"), key);
-  const fs::path manifest = f.dir() / "manifest.toml";
-  std::ofstream(manifest) << "format = 1\n[defaults]\nkind = \"aoti\"\ndtype = \"bfloat16\"\n"
-                          << "[[source]]\nname = \"blocks\"\nmodel_hash = \"" << hash << "\"\n"
-                          << "[[build]]\nsource = \"blocks\"\nregion = \"Stored\"\n"
-                          << "  [[build.signature]]\n  inputs = [{ shape = [1, 64] }]\n";
+  const fs::path manifest = write_manifest(f.dir() / "manifest.toml", hash, {"Stored"});
   auto builds_on = [&](const char* node) {
     int n = 0;
     for (const auto& [region, where] : f.starts()) n += region == "Stored" && where == node;
@@ -922,8 +921,7 @@ TEST_CASE("AForcedPrewarmOfAStoredKeyRebuildsOnThatNodeOnlyAndLeavesTheRegistrys
   }
   REQUIRE(f.starts().size() == 1);
 
-  const std::string out = test::sh(std::string(KILN_KILNCTL) + " --socket " + f.node("b").socket().string() +
-                                   " --json prewarm --fleet --force " + manifest.string());
+  const std::string out = test::sh(prewarm_fleet(f, "b", manifest, "--force"));
   INFO(out);
   const json j = json::parse(out, nullptr, false);
   REQUIRE_FALSE(j.is_discarded());
