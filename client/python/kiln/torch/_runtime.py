@@ -246,6 +246,7 @@ class Runtime:
         self._threads_lock = threading.Lock()  # of _threads alone: _start runs under _lock too
         self._stop = threading.Event()
         self.call_supported = None  # whether libkiln/kilnd take the key's `call` (format 2)
+        self._build_slots = None    # build_slots(): kilnd's slot count, once
 
     @property
     def _stopped(self):
@@ -683,12 +684,14 @@ class Runtime:
                 if art is not None:
                     self.load(job, art)
                     return
-                states = [b.get("state") for b in self.client().build_status(key_digest=e.key_digest)]
+                # Every build kilnd knows of, once: this key's states and where it stands.
+                builds = self.client().build_status()
+                mine = [b for b in builds if b.get("key_digest") == e.key_digest]
+                states = [b.get("state") for b in mine]
                 unreachable_since = None
-                e.queue = self.queue_estimate(e.key_digest)
+                e.queue = _queue.estimate(builds, e.key_digest, time.time(), self.build_slots())
                 if not {"queued", "running", "done"} & set(states):
-                    failed = [b for b in self.client().build_status(key_digest=e.key_digest)
-                              if b.get("state") == "failed"]
+                    failed = [b for b in mine if b.get("state") == "failed"]
                     if failed:
                         e.set("failed", last_line(failed[-1].get("error", "build failed")))
                         return
@@ -704,17 +707,16 @@ class Runtime:
             self._stop.wait(delay)  # stop() ends the wait
             delay = min(delay * 1.5, 2.0)
 
-    def queue_estimate(self, key_digest):
-        """Where the build of `key_digest` stands on kilnd (_queue.estimate); None when that
-        cannot be said (no such build, or an older kilnd)."""
-        try:
-            builds = self.client().build_status()
-            slots = self.client().status().get("build_slots") or []
-        except errors.KilnError:
-            return None
-        # One build at a time per slot: kilnd's builds_per_gpu is not in STATUS, so a node
-        # that runs more at once lands them sooner than this says.
-        return _queue.estimate(builds, key_digest, time.time(), max(1, len(slots)))
+    def build_slots(self):
+        """kilnd's build slots (STATUS), asked once per runtime: the builds it runs at once
+        for the queue estimate. One build at a time per slot: kilnd's builds_per_gpu is not
+        in STATUS, so a node that runs more at once lands them sooner than this says."""
+        if self._build_slots is None:
+            try:
+                self._build_slots = max(1, len(self.client().status().get("build_slots") or []))
+            except errors.KilnError:
+                return 1  # asked again at the next poll
+        return self._build_slots
 
     def stop(self, wait_s=0.0):
         """Stops taking work: the miss thread ends after its job (an export still waiting
