@@ -31,8 +31,9 @@ them again):
             a failed build). Then one step compiled and the error vs eager.
   jit       as miss, started beside the miss processes (so the same builds serve both),
             with on_miss="compile" and cold caches of its own as regional's: torch.compile
-            runs each block until kiln's package lands; the wait also times one forward
-            per slice (`calls`: seconds since start, call seconds), so the row shows when
+            compiles each block class in the background (no call waits for it) and runs
+            it once ready, until kiln's package lands; meanwhile forwards run back to back,
+            each timed (`calls`: seconds since start, call seconds), so the row shows when
             compiled speed arrived and when kiln's package took over.
   hit       a fresh process after the builds: compile_repeated_blocks, the first forward
             right after it; TTR, first call s, step ms, status (every block compiled?);
@@ -269,7 +270,7 @@ def wait_for_takeover(kiln_torch, model, result, step=None):
     first_done = time.monotonic() - T0
     seen, transitions, calls = {}, [], []
     while True:
-        if step is not None:  # jit: one forward per slice, timed (compiled speed before kiln's package?)
+        if step is not None:  # jit: forwards back to back, as a busy server runs them, each timed
             import torch
 
             t = time.monotonic()
@@ -277,14 +278,15 @@ def wait_for_takeover(kiln_torch, model, result, step=None):
                 step()
             _sync()
             calls.append([round(t - T0, 2), round(time.monotonic() - t, 4)])
-        done = kiln_torch.wait(model, timeout=1.0)
+        done = kiln_torch.wait(model, timeout=0.0 if step is not None else 1.0)
         now = time.monotonic() - T0
         for e in kiln_torch.status(model):
             k = e["fingerprint"] or (e["region"], e["signature"])  # SD3.5: one class, three structures
-            if seen.get(k) != e["state"]:
-                seen[k] = e["state"]
+            state = e["state"] + (f" (jit {e['jit']})" if e.get("jit") else "")
+            if seen.get(k) != state:
+                seen[k] = state
                 transitions.append({"t_s": round(now, 2), "region": e["region"], "signature": e["signature"],
-                                    "fingerprint": e["fingerprint"], "state": e["state"], "detail": e["detail"]})
+                                    "fingerprint": e["fingerprint"], "state": state, "detail": e["detail"]})
         if done:
             break
         if time.time() > deadline:

@@ -86,6 +86,40 @@ def hit_times(r):
     return out
 
 
+
+def jit_section(rows, w):
+    """The jit rows (on_miss="compile", forwards back to back): when compiled speed came
+    (the first forward within 1.15 x the regional row's step) against regional's TTR, how
+    many forwards ran slower before it, and when kiln's package took over."""
+    jit = [(fam, rows[("jit", fam)]) for fam in FAMILIES if ("jit", fam) in rows]
+    if not jit:
+        return
+    w('## on_miss="compile": torch.compile in the background, then kiln\'s package')
+    w("")
+    w("Forwards back to back from the first; no forward waits for a compiler. *Compiled speed at* = the "
+      "end of the first forward within 1.15 × the regional row's step, seconds from process start "
+      "(regional's own: its TTR, the end of its first call).")
+    w("")
+    w("| family | first call s | forwards before compiled speed (their median ms) | compiled speed at s "
+      "| regional TTR s | ratio | compile ready at s | kiln package at s | jit-phase forward ms (median) |")
+    w("|---|---|---|---|---|---|---|---|---|")
+    for fam, r in jit:
+        reg = rows.get(("regional", fam)) or {}
+        calls = r.get("calls") or []
+        limit = (reg.get("step_ms") or 0) * 1.15 / 1000
+        fast = next((i for i, (_, d) in enumerate(calls) if limit and d <= limit), None)
+        at = None if fast is None else calls[fast][0] + calls[fast][1]
+        slow = sorted(d for _, d in calls[:fast if fast is not None else len(calls)])
+        ready = next((t["t_s"] for t in r.get("transitions") or [] if "jit ready" in str(t.get("state"))), None)
+        done = [d for t0, d in calls[fast:] if r.get("takeover_s") is None or t0 < r["takeover_s"]] if fast is not None else []
+        done.sort()
+        ratio = f"{at / reg['ttr_s']:.2f}×" if at is not None and reg.get("ttr_s") else "—"
+        w(f"| {TITLES[fam]} | {f(r.get('first_call_s'), '{:.3f}')} | {len(slow) + 1 if calls else '—'} "
+          f"({f(slow[len(slow) // 2] * 1000 if slow else None, '{:.1f}')}) | {f(at, '{:.1f}')} | "
+          f"{f(reg.get('ttr_s'), '{:.1f}')} | {ratio} | {f(ready, '{:.1f}')} | {f(r.get('takeover_s'), '{:.1f}')} | "
+          f"{f(done[len(done) // 2] * 1000 if done else None, '{:.1f}')} |")
+    w("")
+
 def report(rows_dir, notes=(), notes_file=None):
     rows, builds, skipped = load(rows_dir)
     any_row = next((r for r in rows.values() if r.get("torch")), {})
@@ -212,6 +246,8 @@ def report(rows_dir, notes=(), notes_file=None):
               f"{f(at, '{:.1f}')} |")
             first = ""
     w("")
+
+    jit_section(rows, w)
 
     # builds
     blist = (builds or {}).get("builds") or []

@@ -436,27 +436,39 @@ def test_every_block_class_is_asked_for_at_once_so_kilnd_builds_them_side_by_sid
     assert torch.allclose(run(model, x), expected)
 
 
-def test_compile_mode_runs_torch_compile_until_the_package_lands(kilnd, seams):
-    """on_miss="compile": while kilnd builds (held 4 s here), every block runs through
-    torch.compile, one graph for all instances of the class; status() says where the
-    build stands; the package takes over between two calls."""
+def test_compile_mode_compiles_in_the_background_and_runs_it_until_the_package_lands(kilnd, seams, tmp_path):
+    """on_miss="compile": no call waits for torch.compile; it compiles the class in a
+    background thread (one graph for all instances), calls run eager until it is ready and
+    through it after, while kilnd builds (held here until the compiled calls were seen);
+    status() says where the build and the compile stand; the package takes over between
+    two calls."""
     model, x = Model(), torch.randn(2, 4, 8)
     expected = run(model, x)
-    seams.command = {"sleep_ms": 4000}
+    hold = tmp_path / "hold"
+    hold.write_text("")
+    seams.command = {"holds": [{"file": str(hold), "only": ""}]}
     torch._dynamo.reset()
     torch._dynamo.utils.counters.clear()
     kiln.torch.compile_repeated_blocks(model, socket=kilnd.socket, on_miss="compile")
     assert torch.allclose(run(model, x), expected, atol=1e-6)
     entry = kiln.torch.status(model)[0]
-    assert entry["state"] in ("exporting", "building") and entry["calls"] == {"compiled": 0, "eager": 0, "jit": 3}
+    # The first call started the compile and did not wait for it.
+    assert entry["calls"] == {"compiled": 0, "eager": 3, "jit": 0}, entry
+    ready = wait_for(lambda: [e for e in kiln.torch.status(model) if e.get("jit") != "compiling"], timeout=300,
+                     what="the background compile")
+    assert ready[0]["jit"] == "ready", ready
+    assert torch.allclose(run(model, x), expected, atol=1e-6)
+    entry = kiln.torch.status(model)[0]
+    assert entry["state"] in ("exporting", "building") and entry["calls"] == {"compiled": 0, "eager": 3, "jit": 3}
     assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == 1  # the class's forward, once
-    building = wait_for(lambda: [e for e in kiln.torch.status(model) if e.get("queue")], timeout=30)
+    building = wait_for(lambda: [e for e in kiln.torch.status(model) if e.get("queue")], timeout=60)
     assert building[0]["queue"]["position"] == 0  # running: nothing ahead of it
+    hold.unlink()
     assert kiln.torch.wait(model, timeout=60)
     assert torch.allclose(run(model, x), expected, atol=1e-6)
     entry = kiln.torch.status(model)[0]
-    assert entry["state"] == "hit" and entry["calls"] == {"compiled": 3, "eager": 0, "jit": 3}
-    assert "queue" not in entry
+    assert entry["state"] == "hit" and entry["calls"] == {"compiled": 3, "eager": 3, "jit": 3}
+    assert "queue" not in entry and "jit" not in entry
 
 
 def test_compile_mode_falls_back_to_eager_when_torch_compile_fails(kilnd, seams, monkeypatch):
@@ -471,8 +483,10 @@ def test_compile_mode_falls_back_to_eager_when_torch_compile_fails(kilnd, seams,
     kiln.torch.compile_repeated_blocks(model, socket=kilnd.socket, on_miss="compile")
     monkeypatch.setattr(model.__dict__[_STATE_ATTR].runtime, "jit_compiled", broken)
     assert torch.equal(run(model, x), expected)
+    wait_for(lambda: kiln.torch.status(model)[0].get("jit") == "failed", timeout=60, what="the compile's failure")
+    assert torch.equal(run(model, x), expected)
     entry = kiln.torch.status(model)[0]
-    assert entry["calls"]["eager"] == 3 and entry["calls"]["jit"] == 0
+    assert entry["calls"]["eager"] == 6 and entry["calls"]["jit"] == 0
     assert "torch.compile failed" in entry["detail"] and "no compiler here" in entry["detail"]
 
 

@@ -118,14 +118,18 @@ def _make_call(state):
         state.unsupported[key] = state.unsupported.get(key, 0) + 1
         return original(*args, **kwargs)
 
-    def jit(bs, entry, original, args, kwargs):
-        """on_miss="compile": the block through torch.compile while its package is not there.
-        A compile that fails leaves the block eager (the eager call then raises what the
-        block itself raises, if anything)."""
-        if bs.jit is None:
-            bs.jit = runtime.jit_compiled(original)
-        if bs.jit is False:
+    def jit(block, bs, entry, original, args, kwargs, structure):
+        """on_miss="compile": the block through torch.compile while its package is not
+        there, once the entry's background compile is ready (Runtime.start_jit; this call
+        starts it when it is the entry's first). Until then, and for good when it failed,
+        _NO_JIT: the call runs eager, never waiting for the compiler."""
+        if entry.jit_state is None:
+            runtime.start_jit(entry, block, original, args, kwargs, bs.device, structure)
+        if entry.jit_state != "ready" or bs.jit is False:
             return _NO_JIT
+        if bs.jit is None:
+            owner, fn = entry.jit_first
+            bs.jit = fn if owner == id(block) else runtime.jit_compiled(original)
         try:
             out = bs.jit(*args, **kwargs)
         except Exception as ex:
@@ -194,7 +198,7 @@ def _make_call(state):
                 except Exception as ex:  # never fail the caller because of kiln
                     entry.set("failed", f"{type(ex).__name__}: {ex}")
         if runtime.on_miss == "compile" and entry.state != "hit" and not _needs_grad(block, sig):
-            out = jit(bs, entry, original, args, kwargs)
+            out = jit(block, bs, entry, original, args, kwargs, structure)
             if out is not _NO_JIT:
                 return out
         entry.calls["eager"] += 1
@@ -242,12 +246,13 @@ def compile_repeated_blocks(model: "torch.nn.Module", block_classes: Optional[It
       calling thread exports and registers each miss and asks kilnd to build it; the model
       call that met the misses runs eager and, when it returns, has waited for every one of
       those builds, which kilnd runs side by side; later calls run compiled) or "compile"
-      (misses are built as with "eager", and meanwhile each block runs through torch.compile
-      of its forward, as diffusers' regional compile does: the first call of each block
-      class and signature waits for torch's compiler, ~10 s for a FLUX block on an H200, and
-      the next ones run compiled until kiln's package takes over between two calls. When
-      kilnd serves a torch cache, use_torch_cache() is switched on for it, so one process's
-      compile warms the node's next ones; a compile that fails leaves that block eager).
+      (misses are built as with "eager", and meanwhile each block class and signature is
+      compiled by torch.compile, as diffusers' regional compile does, but in a background
+      thread: no call waits for torch's compiler (~10 s for a FLUX block on an H200); calls
+      run eager until that compile is ready, then through it, until kiln's package takes
+      over between two calls. When kilnd serves a torch cache, use_torch_cache() is
+      switched on for it, so one process's compile warms the node's next ones; a compile
+      that fails leaves that block eager, status() saying why).
     socket: kilnd's socket (default: $KILN_SOCKET, then the default search).
     compile_options: passed into the key's compile_options ({"mode": ..., "inductor": {...}}).
     client: a kiln.Client to use instead of connecting (its lifetime is the caller's).
@@ -338,9 +343,11 @@ def status(model: "torch.nn.Module") -> List[Dict[str, Any]]:
     """Per block class and signature: {"region", "signature", "state" (hit, building,
     exporting, failed, eager, unsupported), "detail" (why; a failed build's last log line),
     "fingerprint", "key_digest", "calls": {"compiled", "eager", "jit"} ("jit": calls that
-    ran torch.compile, on_miss="compile"), and while a build is queued "queue": {"position"
+    ran torch.compile, on_miss="compile"), while a build is queued "queue": {"position"
     (builds ahead of it on kilnd), "expected_s" (seconds until it lands, from the key's and
-    the node's build history; None when kilnd has none)}}. [] if not compiled."""
+    the node's build history; None when kilnd has none)}, and with on_miss="compile" until
+    the package lands "jit": the background torch.compile's state (compiling, ready,
+    failed: "detail" says why)}. [] if not compiled."""
     state = getattr(model, _STATE_ATTR, None)
     if state is None:
         return []

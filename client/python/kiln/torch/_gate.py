@@ -89,9 +89,21 @@ class ExportGate:
 
     @contextlib.contextmanager
     def exclusive(self, stopped=lambda: False):
-        """Holds the process for an export: from a background thread, waits until the
+        """Holds the process for an export: takes TRACING (a background torch.compile of
+        on_miss="compile" may hold it), then, from a background thread, waits until the
         driving thread parks (raising Stopped if `stopped()` turns true meanwhile); from
         the driving thread itself (on_miss="wait"), nothing else runs, so it just goes."""
+        while not TRACING.acquire(timeout=0.05):
+            if stopped():
+                raise Stopped("kiln.torch stopped before the export's turn came")
+        try:
+            with self._exclusive(stopped):
+                yield
+        finally:
+            TRACING.release()
+
+    @contextlib.contextmanager
+    def _exclusive(self, stopped):
         if not getattr(_background, "active", False):
             yield
             return
@@ -115,6 +127,11 @@ class ExportGate:
                 self._requests -= 1
                 self._cv.notify_all()
 
+
+# Held by whatever traces the block in a thread other than the model's: an export (which
+# also parks the model's thread, above) or on_miss="compile"'s background torch.compile
+# (which does not: dynamo traces without patching modules). One at a time.
+TRACING = threading.Lock()
 
 GATE = ExportGate()
 

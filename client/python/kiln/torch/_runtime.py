@@ -154,6 +154,8 @@ class Entry:
         self.calls = {"compiled": 0, "eager": 0, "jit": 0}
         self.queue = None  # while building: _queue.estimate() of its build on kilnd
         self.jit_problem = ""  # on_miss="compile": why torch.compile gave up on this entry
+        self.jit_state = None  # on_miss="compile": None, "compiling" (in the background), "ready", "failed"
+        self.jit_first = None  # (id of the block it compiled, its compiled forward), once ready
         self.layout_recorded = False  # _layouts.record ran for this entry in this process
         self.numerics = None  # the numerics flags of the calls this entry serves (the key's)
 
@@ -170,6 +172,8 @@ class Entry:
                "key_digest": self.key_digest, "calls": dict(self.calls)}
         if self.state == "building" and self.queue is not None:
             out["queue"] = dict(self.queue)
+        if self.jit_state is not None and self.state != "hit":
+            out["jit"] = self.jit_state
         return out
 
 
@@ -208,7 +212,7 @@ def _stop_at_exit():
         r.stop()
     deadline = time.monotonic() + EXIT_WAIT_S
     for r in runtimes:
-        for t in (r._thread, r._prefetch_thread):
+        for t in [r._thread, r._prefetch_thread] + [t for t in r._threads if t.name == "kiln-jit"]:
             if t is not None and t.is_alive():
                 t.join(max(0.0, deadline - time.monotonic()))
 
@@ -271,6 +275,58 @@ class Runtime:
         if inductor:
             return torch.compile(forward, options=dict(inductor))
         return torch.compile(forward, mode=None if mode in (None, "default") else mode)
+
+    def start_jit(self, entry, block, forward, args, kwargs, device, structure):
+        """on_miss="compile": compiles the entry's block in a thread of its own ("kiln-jit")
+        by running torch.compile(forward) once on copies of this call's inputs, so that no
+        call waits for torch's compiler: calls run eager until entry.jit_state turns
+        "ready", then through torch.compile (one graph per class and signature; the other
+        instances' compiled forwards find it in dynamo's cache). Dynamo's callback, grad
+        mode and the current CUDA device are per thread, so the model's own thread runs on
+        beside it; the grad and inference modes of the call are the compile's. It holds
+        _gate.TRACING, as an export does: torch.export's tracer patches nn.Module.__call__
+        for the whole process. `structure` is the block's state at the call: a compile
+        that would start in another does not run, and the entry stays eager until its
+        package lands. Dynamo guards every value its trace read (a LoRA scaling, say), so a
+        state that changes during the compile cannot make it run a wrong graph; at worst a
+        call in a state it did not see compiles again (diffusers' per-call LoRA scale is in
+        the block only while a model call runs)."""
+        import torch
+        from torch.utils._pytree import tree_map
+
+        def copy(x):
+            return x.detach().clone() if isinstance(x, torch.Tensor) else x
+
+        args, kwargs = tree_map(copy, (tuple(args), dict(kwargs)))
+        grad, inference = torch.is_grad_enabled(), torch.is_inference_mode_enabled()
+        entry.jit_state = "compiling"
+
+        def compile_in_background():
+            started = time.monotonic()
+            try:
+                with _gate.TRACING:
+                    if self._stopped:
+                        raise _gate.Stopped("kiln.torch stopped before the compile's turn came")
+                    if _state.structure(block) != structure:
+                        raise StateChanged("the block's state changed before the compile's turn (its LoRA, "
+                                           "tensors or hooks): it would trace another state than the call's")
+                    fn = self.jit_compiled(forward)
+                    cuda = device.type == "cuda" and torch.cuda.is_available()
+                    with torch.cuda.device(device) if cuda else contextlib.nullcontext(), \
+                            torch.inference_mode(inference), torch.set_grad_enabled(grad):
+                        fn(*args, **kwargs)
+                        if cuda:
+                            torch.cuda.synchronize(device)
+                entry.jit_first = (id(block), fn)
+                entry.jit_state = "ready"
+                log.info("kiln: %s [%s]: torch.compile ready in %.1f s (background)", entry.region,
+                         entry.signature, time.monotonic() - started)
+            except Exception as ex:
+                entry.jit_problem = f"torch.compile failed, eager until the package lands: {type(ex).__name__}: {ex}"
+                entry.jit_state = "failed"
+                log.warning("kiln: %s: %s", entry.region, entry.jit_problem)
+
+        self._start(compile_in_background, "kiln-jit")
 
     def feed_jit_from_torch_cache(self):
         """Points torch.compile's remote caches at kilnd's torch cache when kilnd serves one
@@ -759,15 +815,17 @@ class Runtime:
             self.wait_idle(WAIT_BUILDS_S)
 
     def wait_idle(self, timeout):
-        """Waits until no entry is exporting or building (for batch jobs and tests)."""
+        """Waits until no entry is exporting or building (for batch jobs and tests); looks
+        at least once, so timeout=0 asks without waiting."""
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+        while True:
             with self._lock:
                 pending = self._pending
             if pending == 0 and not any(e.state in ("exporting", "building") for e in list(self.entries.values())):
                 return True
+            if time.monotonic() >= deadline:
+                return False
             time.sleep(0.02)
-        return False
 
 
 def block_constants(block):
