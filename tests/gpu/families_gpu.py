@@ -394,8 +394,8 @@ def run(work, phases, families):
                 shutil.rmtree(cache, ignore_errors=True)
                 env = {"TORCHINDUCTOR_CACHE_DIR": cache, "TRITON_CACHE_DIR": os.path.join(cache, "triton")}
             finish(start(mode, fam, env), mode, fam)
-    if "miss" in phases:
-        fams = [f for f in families if todo("miss", f)]
+    if "miss" in phases or "jit" in phases:  # jit alone: its processes by themselves
+        fams = [f for f in families if any(m in phases and todo(m, f) for m in ("miss", "jit"))]
         if fams and fits("miss", ",".join(fams), 150):
             t = time.monotonic()
             st = wait_kilnd(probed=True)
@@ -403,8 +403,8 @@ def run(work, phases, families):
                 {k: (st or {}).get(k) for k in ("build_slots", "builds_unavailable", "builds_probing")})
             until = time.time() + deadline - (time.monotonic() - T0) - 40
             env = {"KILN_FAMILIES_MISS_UNTIL_UNIX": str(until)}
-            log("starting the miss processes at once:", fams)
-            procs = [(start("miss", f, env), f, "miss") for f in fams]
+            log("starting the miss/jit processes at once:", fams)
+            procs = [(start("miss", f, env), f, "miss") for f in fams if "miss" in phases]
             if "jit" in phases:  # beside them, cold compiler caches of their own
                 for f in fams:
                     cache = os.path.join(work, "inductor-cache", "jit-" + f)
