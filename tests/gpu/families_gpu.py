@@ -405,7 +405,7 @@ def run(work, phases, families):
             env = {"KILN_FAMILIES_MISS_UNTIL_UNIX": str(until)}
             log("starting the miss/jit processes at once:", fams)
             procs = [(start("miss", f, env), f, "miss") for f in fams if "miss" in phases]
-            if "jit" in phases:  # beside them, cold compiler caches of their own
+            if "jit" in phases and "miss" in phases:  # beside them, cold compiler caches of their own
                 for f in fams:
                     cache = os.path.join(work, "inductor-cache", "jit-" + f)
                     shutil.rmtree(cache, ignore_errors=True)
@@ -413,6 +413,14 @@ def run(work, phases, families):
                                                         TRITON_CACHE_DIR=os.path.join(cache, "triton"))), f, "jit"))
             for p, f, mode in procs:
                 finish(p, mode, f)
+            if "jit" in phases and "miss" not in phases:
+                # alone: one process at a time, so that its forwards have the GPU to themselves
+                # (three processes stepping back to back share it: each step ~3x slower)
+                for f in fams:
+                    cache = os.path.join(work, "inductor-cache", "jit-" + f)
+                    shutil.rmtree(cache, ignore_errors=True)
+                    finish(start("jit", f, dict(env, TORCHINDUCTOR_CACHE_DIR=cache,
+                                                 TRITON_CACHE_DIR=os.path.join(cache, "triton"))), "jit", f)
             save_builds(work)
     if "hit" in phases:
         wait_kilnd()
