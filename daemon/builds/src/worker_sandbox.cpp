@@ -220,6 +220,11 @@ SandboxPlan SandboxPlan::prepare(const WorkerSandbox& sandbox) {
       if (allow(rs.get(), "/dev/shm", attr.handled_access_fs)) writable.push_back("/dev/shm");
       for (const auto& d : device_nodes()) (void)allow(rs.get(), d, kWriteFile | (abi >= 3 ? kTruncate : 0));
       writable.push_back("devices");
+      // CUDA's driver writes its own process's /proc files at initialisation (without it:
+      // "Error 304: OS call failed", every GPU build broken; found on an H200). The rule is
+      // made before fork, so it cannot name the worker's pid: /proc's files, as their
+      // permissions allow, and nothing created (procfs creates nothing anyway).
+      if (allow(rs.get(), "/proc", kWriteFile | (abi >= 3 ? kTruncate : 0))) writable.push_back("/proc files");
       std::string text = "landlock ABI " + std::to_string(abi) + " (writes: " + join(writable, ", ") + ")";
       if (!missing.empty()) text += " (not found, so not writable: " + join(missing, ", ") + ")";
       parts.push_back(std::move(text));

@@ -99,7 +99,8 @@ TEST_CASE("AConfinedWorkerWritesOnlyBeneathItsFoldersAndHasNoNetwork") {
   test::TempDir dir;
   fs::create_directories(dir / "job");
   fs::create_directories(dir / "other");
-  WorkerCommand cmd = prober({dir / "job" / "f", dir / "other" / "f", "/dev/null", "/dev/shm/kiln-sandbox-test"});
+  WorkerCommand cmd =
+      prober({dir / "job" / "f", dir / "other" / "f", "/dev/null", "/dev/shm/kiln-sandbox-test", "/proc/self/comm"});
   cmd.sandbox.writable = {dir / "job"};
   WorkerExit e = run_worker(cmd, "", WorkerLimits{});
   REQUIRE_MESSAGE(e.clean_exit(), e.describe() << "\n" << e.log);
@@ -110,6 +111,7 @@ TEST_CASE("AConfinedWorkerWritesOnlyBeneathItsFoldersAndHasNoNetwork") {
   CHECK(has(e.out, "write:" + (dir / "job" / "f").string() + "=ok"));
   CHECK(has(e.out, "write:/dev/null=ok"));
   CHECK(has(e.out, "write:/dev/shm/kiln-sandbox-test=ok"));  // Python's multiprocessing semaphores
+  CHECK(has(e.out, "write:/proc/self/comm=ok"));  // CUDA's driver writes its process's /proc files
   // No TMPDIR of its own in the command: a private one for the run, gone afterwards.
   CHECK(has(e.out, "mkdtemp=ok"));
   const auto at = e.out.find("TMPDIR=");

@@ -7,7 +7,8 @@
 //  - cannot gain privileges (PR_SET_NO_NEW_PRIVS: setuid binaries do not elevate);
 //  - writes only beneath `writable` (its build's folder, which holds its private TMPDIR
 //    and compiler caches), a few device nodes (/dev/null, the NVIDIA devices: a GPU is
-//    opened read-write) and /dev/shm (POSIX semaphores of Python's multiprocessing).
+//    opened read-write), /dev/shm (POSIX semaphores of Python's multiprocessing) and
+//    /proc's files as their permissions allow (CUDA's driver writes its process's own).
 //    Reads are not confined. Landlock (Linux 5.13+); on ABI 6+ it also cannot signal
 //    processes outside its sandbox (kilnd) or reach abstract Unix sockets outside it, and
 //    on every ABI it cannot ptrace them;
