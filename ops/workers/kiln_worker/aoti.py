@@ -48,7 +48,18 @@ def build(request):
 
     t = time.monotonic()
     # Device index -1: the package's own device (cuda:0 under the slot's CUDA_VISIBLE_DEVICES, or the CPU).
-    loader = torch._C._aoti.AOTIModelPackageLoader(package, "model", False, 1, -1)
+    try:
+        loader = torch._C._aoti.AOTIModelPackageLoader(package, "model", False, 1, -1)
+    except RuntimeError as ex:
+        # torch 2.11's loader unpacks into mkdtemp("/tmp/XXXXXX"), whatever TMPDIR says
+        # (seen on an H200; torch 2.15's honours TMPDIR), and kilnd's sandbox lets the
+        # worker write its own folders only.
+        if "temporary directory" in str(ex) and not os.access("/tmp", os.W_OK):
+            raise WorkerError(f"torch {torch.__version__}'s AOTInductor loader unpacks the package into /tmp, "
+                              "whatever TMPDIR says, and the worker sandbox lets it write its own folders only: "
+                              "on this node set [builds] sandbox = false (SECURITY.md) or use a newer torch "
+                              f"({ex})") from ex
+        raise
     timings["package_load_s"] = time.monotonic() - t
     weights = signature.perturbed_weights(ep, device=device)
     fqns = list(loader.get_constant_fqns())
