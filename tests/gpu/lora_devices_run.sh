@@ -26,6 +26,9 @@
 # why (a) has one double block). KILN_LORA_WORK (default /tmp/kiln-lora-devices): store,
 # socket, logs. kilnd is built and started first, libkiln.so built while kilnd probes its
 # worker, and torch/Triton's files read once during the build (page cache) for that probe.
+# KILN_GPU_SANDBOX=false: kilnd's worker sandbox off. The device's torch 2.11 needs it: its
+# AOTInductor loader unpacks into /tmp, which the sandbox does not let the worker write
+# (tests/gpu/RESULTS-build-speed.md, 6); unset = kilnd's default (on).
 set -uo pipefail
 START=$(date +%s)
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -65,6 +68,7 @@ cat > "$WORK/kilnd.toml" <<TOML
 worker = ["python3", "$ROOT/ops/workers/kiln_worker"]
 build_timeout_s = 1200
 builds_per_gpu = 4
+${KILN_GPU_SANDBOX:+sandbox = $KILN_GPU_SANDBOX}
 TOML
 export KILN_SOCKET=$WORK/kiln.sock
 rm -rf "$WORK/store" "$KILN_SOCKET"

@@ -21,6 +21,9 @@
 # later ones left out, before it, and the report and tar are written before it.
 # KILN_PREWARM_WORK (default /tmp/kiln-prewarm, emptied first): stores, sockets, logs.
 # The result is committed as tests/gpu/RESULTS-prewarm.md (the date and GPU are in it).
+# KILN_GPU_SANDBOX=false: kilnd's worker sandbox off. The device's torch 2.11 needs it: its
+# AOTInductor loader unpacks into /tmp, which the sandbox does not let the worker write
+# (tests/gpu/RESULTS-build-speed.md, 6); unset = kilnd's default (on).
 set -uo pipefail
 START=$(date +%s)
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -67,6 +70,7 @@ for n in a b; do
 worker = ["$(command -v python3)", "$ROOT/ops/workers/kiln_worker"]
 build_timeout_s = 1200
 builds_per_gpu = 4
+${KILN_GPU_SANDBOX:+sandbox = $KILN_GPU_SANDBOX}
 TOML
   "$BUILD/daemon/kilnd" --socket "$WORK/$n/kiln.sock" --store "$WORK/$n/store" --config "$WORK/$n/kilnd.toml" \
     > "$WORK/$n/kilnd.log" 2>&1 < /dev/null &
