@@ -1,7 +1,8 @@
 # Sourced (bash) by the scripts that build and run kiln on the GPU machine; needs ROOT. Sets
 # the array CARRY_CMAKE_ARGS: what CMake needs on a machine without kiln's Debian packages;
-# defines kiln_build_on_device and kiln_build_targets (below), which build with it, and
-# kiln_start_kilnd, the one way the scripts start a kilnd with the real worker.
+# defines kiln_build_on_device and kiln_build_targets (below), which build with it,
+# kiln_build_kilnd_warm, and kiln_start_kilnd, the one way the scripts start a kilnd with
+# the real worker.
 # The headers tests/gpu/prepare_carry.sh put in .carry/ (when they are there), the
 # runtime libsqlite3 where the machine has no .so link to it, and no fuzz target where
 # there is no clang++.
@@ -34,6 +35,20 @@ kiln_build_targets() {
   shift 2
   cmake --build "$build" -j"$(nproc)" --target "$@" >> "$build_log" 2>&1 ||
     { grep -A6 "error" "$build_log" | head -80; exit 1; }
+}
+
+# kiln_build_kilnd_warm SRC BUILD LOG: builds kilnd (kiln_build_on_device) while torch's,
+# Triton's and diffusers' files are read into the page cache in the background (from
+# /tmp/pylib, where the scripts install the carried wheels): kilnd's worker probe (import
+# torch, Triton's content hash) and the Python steps read them next. Prints the seconds.
+kiln_build_kilnd_warm() {
+  ( PYTHONPATH=/tmp/pylib python3 -c 'import torch, torch.export
+from torch.utils._triton import triton_hash_with_backend; triton_hash_with_backend()
+import diffusers' > /dev/null 2>&1 & )
+  local t
+  t=$(date +%s)
+  kiln_build_on_device "$1" "$2" "$3" kilnd
+  echo "kilnd built in $(( $(date +%s) - t )) s"
 }
 
 # kiln_start_kilnd KILND WORK LOG BUILD_TIMEOUT_S: starts KILND on an empty store under WORK

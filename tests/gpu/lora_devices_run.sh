@@ -52,16 +52,10 @@ python3 -m pip install -q --no-index --no-deps --target /tmp/peftlib "$ROOT"/.ca
   log "pip install of peft failed (the image's peft is used)"
 python3 -m pip list 2>/dev/null | grep -iE '^(torch|triton|peft|transformers|accelerate|huggingface[-_]hub|safetensors) ' | tr -s ' ' | paste -sd ';' -
 
-# torch's, Triton's and diffusers' files into the page cache while kiln builds: kilnd's
-# worker probe (import torch, Triton's content hash) and the parts read them next
-( PYTHONPATH=/tmp/pylib python3 -c 'import torch, torch.export
-from torch.utils._triton import triton_hash_with_backend; triton_hash_with_backend()
-import diffusers' > /dev/null 2>&1 & )
 . "$ROOT/tests/gpu/carry_cmake_args.sh"
-log "building kilnd"
-t=$(date +%s)
-kiln_build_on_device "$ROOT" "$BUILD" "$WORK/build.log" kilnd
-log "kilnd built in $(( $(date +%s) - t )) s"
+log "building kilnd (torch's files read into the page cache meanwhile)"
+built=$(kiln_build_kilnd_warm "$ROOT" "$BUILD" "$WORK/build.log") || { echo "$built"; exit 1; }
+log "$built"
 
 cat > "$WORK/kilnd.toml" <<TOML
 [builds]

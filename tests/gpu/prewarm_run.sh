@@ -48,16 +48,10 @@ if [ ! -d /tmp/pylib/diffusers ]; then
 fi
 python3 -m pip list 2>/dev/null | grep -iE '^(torch|triton|huggingface[-_]hub|safetensors|numpy) ' | tr -s ' ' | paste -sd ';' -
 
-# torch's, Triton's and diffusers' files into the page cache while kiln builds: the kilnds'
-# worker probes (import torch, Triton's content hash) and the steps read them next
-( PYTHONPATH=/tmp/pylib python3 -c 'import torch, torch.export
-from torch.utils._triton import triton_hash_with_backend; triton_hash_with_backend()
-import diffusers' > /dev/null 2>&1 & )
 . "$ROOT/tests/gpu/carry_cmake_args.sh"
-log "building kilnd"
-t=$(date +%s)
-kiln_build_on_device "$ROOT" "$BUILD" "$WORK/build.log" kilnd
-log "kilnd built in $(( $(date +%s) - t )) s"
+log "building kilnd (torch's files read into the page cache meanwhile)"
+built=$(kiln_build_kilnd_warm "$ROOT" "$BUILD" "$WORK/build.log") || { echo "$built"; exit 1; }
+log "$built"
 
 # Two nodes on this machine, same config: the real worker under this machine's python3
 # (absolute path, as families_run.sh writes it); each kilnd keeps its compiler caches
