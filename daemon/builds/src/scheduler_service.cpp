@@ -5,6 +5,7 @@
 #include "kiln/daemon/submitted_key.hpp"
 
 #include <atomic>
+#include <tuple>
 #include <deque>
 #include <map>
 #include <mutex>
@@ -93,7 +94,7 @@ class SchedulerService final : public daemon::BuildService {
     sub->sink = std::move(on_event);
     proto::PrewarmReply reply;
     reply.handle = "p" + std::to_string(++next_handle_);
-    std::vector<std::pair<Key, Digest>> to_build;
+    std::vector<std::tuple<Key, Digest, std::size_t>> to_build;  // and its index in reply.results
     std::vector<proto::BuildEvent> immediate;
     for (const Key& k : keys) {
       daemon::SubmittedKey s = daemon::submitted_key(k, force, store_);
@@ -104,7 +105,7 @@ class SchedulerService final : public daemon::BuildService {
         } else {
           auto live = scheduler_.job(d);
           s.result.state = s.state->state = live && live->state == "running" ? "running" : "queued";
-          to_build.emplace_back(k, d);
+          to_build.emplace_back(k, d, reply.results.size());
         }
         sub->states.push_back(std::move(*s.state));
       }
@@ -113,7 +114,7 @@ class SchedulerService final : public daemon::BuildService {
     sub->pending = to_build.size() + immediate.size();
     remember(reply.handle, sub);
     for (auto& e : immediate) finish(sub, std::move(e));
-    for (auto& [k, d] : to_build) {
+    for (auto& [k, d, index] : to_build) {
       RequestOptions ro;
       ro.priority = Priority::prewarm;
       ro.force = force ? Force::yes : Force::no;
@@ -126,6 +127,15 @@ class SchedulerService final : public daemon::BuildService {
         else finish(sub, proto::BuildEvent{d, "failed", r.error().to_string(), std::nullopt});
       });
       w->detach();
+      // The scheduler refuses some keys at once (another toolchain than this node's, no
+      // source, a recent failure): the reply says so, not "queued". A BUILD that does not
+      // wait polls BUILD_STATUS by key digest, which has no job for a refused key.
+      std::lock_guard lock(sub->mu);
+      for (const auto& st : sub->states)
+        if (st.key_digest == d && st.state == "failed") {
+          reply.results[index].state = "failed";
+          reply.results[index].error = st.error;
+        }
     }
     if (to_build.empty() && immediate.empty() && sub->sink) sub->sink(proto::BuildEvent{Digest{}, "done", std::nullopt, std::nullopt}, true);
     return reply;

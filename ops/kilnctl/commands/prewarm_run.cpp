@@ -89,6 +89,8 @@ class Run {
       if (res.key_digest) items_[i].key_digest = res.key_digest->hex();
       if (res.state == "invalid" || !res.key_digest) {
         finish(i, Outcome::failed, 0, items_[i].key_digest, "invalid_argument: " + res.error.value_or("invalid key"));
+      } else if (res.state == "failed") {  // refused at once (another toolchain, no source, a recent failure)
+        finish(i, Outcome::failed, 0, items_[i].key_digest, res.error.value_or("refused"));
       } else if (res.state == "present") {
         finish(i, Outcome::present, 0, items_[i].key_digest, "");
       } else {

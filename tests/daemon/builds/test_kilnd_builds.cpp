@@ -174,6 +174,33 @@ TEST_CASE("KilndAnswersBuildFailuresAndMissingSourcesWithTheirCodes") {
   CHECK(c.status().has_value());
 }
 
+TEST_CASE("AKeyTheNodeRefusesAtOnceIsAnErrorOfABuildThatDoesNotWaitNotAQueuedJobNobodyKnows") {
+  // Seen on a GPU node: a key naming another toolchain than the node's was answered
+  // "queued", and BUILD_STATUS by its digest then knew no build, so kiln.torch polled for
+  // a job that never was ("kilnd lost the build three times").
+  test::TempDir dir;
+  Kilnd kilnd(dir);
+  auto c = kilnd.connect();
+  const std::string ok = register_source(c, dir, "ok.json", {{"behavior", "ok"}});
+  Key other = test::source_key(ok);
+  other.torch_version = "2.99.0+elsewhere";  // every other node field stays kilnd's to fill
+  auto built = c.call(protocol::MsgType::build, "{\"key\":" + other.to_json() + ",\"wait\":false}");
+  REQUIRE_FALSE(built.has_value());
+  CHECK(built.error().message.find("cannot build here: key.torch_version") != std::string::npos);
+
+  auto sub = c.call(protocol::MsgType::prewarm_submit, "{\"keys\":[" + other.to_json() + "]}");
+  REQUIRE_MESSAGE(sub.has_value(), (sub ? "" : sub.error().to_string()));
+  const json reply = json::parse(*sub);
+  REQUIRE(reply["results"].size() == 1);
+  CHECK(reply["results"][0]["state"] == "failed");
+  CHECK(reply["results"][0]["error"].get<std::string>().find("2.99.0+elsewhere") != std::string::npos);
+  CHECK(kilnd.builds() == 0);
+  // A key it can build is still queued and built.
+  auto fine = c.call(protocol::MsgType::build, "{\"key\":" + test::source_key(ok).to_json() + ",\"wait\":false}");
+  REQUIRE_MESSAGE(fine.has_value(), (fine ? "" : fine.error().to_string()));
+  CHECK(json::parse(*fine)["state"] != "failed");
+}
+
 TEST_CASE("KilndServesWhileItsBuildWorkerIsProbed: hits at once; builds, uploads and keys left to the node wait") {
   test::TempDir dir;
   // A stored artifact, its key complete (no field left to the node).

@@ -332,7 +332,7 @@ struct PrewarmRequest {
 };
 struct PrewarmResult {
   std::optional<Digest> key_digest;   // absent when the key was invalid
-  std::string state;                  // "present" | "queued" | "running" | "invalid"
+  std::string state;                  // "present" | "queued" | "running" | "invalid" | "failed"
   std::optional<std::string> error;
 };
 struct PrewarmReply {
