@@ -33,6 +33,16 @@ std::string toolchain_refusal(const std::string& probe_error) {
   return "its build worker did not report a toolchain (probe: " + probe_error + ")";
 }
 
+std::string worker_gpu_refusal(std::size_t kilnd_gpus, const ToolchainReport& worker, bool sandboxed) {
+  if (kilnd_gpus == 0 || !worker.gpus.empty()) return {};
+  const std::string& cuda = worker.fields.cuda_version;
+  if (cuda.empty() || cuda == "none") return {};  // a CPU build of torch sees no GPU by design
+  return "its build worker's torch (CUDA " + cuda + ") sees no GPU while kilnd found " + std::to_string(kilnd_gpus) +
+         (sandboxed ? "; the worker sandbox may be what stops CUDA (check with [builds] sandbox = false, "
+                      "schema/worker-protocol.md, \"Sandbox\")"
+                    : "; check the worker's CUDA_VISIBLE_DEVICES and driver access");
+}
+
 ProbedNode probe_node(const SchedulerOptions& options, const NodeFields& host, const std::atomic<bool>* cancel) {
   ProbedNode p;
   if (options.probe_gpus) {
@@ -75,8 +85,10 @@ ProbedNode probe_node(const SchedulerOptions& options, const NodeFields& host, c
       tc = parse_toolchain_result(exit);
     }
   }
+  std::string gpu_refusal;
   if (tc) {
     p.node = tc->fields;
+    if (options.slots.empty()) gpu_refusal = worker_gpu_refusal(p.gpus.gpus.size(), *tc, options.worker.sandbox.enabled);
   } else {
     p.toolchain_error = tc.error().message;
   }
@@ -98,6 +110,7 @@ ProbedNode probe_node(const SchedulerOptions& options, const NodeFields& host, c
 
   if (p.slots.empty()) p.refusal = slot_refusal(p.gpus);
   else if (!p.toolchain_error.empty()) p.refusal = toolchain_refusal(p.toolchain_error);
+  else p.refusal = gpu_refusal;
 
   std::string slots;
   for (const auto& s : p.slots) slots += (slots.empty() ? "" : ", ") + s.name + " (" + s.gpu_arch + " " + s.gpu_name + ")";
