@@ -195,6 +195,13 @@ WorkerExit run_worker(const WorkerCommand& command, const PendingRequest& pendin
     close_fd(in.r), close_fd(in.w), close_fd(out.r), close_fd(out.w), close_fd(err.r), close_fd(err.w);
     return result;
   }
+  // Its TMPDIR as its /tmp too (worker_sandbox.hpp), unless that folder is itself beneath
+  // /tmp: bound over /tmp, its own path would no longer lead to it.
+  if (auto t = extra_env.find("TMPDIR"); t != extra_env.end()) {
+    const auto rel = std::filesystem::path(t->second).lexically_normal().lexically_relative("/tmp");
+    if (std::filesystem::path(t->second).is_absolute() && (rel.empty() || *rel.begin() == ".."))
+      sandbox.private_tmp = t->second;
+  }
   const SandboxPlan plan = SandboxPlan::prepare(sandbox);
   result.sandbox = plan.description();
   if (!plan.refusal().empty()) {

@@ -7,6 +7,8 @@
 #include <linux/filter.h>
 #include <linux/seccomp.h>
 #include <pwd.h>
+#include <sched.h>
+#include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -231,6 +233,16 @@ SandboxPlan SandboxPlan::prepare(const WorkerSandbox& sandbox) {
       p.ruleset_ = std::move(rs);
     }
   }
+  // A /tmp of its own needs a mount namespace, which needs root (CAP_SYS_ADMIN) before the
+  // switch to worker_user. Without it /tmp stays unwritable (Landlock).
+  if (!sandbox.private_tmp.empty()) {
+    if (::geteuid() == 0) {
+      p.private_tmp_ = sandbox.private_tmp.string();
+      parts.push_back("/tmp = " + p.private_tmp_ + " (its own mount namespace, where the kernel allows one)");
+    } else {
+      parts.push_back("no /tmp of its own (kilnd is not root: no mount namespace)");
+    }
+  }
   p.filter_ = network_filter();
   parts.push_back(p.filter_.empty() ? "seccomp unavailable (no filter for this CPU architecture): the worker has the network"
                                     : "seccomp (no network sockets, no io_uring, no ptrace)");
@@ -241,6 +253,15 @@ SandboxPlan SandboxPlan::prepare(const WorkerSandbox& sandbox) {
 }
 
 int SandboxPlan::apply_in_child(const char** step) const noexcept {
+  if (!private_tmp_.empty() && enabled_) {
+    // Before the user switch (it needs CAP_SYS_ADMIN) and Landlock (which forbids mounts).
+    // The namespace's mounts stay private, so the bind is this worker's alone; the folder
+    // is in its writable set, so Landlock lets it write beneath /tmp too.
+    // Best effort: where the kernel or a container refuses the namespace, /tmp just stays
+    // unwritable, as without this (the worker says so when it needs it: aoti.py).
+    if (::unshare(CLONE_NEWNS) == 0 && ::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) == 0)
+      (void)::mount(private_tmp_.c_str(), "/tmp", nullptr, MS_BIND, nullptr);
+  }
   if (user_) {
     *step = "setgroups";
     if (::syscall(SYS_setgroups, user_->groups.size(), user_->groups.data()) != 0) return errno;

@@ -136,6 +136,32 @@ TEST_CASE("AConfinedWorkerWritesOnlyBeneathItsFoldersAndHasNoNetwork") {
   CHECK(off.sandbox.starts_with("off ([builds] sandbox = false)"));
 }
 
+TEST_CASE("AConfinedWorkerRunByRootGetsItsTmpdirAsItsOwnTmp") {
+  // torch 2.11's AOTInductor package loader unpacks into mkdtemp("/tmp/XXXXXX") whatever
+  // TMPDIR says; on an H200 every sandboxed build failed at its check run there.
+  if (::geteuid() != 0) {
+    MESSAGE("not root: kilnd makes no mount namespace, nothing to check");
+    return;
+  }
+  // Outside /tmp, as a build's folder is (bound over /tmp, a folder beneath it would hide
+  // its own path).
+  const fs::path own = fs::path("/var/tmp") / ("kiln-sandbox-tmp-" + std::to_string(::getpid()));
+  fs::create_directories(own);
+  const fs::path probe = fs::path("/tmp") / ("kiln-private-tmp-" + std::to_string(::getpid()));
+  WorkerCommand cmd = prober({probe});
+  cmd.env["TMPDIR"] = own.string();
+  cmd.sandbox.writable = {own};
+  WorkerExit e = run_worker(cmd, "", WorkerLimits{});
+  REQUIRE_MESSAGE(e.clean_exit(), e.describe() << "\n" << e.log);
+  MESSAGE(e.out << "sandbox: " << e.sandbox);
+  CHECK(has(e.sandbox, "/tmp = " + own.string()));
+  CHECK(has(e.out, "write:" + probe.string() + "=ok"));
+  CHECK(fs::exists(own / probe.filename()));  // it wrote its own /tmp ...
+  CHECK_FALSE(fs::exists(probe));             // ... not the node's
+  std::error_code ec;
+  fs::remove_all(own, ec);
+}
+
 TEST_CASE("OnAKernelWithoutLandlockTheWorkerStillRunsWithSeccompAndItsDescriptionSaysSo") {
   test::TempDir dir;
   fs::create_directories(dir / "job");

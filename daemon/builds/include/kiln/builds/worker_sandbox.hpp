@@ -60,6 +60,12 @@ struct WorkerSandbox {
   // compiler cache) belongs here too. A path that does not exist is left out (and said).
   std::vector<std::filesystem::path> writable;
   std::optional<WorkerIdentity> user;   // run as this user (kilnd must be root), even if !enabled
+  // The worker's TMPDIR (set by run_worker from its environment). With the sandbox on and
+  // kilnd root, the worker gets it as /tmp too, in a mount namespace of its own: code that
+  // ignores TMPDIR (torch 2.11's AOTInductor package loader unpacks into
+  // mkdtemp("/tmp/XXXXXX")) then writes there and nowhere else. Empty (or beneath /tmp,
+  // where the bind would hide its own path): no such mount.
+  std::filesystem::path private_tmp;
 };
 
 // What one worker gets, prepared in the parent (allocations, opening paths) so that the
@@ -93,6 +99,7 @@ class SandboxPlan {
   posix::UniqueFd ruleset_;                  // Landlock ruleset, restricted in the child
   std::vector<sock_filter> filter_;          // seccomp program; empty = none
   std::optional<WorkerIdentity> user_;
+  std::string private_tmp_;                  // bound over /tmp in the child; "" = none
   std::string description_, refusal_;
 };
 
