@@ -76,7 +76,8 @@ DaemonStatus from_status(protocol::StatusReply&& r) {
   s.verify_total = r.verify_total;
   s.fleet = std::move(r.fleet);
   for (auto& b : r.build_slots)
-    s.build_slots.push_back(BuildSlotInfo{std::move(b.name), std::move(b.gpu_arch), std::move(b.gpu_name), b.running, b.queued});
+    s.build_slots.push_back(BuildSlotInfo{std::move(b.name), std::move(b.gpu_arch), std::move(b.gpu_name), b.running, b.queued,
+                                          b.builds_at_once});
   return s;
 }
 

@@ -81,7 +81,7 @@ std::string to_json(const DaemonStatus& s) {
   j["build_slots"] = nlohmann::json::array();
   for (const auto& b : s.build_slots)
     j["build_slots"].push_back({{"name", b.name}, {"gpu_arch", b.gpu_arch}, {"gpu_name", b.gpu_name},
-                                {"running", b.running}, {"queued", b.queued}});
+                                {"running", b.running}, {"queued", b.queued}, {"builds_at_once", b.builds_at_once}});
   return j.dump();
 }
 

@@ -222,7 +222,7 @@ TEST_CASE("StatusListsBuildSlotsAndSaysWhyThereIsNoGpu") {
   SUBCASE("configured slots: each slot with its queue, and why no GPU is listed") {
     auto node = test::test_node_fields();
     KilndProcess d(dir.path(), "[builds]\nworker = [\"/bin/false\"]\nprobe_gpus = false\nprobe_timeout_s = 5\n"
-                               "[[builds.slots]]\nname = \"cpu0\"\ngpu_arch = \"" + node.gpu_arch +
+                               "builds_per_gpu = 3\n[[builds.slots]]\nname = \"cpu0\"\ngpu_arch = \"" + node.gpu_arch +
                                    "\"\ngpu_name = \"" + node.gpu_name +
                                    "\"\n[[builds.slots]]\nname = \"cpu1\"\ngpu_arch = \"cpu\"\ngpu_name = \"x86_64\"\n");
     REQUIRE_MESSAGE(d.start(), d.log());
@@ -238,5 +238,7 @@ TEST_CASE("StatusListsBuildSlotsAndSaysWhyThereIsNoGpu") {
     CHECK(s->build_slots[1].gpu_name == "x86_64");
     CHECK(s->build_slots[0].running == 0);
     CHECK(s->build_slots[0].queued == 0);
+    CHECK(s->build_slots[0].builds_at_once == 3);  // kiln.torch's queue estimate counts them
+    CHECK(s->build_slots[1].builds_at_once == 3);
   }
 }

@@ -100,7 +100,7 @@ TEST_CASE("status carries the node's GPUs, the note when none, and the build slo
   StatusReply s;
   s.server = "kilnd/0.1.0";
   s.gpus = {{0, "NVIDIA H200", "sm_90", 150081716224ull, "GPU-8c1f"}, {1, "NVIDIA H200", "sm_90", 1, "GPU-2"}};
-  s.build_slots = {{"gpu0", "sm_90", "NVIDIA H200", 1, 3}};
+  s.build_slots = {{"gpu0", "sm_90", "NVIDIA H200", 1, 3, 2}};
   auto s2 = decode<StatusReply>(encode(s));
   REQUIRE(s2);
   REQUIRE(s2->gpus.size() == 2);
@@ -113,6 +113,10 @@ TEST_CASE("status carries the node's GPUs, the note when none, and the build slo
   REQUIRE(s2->build_slots.size() == 1);
   CHECK(s2->build_slots[0].running == 1);
   CHECK(s2->build_slots[0].queued == 3);
+  CHECK(s2->build_slots[0].builds_at_once == 2);
+  auto older = decode<StatusReply>(R"({"server":"k","build_slots":[{"name":"gpu0","running":0,"queued":0}]})");
+  REQUIRE(older);
+  CHECK(older->build_slots[0].builds_at_once == 1);  // a kilnd that does not say runs one
 
   CHECK(s2->verify_total == 0);  // no VERIFY running: no "verify" member
   CHECK(encode(s).find("\"verify\"") == std::string::npos);

@@ -159,7 +159,7 @@ class Core {
     std::lock_guard lock(mu_);
     r.build_seconds = build_seconds_;
     for (std::size_t s = 0; s < probed_.slots.size(); ++s)
-      r.slots.push_back(SlotReport{probed_.slots[s], queues_[s].size(), running_[s]});
+      r.slots.push_back(SlotReport{probed_.slots[s], queues_[s].size(), running_[s], options_.builds_per_slot});
     r.builds_started = started_;
     r.builds_ok = ok_;
     r.builds_failed = failed_;

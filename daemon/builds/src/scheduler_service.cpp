@@ -176,7 +176,7 @@ class SchedulerService final : public daemon::BuildService {
       r.gpus.push_back({static_cast<std::uint32_t>(g.index), g.name, g.arch, g.memory_bytes, g.uuid});
     if (r.gpus.empty()) r.note = node.gpu_note.empty() ? "GPUs were not probed ([builds] probe_gpus = false)" : node.gpu_note;
     for (const auto& s : node.slots)
-      r.slots.push_back({s.config.name, s.config.gpu_arch, s.config.gpu_name, s.running, s.queued});
+      r.slots.push_back({s.config.name, s.config.gpu_arch, s.config.gpu_name, s.running, s.queued, s.builds_at_once});
     r.builds_started = node.builds_started;
     r.builds_succeeded = node.builds_ok;
     r.builds_failed = node.builds_failed;

@@ -19,7 +19,7 @@ std::string conv(const json& j, GpuEntry& g) {
 std::string conv(const json& j, BuildSlotEntry& s) {
   In in(j, "build_slot");
   in.req("name", s.name).opt("gpu_arch", s.gpu_arch).opt("gpu_name", s.gpu_name);
-  in.opt("running", s.running).opt("queued", s.queued);
+  in.opt("running", s.running).opt("queued", s.queued).opt("builds_at_once", s.builds_at_once);
   return in.error() ? in.error()->message : std::string{};
 }
 
@@ -34,7 +34,7 @@ void put_gpus(json& j, const std::vector<GpuEntry>& gpus, const std::string& not
   json s = json::array();
   for (const auto& e : slots)
     s.push_back(json{{"name", e.name}, {"gpu_arch", e.gpu_arch}, {"gpu_name", e.gpu_name}, {"running", e.running},
-                     {"queued", e.queued}});
+                     {"queued", e.queued}, {"builds_at_once", e.builds_at_once}});
   j["build_slots"] = std::move(s);
 }
 

@@ -156,6 +156,7 @@ struct BuildSlotInfo {
   std::string gpu_name;
   std::uint64_t running = 0;
   std::uint64_t queued = 0;
+  std::uint64_t builds_at_once = 1;   // builds it runs at once ([builds] builds_per_gpu)
 };
 
 struct DaemonStatus {

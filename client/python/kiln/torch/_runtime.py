@@ -764,12 +764,12 @@ class Runtime:
             delay = min(delay * 1.5, 2.0)
 
     def build_slots(self):
-        """kilnd's build slots (STATUS), asked once per runtime: the builds it runs at once
-        for the queue estimate. One build at a time per slot: kilnd's builds_per_gpu is not
-        in STATUS, so a node that runs more at once lands them sooner than this says."""
+        """The builds kilnd runs at once (STATUS: each slot's builds_at_once, 1 from a kilnd
+        that does not say), asked once per runtime, for the queue estimate."""
         if self._build_slots is None:
             try:
-                self._build_slots = max(1, len(self.client().status().get("build_slots") or []))
+                slots = self.client().status().get("build_slots") or []
+                self._build_slots = max(1, sum(int(s.get("builds_at_once", 1)) for s in slots))
             except errors.KilnError:
                 return 1  # asked again at the next poll
         return self._build_slots

@@ -170,6 +170,7 @@ struct BuildSlotEntry {
   std::string gpu_name;
   std::uint64_t running = 0;
   std::uint64_t queued = 0;
+  std::uint64_t builds_at_once = 1;  // [builds] builds_per_gpu
 };
 // How long this node's worker builds took, for one key kind and outcome: a histogram over
 // kBuildSecondsBounds, from a build's start on its slot to its artifact stored (or its

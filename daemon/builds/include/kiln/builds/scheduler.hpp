@@ -100,6 +100,7 @@ struct SlotReport {
   SlotConfig config;
   std::size_t queued = 0;
   std::size_t running = 0;
+  unsigned builds_at_once = 1;  // builds_per_slot
 };
 
 // What the scheduler learned about its node at start.
