@@ -1,8 +1,8 @@
 # Sourced (bash) by the scripts that build and run kiln on the GPU machine; needs ROOT. Sets
 # the array CARRY_CMAKE_ARGS: what CMake needs on a machine without kiln's Debian packages;
 # defines kiln_build_on_device and kiln_build_targets (below), which build with it,
-# kiln_build_kilnd_warm, and kiln_start_kilnd, the one way the scripts start a kilnd with
-# the real worker.
+# kiln_build_kilnd_warm, kiln_gpu_kilnd_toml, and kiln_start_kilnd, the one way the scripts
+# start a kilnd with the real worker.
 # The headers tests/gpu/prepare_carry.sh put in .carry/ (when they are there), the
 # runtime libsqlite3 where the machine has no .so link to it, and no fuzz target where
 # there is no clang++.
@@ -49,6 +49,20 @@ import diffusers' > /dev/null 2>&1 & )
   t=$(date +%s)
   kiln_build_on_device "$1" "$2" "$3" kilnd
   echo "kilnd built in $(( $(date +%s) - t )) s"
+}
+
+# kiln_gpu_kilnd_toml FILE SRC [SANDBOX]: the kilnd.toml of the GPU scripts: SRC's real
+# worker under this machine's python3, by absolute path (kilnd looks a bare name up on the
+# worker's fixed PATH, where a virtual environment's python is not), 1200 s builds, 4 at
+# once per GPU, and `sandbox = SANDBOX` when one is given.
+kiln_gpu_kilnd_toml() {
+  {
+    echo "[builds]"
+    echo "worker = [\"$(command -v python3)\", \"$2/ops/workers/kiln_worker\"]"
+    echo "build_timeout_s = 1200"
+    echo "builds_per_gpu = 4"
+    if [ -n "${3:-}" ]; then echo "sandbox = $3"; fi
+  } > "$1"
 }
 
 # kiln_start_kilnd KILND WORK LOG BUILD_TIMEOUT_S: starts KILND on an empty store under WORK

@@ -96,13 +96,7 @@ else
     cat "$STORE_IN"/store.tar.part-* | tar -x -C "$WORK"
     log "store restored from $STORE_IN: $(du -sh "$WORK/store" | cut -f1)"
   fi
-  cat > "$WORK/kilnd.toml" <<TOML
-[builds]
-worker = ["$(command -v python3)", "$SRC/ops/workers/kiln_worker"]
-build_timeout_s = 1200
-builds_per_gpu = 4
-${KILN_FAMILIES_SANDBOX:+sandbox = $KILN_FAMILIES_SANDBOX}
-TOML
+  kiln_gpu_kilnd_toml "$WORK/kilnd.toml" "$SRC" "${KILN_FAMILIES_SANDBOX:-}"
   rm -f "$KILN_SOCKET"
   # its own session: it outlives this call while the machine stays warm
   setsid "$BUILD/daemon/kilnd" --socket "$KILN_SOCKET" --store "$WORK/store" --config "$WORK/kilnd.toml" \

@@ -57,13 +57,7 @@ log "building kilnd (torch's files read into the page cache meanwhile)"
 built=$(kiln_build_kilnd_warm "$ROOT" "$BUILD" "$WORK/build.log") || { echo "$built"; exit 1; }
 log "$built"
 
-cat > "$WORK/kilnd.toml" <<TOML
-[builds]
-worker = ["python3", "$ROOT/ops/workers/kiln_worker"]
-build_timeout_s = 1200
-builds_per_gpu = 4
-${KILN_GPU_SANDBOX:+sandbox = $KILN_GPU_SANDBOX}
-TOML
+kiln_gpu_kilnd_toml "$WORK/kilnd.toml" "$ROOT" "${KILN_GPU_SANDBOX:-}"
 export KILN_SOCKET=$WORK/kiln.sock
 rm -rf "$WORK/store" "$KILN_SOCKET"
 setsid "$BUILD/daemon/kilnd" --socket "$KILN_SOCKET" --store "$WORK/store" --config "$WORK/kilnd.toml" \

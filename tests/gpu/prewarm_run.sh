@@ -59,13 +59,7 @@ log "$built"
 PIDS=()
 trap 'kill "${PIDS[@]}" 2>/dev/null || true' EXIT
 for n in a b; do
-  cat > "$WORK/$n/kilnd.toml" <<TOML
-[builds]
-worker = ["$(command -v python3)", "$ROOT/ops/workers/kiln_worker"]
-build_timeout_s = 1200
-builds_per_gpu = 4
-${KILN_GPU_SANDBOX:+sandbox = $KILN_GPU_SANDBOX}
-TOML
+  kiln_gpu_kilnd_toml "$WORK/$n/kilnd.toml" "$ROOT" "${KILN_GPU_SANDBOX:-}"
   "$BUILD/daemon/kilnd" --socket "$WORK/$n/kiln.sock" --store "$WORK/$n/store" --config "$WORK/$n/kilnd.toml" \
     > "$WORK/$n/kilnd.log" 2>&1 < /dev/null &
   PIDS+=("$!")
