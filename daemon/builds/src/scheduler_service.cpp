@@ -5,10 +5,10 @@
 #include "kiln/daemon/submitted_key.hpp"
 
 #include <atomic>
-#include <tuple>
 #include <deque>
 #include <map>
 #include <mutex>
+#include <tuple>
 
 namespace kiln::build {
 

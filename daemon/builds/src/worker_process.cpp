@@ -85,10 +85,11 @@ void append_tail(std::string& log, bool& truncated, const char* data, std::size_
 
 void kill_group(pid_t pid, int sig) { ::kill(-pid, sig); }
 
-// A sandboxed worker whose command sets no TMPDIR (a source check, the toolchain probe) gets
-// a private one for its run, under kilnd's TMPDIR: the sandbox lets it write nowhere else,
-// and torch.export.load unpacks an archive there. Removed with everything in it when the
-// run ends. A build's TMPDIR is its job folder's (build_runner.cpp).
+// A sandboxed worker whose command sets no TMPDIR (the toolchain probe) gets a private one
+// for its run, under kilnd's TMPDIR: the sandbox lets it write nowhere else, and
+// torch.export.load unpacks an archive there. Removed with everything in it when the run
+// ends. A build's TMPDIR is its job folder's (build_runner.cpp), a source check's beside its
+// check file (source_check.cpp).
 class PrivateTmp {
  public:
   PrivateTmp() = default;
@@ -195,14 +196,9 @@ WorkerExit run_worker(const WorkerCommand& command, const PendingRequest& pendin
     close_fd(in.r), close_fd(in.w), close_fd(out.r), close_fd(out.w), close_fd(err.r), close_fd(err.w);
     return result;
   }
-  // Its TMPDIR as its /tmp too (worker_sandbox.hpp), unless that folder is itself beneath
-  // /tmp: bound over /tmp, its own path would no longer lead to it.
-  if (auto t = extra_env.find("TMPDIR"); t != extra_env.end()) {
-    const auto rel = std::filesystem::path(t->second).lexically_normal().lexically_relative("/tmp");
-    if (std::filesystem::path(t->second).is_absolute() && (rel.empty() || *rel.begin() == ".."))
-      sandbox.private_tmp = t->second;
-  }
-  const SandboxPlan plan = SandboxPlan::prepare(sandbox);
+  const auto tmpdir = extra_env.find("TMPDIR");
+  const SandboxPlan plan =
+      SandboxPlan::prepare(sandbox, tmpdir == extra_env.end() ? std::filesystem::path() : std::filesystem::path(tmpdir->second));
   result.sandbox = plan.description();
   if (!plan.refusal().empty()) {
     result.spawn_error = plan.refusal();

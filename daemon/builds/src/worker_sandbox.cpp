@@ -191,7 +191,7 @@ SandboxPlan::SandboxPlan(SandboxPlan&&) noexcept = default;
 SandboxPlan& SandboxPlan::operator=(SandboxPlan&&) noexcept = default;
 SandboxPlan::~SandboxPlan() = default;
 
-SandboxPlan SandboxPlan::prepare(const WorkerSandbox& sandbox) {
+SandboxPlan SandboxPlan::prepare(const WorkerSandbox& sandbox, const fs::path& tmpdir) {
   SandboxPlan p;
   // The user switch is not part of the switchable sandbox: worker_user holds either way.
   p.refusal_ = user_refusal(sandbox.user);
@@ -235,9 +235,10 @@ SandboxPlan SandboxPlan::prepare(const WorkerSandbox& sandbox) {
   }
   // A /tmp of its own needs a mount namespace, which needs root (CAP_SYS_ADMIN) before the
   // switch to worker_user. Without it /tmp stays unwritable (Landlock).
-  if (!sandbox.private_tmp.empty()) {
+  const auto below_tmp = tmpdir.lexically_normal().lexically_relative("/tmp");
+  if (tmpdir.is_absolute() && (below_tmp.empty() || *below_tmp.begin() == "..")) {
     if (::geteuid() == 0) {
-      p.private_tmp_ = sandbox.private_tmp.string();
+      p.private_tmp_ = tmpdir.string();
       parts.push_back("/tmp = " + p.private_tmp_ + " (its own mount namespace, where the kernel allows one)");
     } else {
       parts.push_back("no /tmp of its own (kilnd is not root: no mount namespace)");

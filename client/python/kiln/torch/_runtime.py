@@ -250,7 +250,7 @@ class Runtime:
         self._threads_lock = threading.Lock()  # of _threads alone: _start runs under _lock too
         self._stop = threading.Event()
         self.call_supported = None  # whether libkiln/kilnd take the key's `call` (format 2)
-        self._build_slots = None    # build_slots(): kilnd's slot count, once
+        self._builds_at_once = None  # builds_at_once(): asked of kilnd once
 
     @property
     def _stopped(self):
@@ -745,7 +745,7 @@ class Runtime:
                 mine = [b for b in builds if b.get("key_digest") == e.key_digest]
                 states = [b.get("state") for b in mine]
                 unreachable_since = None
-                e.queue = _queue.estimate(builds, e.key_digest, time.time(), self.build_slots())
+                e.queue = _queue.estimate(builds, e.key_digest, time.time(), self.builds_at_once())
                 if not {"queued", "running", "done"} & set(states):
                     failed = [b for b in mine if b.get("state") == "failed"]
                     if failed:
@@ -763,16 +763,16 @@ class Runtime:
             self._stop.wait(delay)  # stop() ends the wait
             delay = min(delay * 1.5, 2.0)
 
-    def build_slots(self):
+    def builds_at_once(self):
         """The builds kilnd runs at once (STATUS: each slot's builds_at_once, 1 from a kilnd
         that does not say), asked once per runtime, for the queue estimate."""
-        if self._build_slots is None:
+        if self._builds_at_once is None:
             try:
                 slots = self.client().status().get("build_slots") or []
-                self._build_slots = max(1, sum(int(s.get("builds_at_once", 1)) for s in slots))
+                self._builds_at_once = max(1, sum(int(s.get("builds_at_once", 1)) for s in slots))
             except errors.KilnError:
                 return 1  # asked again at the next poll
-        return self._build_slots
+        return self._builds_at_once
 
     def stop(self, wait_s=0.0):
         """Stops taking work: the miss thread ends after its job (an export still waiting

@@ -60,12 +60,6 @@ struct WorkerSandbox {
   // compiler cache) belongs here too. A path that does not exist is left out (and said).
   std::vector<std::filesystem::path> writable;
   std::optional<WorkerIdentity> user;   // run as this user (kilnd must be root), even if !enabled
-  // The worker's TMPDIR (set by run_worker from its environment). With the sandbox on and
-  // kilnd root, the worker gets it as /tmp too, in a mount namespace of its own: code that
-  // ignores TMPDIR (torch 2.11's AOTInductor package loader unpacks into
-  // mkdtemp("/tmp/XXXXXX")) then writes there and nowhere else. Empty (or beneath /tmp,
-  // where the bind would hide its own path): no such mount.
-  std::filesystem::path private_tmp;
 };
 
 // What one worker gets, prepared in the parent (allocations, opening paths) so that the
@@ -74,7 +68,12 @@ class SandboxPlan {
  public:
   // Never fails: what this kernel cannot do is left out and described. A `user` that
   // kilnd (not root) cannot switch to makes refusal() non-empty.
-  static SandboxPlan prepare(const WorkerSandbox& sandbox);
+  // `tmpdir`: the worker's TMPDIR. With the sandbox on and kilnd root, the worker gets it as
+  // /tmp too, in a mount namespace of its own: code that ignores TMPDIR (torch 2.11's
+  // AOTInductor package loader unpacks into mkdtemp("/tmp/XXXXXX")) then writes there and
+  // nowhere else. Not for an empty or relative one, nor one beneath /tmp (the bind would
+  // hide its own path).
+  static SandboxPlan prepare(const WorkerSandbox& sandbox, const std::filesystem::path& tmpdir = {});
 
   SandboxPlan(SandboxPlan&&) noexcept;
   SandboxPlan& operator=(SandboxPlan&&) noexcept;
