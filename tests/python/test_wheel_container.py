@@ -3,8 +3,9 @@ node's socket): the wheel make_wheel.py builds, pip-installed with --no-deps int
 that otherwise holds only the pinned torch and diffusers (through a .pth file: the
 container's own Python packages), run outside the source tree with no KILN_* variable and
 no PYTHONPATH, as a user other than kilnd's (uid 65534, with the read and build roles),
-reaching a real kilnd (the real worker, building on the CPU) only through its socket: a diffusers model misses, is built, runs compiled, and a second process hits
-from its first call; `python -m kiln status` answers. And no code of kiln's Python
+reaching a real kilnd (the real worker, building on the CPU) only through its socket: a diffusers model misses
+(on_miss="compile": torch.compile in the background, then through it; "wait": built, runs
+compiled), and a second process hits from its first call; `python -m kiln status` answers. And no code of kiln's Python
 package reaches for kiln's build worker: the node computes model hashes."""
 import json
 import os
@@ -43,8 +44,16 @@ with torch.no_grad():
     first_status = kiln.torch.status(model)
     again = model(**inputs, return_dict=False)[0]
 rel = lambda a: float((a.float() - ref.float()).norm() / ref.float().norm())
-print(json.dumps({"kiln": kiln.__file__, "path": sys.path, "first_status": first_status,
-                  "status": kiln.torch.status(model), "first_err": rel(first), "err": rel(again)}))
+out = {"kiln": kiln.__file__, "path": sys.path, "first_status": first_status,
+       "status": kiln.torch.status(model), "first_err": rel(first), "err": rel(again)}
+if mode == "compile":  # torch.compile in the background: wait for it, then a call through it
+    deadline = time.monotonic() + 900
+    while any(e.get("jit") == "compiling" for e in kiln.torch.status(model)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    with torch.no_grad():
+        third = model(**inputs, return_dict=False)[0]
+    out.update(jit_status=kiln.torch.status(model), jit_err=rel(third))
+print(json.dumps(out))
 """
 
 
@@ -110,6 +119,14 @@ def test_a_container_with_only_the_wheel_misses_builds_and_hits(shared_tmp, tmp_
                                  user=CONTAINER_UID, group=CONTAINER_UID)
             assert out.returncode == 0, out.stderr[-3000:]
             return json.loads(out.stdout.strip().splitlines()[-1])
+
+        # on_miss="compile" first, on the empty node: its first call waits for no compiler,
+        # torch.compile runs in the container's process, then its calls go through it.
+        jit = user("compile")
+        assert all(e["calls"]["eager"] > 0 for e in jit["first_status"]), jit["first_status"]  # ran, not waited
+        assert jit["first_err"] <= BF16_TOLERANCE and jit["jit_err"] <= BF16_TOLERANCE
+        assert all(e.get("jit") == "ready" or e["state"] == "hit" for e in jit["jit_status"]), jit["jit_status"]
+        assert all(e["calls"]["jit"] + e["calls"]["compiled"] > 0 for e in jit["jit_status"]), jit["jit_status"]
 
         miss = user("wait")
         assert os.path.realpath(miss["kiln"]).startswith(os.path.realpath(str(site)))  # the wheel's copy
