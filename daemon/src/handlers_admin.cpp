@@ -181,13 +181,15 @@ asio::awaitable<Outcome> handle_cancel(Connection& c, const Request& r) {
 asio::awaitable<Outcome> handle_build(Connection& c, const Request& r) {
   auto req = proto::decode<proto::BuildRequest>(r.body);
   if (!req) co_return fail(req.error());
+  if (req->idle && req->wait)
+    co_return fail(make_error(Errc::invalid_argument, "an idle build is not waited for: send \"idle\" with \"wait\": false"));
   auto& s = c.state();
   if (auto can = co_await start_build_request(s, std::span(&req->key, 1)); !can) co_return fail(can.error());
   auto d = resolve_key(s, req->key);
   if (!d) co_return fail(d.error());
   auto* builds = s.builds;
   if (!req->wait) {
-    auto sub = builds->submit({req->key}, req->force, nullptr);
+    auto sub = builds->submit({req->key}, daemon::SubmitOptions{req->force, req->idle}, nullptr);
     if (!sub) co_return fail(sub.error());
     proto::BuildReply reply;
     reply.key_digest = *d;
@@ -229,13 +231,13 @@ asio::awaitable<Outcome> handle_prewarm(Connection& c, const Request& r) {
   auto& s = c.state();
   if (auto can = co_await start_build_request(s, req->keys); !can) co_return fail(can.error());
   if (!req->events) {
-    auto sub = s.builds->submit(req->keys, req->force, nullptr);
+    auto sub = s.builds->submit(req->keys, daemon::SubmitOptions{req->force, false}, nullptr);
     if (!sub) co_return fail(sub.error());
     co_return co_await reply_ok(c, r, proto::encode(*sub), std::to_string(req->keys.size()) + " keys");
   }
   auto ex = co_await asio::this_coro::executor;
   auto q = std::make_shared<EventQueue>(ex);
-  auto sub = s.builds->submit(req->keys, req->force, [q, ex](proto::BuildEvent e, bool last) {
+  auto sub = s.builds->submit(req->keys, daemon::SubmitOptions{req->force, false}, [q, ex](proto::BuildEvent e, bool last) {
     asio::post(ex, [q, e = std::move(e), last]() mutable {
       q->events.emplace_back(std::move(e), last);
       q->wake.cancel();

@@ -123,7 +123,9 @@ BuildRunResult run_build(storage::Store& store, const SchedulerOptions& options,
     BuildRunResult r;
     r.cancelled = true;
     r.info = make_error(Errc::cancelled, "the build of " + hex + " was cancelled " + when + ": " +
-                                             (cancel.unwanted ? "nobody waited for it any more" : "kilnd is shutting down"));
+                                             (cancel.unwanted     ? "nobody waited for it any more"
+                                              : cancel.set_aside ? "another build needed its slot (an idle build; queued again)"
+                                                                 : "kilnd is shutting down"));
     return r;
   };
   if (cancel.requested) return cancelled("before it started");

@@ -23,6 +23,7 @@ struct BuildJobSpec {
 struct BuildCancel {
   std::atomic<bool> requested{false};
   std::atomic<bool> unwanted{false};   // why: nobody wants it any more (false: shutdown)
+  std::atomic<bool> set_aside{false};  // why: an idle build gives its slot to another build
 };
 
 struct BuildRunResult {

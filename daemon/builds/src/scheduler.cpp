@@ -206,7 +206,7 @@ class Core {
         std::shared_ptr<Job> job;
         if (auto it = jobs_.find(*digest); it != jobs_.end()) {
           job = it->second;  // single flight: join the build already queued or running
-          if (opts.priority == Priority::interactive) job->priority = Priority::interactive;
+          if (opts.priority < job->priority) job->priority = opts.priority;
         } else {
           job = std::make_shared<Job>();
           job->spec = BuildJobSpec{key, *digest, force, ++seq_};
@@ -216,7 +216,8 @@ class Core {
           jobs_.emplace(*digest, job);
           queues_[job->slot].push_back(job);
         }
-        if (opts.priority == Priority::prewarm) job->prewarm = true;
+        if (opts.priority != Priority::interactive) job->prewarm = true;
+        if (job->priority != Priority::idle) set_aside_idle_locked(job->slot);
         w->job = job;
         job->waiters.push_back(w);
         if (opts.wait.count() > 0) deadlines_.emplace(Clock::now() + opts.wait, w);
@@ -371,10 +372,31 @@ class Core {
     if (auto it = jobs_.find(job.spec.digest); it != jobs_.end() && it->second.get() == &job) jobs_.erase(it);
   }
 
+  // Whether slot `s` has a job to start now: any but an idle one, or an idle one on a slot
+  // that runs nothing.
+  bool startable_locked(std::size_t s) const {
+    const auto& q = queues_[s];
+    if (q.empty()) return false;
+    return running_[s] == 0 || std::any_of(q.begin(), q.end(), [](const auto& j) { return j->priority != Priority::idle; });
+  }
+
+  // Stops the idle builds running on slot `s` (another build wants the slot); slot_loop
+  // queues them again when their workers have ended.
+  void set_aside_idle_locked(std::size_t s) {
+    for (auto& [d, job] : jobs_) {
+      if (job->slot != s || job->state != "running" || job->priority != Priority::idle || job->cancel.requested)
+        continue;
+      job->cancel.set_aside = true;
+      job->cancel.requested = true;
+      spdlog::info("build {} set aside: an idle build, and another build is queued for {}", d.hex(),
+                   probed_.slots[s].name);
+    }
+  }
+
   void slot_loop(std::size_t s) {
     std::unique_lock lock(mu_);
     for (;;) {
-      cv_.wait(lock, [&] { return stopping_ || !queues_[s].empty(); });
+      cv_.wait(lock, [&] { return stopping_ || startable_locked(s); });
       if (stopping_) return;
       auto& q = queues_[s];
       auto best = std::min_element(q.begin(), q.end(), [](const auto& a, const auto& b) {
@@ -399,6 +421,17 @@ class Core {
       std::vector<Delivery> ds;
       lock.lock();
       --running_[s];
+      cv_.notify_all();  // an idle job may start now
+      if (r.cancelled && job->cancel.set_aside && !stopping_ && !job->cancel.unwanted) {
+        // Queued again as it was, waiters and all; it starts when the slot is idle again
+        // (or at once if a request raised its priority meanwhile).
+        job->cancel.set_aside = false;
+        job->cancel.requested = false;
+        job->state = "queued";
+        job->started_at = 0;
+        queues_[s].push_back(job);
+        continue;
+      }
       if (r.ran_worker) {
         ++started_;
         ++(r.info ? ok_ : r.cancelled ? cancelled_ : failed_);

@@ -75,7 +75,7 @@ class SchedulerService final : public daemon::BuildService {
   std::shared_ptr<daemon::BuildWait> ensure(const Key& key, const Digest&, const daemon::EnsureOptions& options,
                                             std::function<void(Status)> done) override {
     RequestOptions ro;
-    ro.priority = options.prewarm ? Priority::prewarm : Priority::interactive;
+    ro.priority = options.idle ? Priority::idle : options.prewarm ? Priority::prewarm : Priority::interactive;
     ro.force = options.force ? Force::yes : Force::no;
     ro.wait = options.wait_ms ? std::chrono::milliseconds(options.wait_ms) : default_wait_;
     ro.on_start = options.on_start;
@@ -89,7 +89,9 @@ class SchedulerService final : public daemon::BuildService {
     return wait;
   }
 
-  Result<proto::PrewarmReply> submit(const std::vector<Key>& keys, bool force, EventSink on_event) override {
+  Result<proto::PrewarmReply> submit(const std::vector<Key>& keys, const daemon::SubmitOptions& options,
+                                     EventSink on_event) override {
+    const bool force = options.force;
     auto sub = std::make_shared<Submission>();
     sub->sink = std::move(on_event);
     proto::PrewarmReply reply;
@@ -116,7 +118,7 @@ class SchedulerService final : public daemon::BuildService {
     for (auto& e : immediate) finish(sub, std::move(e));
     for (auto& [k, d, index] : to_build) {
       RequestOptions ro;
-      ro.priority = Priority::prewarm;
+      ro.priority = options.idle ? Priority::idle : Priority::prewarm;
       ro.force = force ? Force::yes : Force::no;
       ro.on_start = [sub, d = d] {
         set_state(*sub, d, "running", std::nullopt);

@@ -78,9 +78,9 @@ std::shared_ptr<daemon::BuildWait> StartingBuildService::ensure(const Key& key, 
   return std::make_shared<NoWait>();
 }
 
-Result<protocol::PrewarmReply> StartingBuildService::submit(const std::vector<Key>& keys, bool force,
-                                                            EventSink on_event) {
-  if (auto* s = running()) return s->submit(keys, force, std::move(on_event));
+Result<protocol::PrewarmReply> StartingBuildService::submit(const std::vector<Key>& keys,
+                                                            const daemon::SubmitOptions& options, EventSink on_event) {
+  if (auto* s = running()) return s->submit(keys, options, std::move(on_event));
   return starting();
 }
 

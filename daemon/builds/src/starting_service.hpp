@@ -39,7 +39,8 @@ class StartingBuildService final : public daemon::BuildService {
   std::shared_ptr<daemon::BuildWait> ensure(const Key& key, const Digest& key_digest,
                                             const daemon::EnsureOptions& options,
                                             std::function<void(Status)> done) override;
-  Result<protocol::PrewarmReply> submit(const std::vector<Key>& keys, bool force, EventSink on_event) override;
+  Result<protocol::PrewarmReply> submit(const std::vector<Key>& keys, const daemon::SubmitOptions& options,
+                                          EventSink on_event) override;
   Result<protocol::BuildStatusReply> status(const protocol::BuildStatusRequest& request) override;
   Result<std::unique_ptr<daemon::SourceCheck>> begin_source_check() override;
   // While probing: unavailable ("builds are starting").

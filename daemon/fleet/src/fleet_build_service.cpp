@@ -135,8 +135,9 @@ class FleetBuildService final : public daemon::BuildService {
   }
 
   // Prewarms go the fleet's way too (fleet_submissions.hpp): one build per key across the fleet.
-  Result<protocol::PrewarmReply> submit(const std::vector<Key>& keys, bool force, EventSink on_event) override {
-    return submissions_.submit(keys, force, std::move(on_event));
+  Result<protocol::PrewarmReply> submit(const std::vector<Key>& keys, const daemon::SubmitOptions& options,
+                                        EventSink on_event) override {
+    return submissions_.submit(keys, options, std::move(on_event));
   }
   Result<protocol::BuildStatusReply> status(const protocol::BuildStatusRequest& request) override {
     if (auto mine = submissions_.status(request)) return std::move(*mine);

@@ -46,8 +46,9 @@ void FleetSubmissions::finish(const std::shared_ptr<Submission>& sub, std::size_
   if (sub->sink) sub->sink(std::move(e), last);
 }
 
-Result<proto::PrewarmReply> FleetSubmissions::submit(const std::vector<Key>& keys, bool force,
+Result<proto::PrewarmReply> FleetSubmissions::submit(const std::vector<Key>& keys, const daemon::SubmitOptions& options,
                                                      daemon::BuildService::EventSink sink) {
+  const bool force = options.force;
   auto sub = std::make_shared<Submission>();
   sub->sink = std::move(sink);
   proto::PrewarmReply reply;
@@ -82,6 +83,7 @@ Result<proto::PrewarmReply> FleetSubmissions::submit(const std::vector<Key>& key
     daemon::EnsureOptions opts;
     opts.force = force;
     opts.prewarm = true;
+    opts.idle = options.idle;
     opts.on_start = [sub, i = i] {
       proto::BuildEvent e;
       {

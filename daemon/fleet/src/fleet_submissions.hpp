@@ -36,7 +36,8 @@ class FleetSubmissions {
   FleetSubmissions(daemon::BuildService& route, storage::Store& store) : route_(route), store_(store) {}
 
   // As BuildService::submit.
-  Result<protocol::PrewarmReply> submit(const std::vector<Key>& keys, bool force, daemon::BuildService::EventSink sink);
+  Result<protocol::PrewarmReply> submit(const std::vector<Key>& keys, const daemon::SubmitOptions& options,
+                                          daemon::BuildService::EventSink sink);
   // BUILD_STATUS by one of this object's handles; nullopt for any other request.
   std::optional<protocol::BuildStatusReply> status(const protocol::BuildStatusRequest& request) const;
 

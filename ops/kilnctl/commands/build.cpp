@@ -1,4 +1,4 @@
-// kilnctl build [--force] [--wait|--no-wait] KEY: build one key on kilnd's node (BUILD). --force
+// kilnctl build [--force] [--wait|--no-wait|--idle] KEY: build one key on kilnd's node (BUILD). --force
 // rebuilds even when the artifact is stored, and retries a key whose recent failure kilnd
 // remembers (the negative cache, [builds] failure_ttl_s) instead of failing fast.
 #include <iostream>
@@ -17,6 +17,7 @@ struct BuildArgs {
   bool force = false;
   bool wait = true;
   std::uint32_t wait_ms = 0;
+  bool idle = false;
 };
 }  // namespace
 
@@ -33,7 +34,8 @@ void add_build(CommandSet& set) {
         protocol::BuildRequest request;
         request.key = *key;
         request.force = args->force;
-        request.wait = args->wait;
+        request.wait = args->wait && !args->idle;
+        request.idle = args->idle;
         request.wait_ms = args->wait_ms;
         // Errors (build_failed with the worker's last line, no_source naming the model hash,
         // timeout) come back as the daemon's ERROR and are reported as such.
@@ -62,6 +64,8 @@ void add_build(CommandSet& set) {
   sub->add_flag("--force", args->force, "Build even if stored, and retry a recently failed key (bypass the negative cache)");
   sub->add_flag("--wait,!--no-wait", args->wait,
                 "Wait for the build (default); --no-wait submits and prints queued / running / present");
+  sub->add_flag("--idle", args->idle,
+                "Build in the node's idle time, set aside whenever another build needs the slot (implies --no-wait)");
   sub->add_option("--wait-ms", args->wait_ms, "Give up waiting after this long (0 = kilnd's build timeout)");
   add_key_flags(*sub, args->key, DigestFlag::not_allowed);
 }

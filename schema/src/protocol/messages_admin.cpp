@@ -176,13 +176,14 @@ Result<PutSourceReply> decode<PutSourceReply>(std::string_view text) {
 std::string encode(const BuildRequest& m) {
   json j{{"key", key_json(m.key)}, {"force", m.force}, {"wait", m.wait}};
   if (m.wait_ms) j["wait_ms"] = m.wait_ms;
+  if (m.idle) j["idle"] = true;  // absent for kilnds that predate it, which refuse unknown fields
   return dump(j);
 }
 template <>
 Result<BuildRequest> decode<BuildRequest>(std::string_view text) {
   KILN_DECODE_BEGIN("build");
   BuildRequest m;
-  in.req("key", m.key).opt("force", m.force).opt("wait", m.wait).opt("wait_ms", m.wait_ms);
+  in.req("key", m.key).opt("force", m.force).opt("wait", m.wait).opt("wait_ms", m.wait_ms).opt("idle", m.idle);
   KILN_DECODE_END(m);
 }
 std::string encode(const BuildReply& m) {

@@ -55,7 +55,7 @@ TEST_CASE("PrewarmReportsEveryKeyAndEndsWithOneLastEvent") {
   std::vector<protocol::BuildEvent> events;
   int lasts = 0;
   std::promise<void> finished;
-  auto reply = svc->submit({present, f.key(good, "A"), f.key(good, "B"), f.key(bad, "Bad"), invalid}, false,
+  auto reply = svc->submit({present, f.key(good, "A"), f.key(good, "B"), f.key(bad, "Bad"), invalid}, {},
                            [&](protocol::BuildEvent e, bool last) {
                              std::lock_guard lock(mu);
                              events.push_back(std::move(e));
@@ -99,7 +99,7 @@ TEST_CASE("PrewarmOfOnlyStoredKeysEndsAtOnce") {
   auto s = f.scheduler();
   auto svc = make_scheduler_service(*s, *f.store, 10s);
   int lasts = 0;
-  auto reply = svc->submit({}, false, [&](protocol::BuildEvent, bool last) { lasts += last; });
+  auto reply = svc->submit({}, {}, [&](protocol::BuildEvent, bool last) { lasts += last; });
   REQUIRE(reply.has_value());
   CHECK(lasts == 1);
   CHECK(f.builds() == 0);
@@ -198,7 +198,7 @@ TEST_CASE("AnInteractiveWaiterWithdrawingDoesNotStopAPrewarmedBuild") {
   auto svc = make_scheduler_service(*s, *f.store, 0s);
   const Key key = f.key(hash);
   std::promise<protocol::BuildEvent> finished;
-  auto sub = svc->submit({key}, false, [&](protocol::BuildEvent e, bool last) {
+  auto sub = svc->submit({key}, {}, [&](protocol::BuildEvent e, bool last) {
     if (last) finished.set_value(std::move(e));
   });
   REQUIRE(sub.has_value());

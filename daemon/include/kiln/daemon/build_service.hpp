@@ -34,9 +34,19 @@ struct EnsureOptions {
   // A prewarm's key (PREWARM_SUBMIT, BUILD without wait, handed to ensure() by a service in
   // front of the scheduler, the fleet's): its build queues behind interactive ones.
   bool prewarm = false;
+  // An idle build (BUILD without wait, "idle": a faster variant of a package kiln.torch
+  // already serves): runs only on a slot with nothing else running or queued, and is set
+  // aside, to be run again later, when another build comes for that slot. Implies prewarm.
+  bool idle = false;
   // Called once when the build this caller waits on starts running on this node (not for
   // a key already stored, pulled, or a build already running). Optional; any thread.
   std::function<void()> on_start;
+};
+
+// How submit() builds its keys (EnsureOptions' fields of the same names).
+struct SubmitOptions {
+  bool force = false;
+  bool idle = false;
 };
 
 // One ensure() caller's hold on its build. The build goes on while anyone wants it (a
@@ -94,7 +104,8 @@ class BuildService {
   // last=true exactly once, after every key has finished or failed (at once if none is
   // pending). Keys may be incomplete or malformed: their result is state "invalid".
   using EventSink = std::function<void(protocol::BuildEvent event, bool last)>;
-  virtual Result<protocol::PrewarmReply> submit(const std::vector<Key>& keys, bool force, EventSink on_event) = 0;
+  virtual Result<protocol::PrewarmReply> submit(const std::vector<Key>& keys, const SubmitOptions& options,
+                                                EventSink on_event) = 0;
 
   // BUILD_STATUS: builds known by handle, by key digest, or all.
   virtual Result<protocol::BuildStatusReply> status(const protocol::BuildStatusRequest& request) = 0;

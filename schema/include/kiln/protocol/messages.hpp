@@ -318,6 +318,7 @@ struct BuildRequest {
   bool force = false;
   bool wait = true;
   std::uint32_t wait_ms = 0;
+  bool idle = false;  // only without wait: built in the node's idle time (schema/protocol.md, BUILD)
 };
 struct BuildReply {
   std::string state;                  // "done" | "queued" | "running" | "present"

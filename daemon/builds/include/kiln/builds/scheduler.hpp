@@ -8,6 +8,11 @@
 //    node without a GPU can build CPU-target artifacts and tests can run with a test
 //    worker). Each slot runs `builds_per_slot` builds at a time (default 1). Interactive
 //    requests are taken before prewarm ones, first come first served within a priority.
+//  - Idle builds (Priority::idle: faster variants of packages already served) use a slot's
+//    idle time only: one starts when its slot runs nothing and has nothing else queued,
+//    and a build queued for the slot meanwhile sets it aside (worker stopped, job queued
+//    again, not a failure; its waiters keep waiting). A request of a higher priority for
+//    an idle job's key makes it that priority.
 //  - Single flight: a request for a key already queued or building joins that build.
 //  - Waiters: a request's callback is called exactly once with the outcome, unless its
 //    Waiter leaves first (destroyed or leave()): then never. A waiter whose wait limit
@@ -58,7 +63,10 @@
 
 namespace kiln::build {
 
-enum class Priority { interactive = 0, prewarm = 1 };
+// interactive: someone waits; prewarm: wanted until it ends; idle: wanted until it ends,
+// started only on a slot with nothing else running or queued, and set aside (its worker
+// stopped, the job queued again) when another build is queued for its slot.
+enum class Priority { interactive = 0, prewarm = 1, idle = 2 };
 enum class Force { no, yes };
 
 // A place builds run: one GPU (or a configured CPU slot).
