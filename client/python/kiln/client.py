@@ -326,11 +326,18 @@ class Client:
 
     # ---- builds --------------------------------------------------------------------
     def build(self, key: KeyLike, wait: bool = False, force: bool = False,
-              timeout: Optional[float] = None) -> Dict[str, Any]:
+              timeout: Optional[float] = None, idle: bool = False) -> Dict[str, Any]:
         """Asks kilnd to build `key` from its registered source (build role). wait=False returns
         at once: {"state": "queued"|"running"|"present", "key_digest", "handle"}; wait=True
-        returns {"state": "done", ...} or raises BuildFailed/NoSource/Timeout."""
+        returns {"state": "done", ...} or raises BuildFailed/NoSource/Timeout. idle=True (with
+        wait=False only): the build runs in the node's idle time, on a build slot with nothing
+        else to do, and is set aside whenever another build needs the slot (a kilnd that
+        predates it raises InvalidArgument)."""
+        if idle and wait:
+            raise ValueError("an idle build is not waited for: idle=True takes wait=False")
         body = {"key": key, "wait": bool(wait), "force": bool(force)}
+        if idle:
+            body["idle"] = True
         if timeout is not None:
             body["wait_ms"] = max(1, int(timeout * 1000))
         return self.request("BUILD", body)

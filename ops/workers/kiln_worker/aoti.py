@@ -79,17 +79,23 @@ def build(request):
     # The package takes the tensor leaves in torch.export's flat order; the key lists them
     # in kiln's canonical order (schema/key.md, "call").
     t = time.monotonic()
+    flat = call_structure.flat_order_of(inputs, order)
     with torch.no_grad():
-        outs = signature.flatten(loader.run(call_structure.flat_order_of(inputs, order)))
+        outs = signature.flatten(loader.run(flat))
         refs = signature.eager_outputs(ep, weights, inputs, call)
     if device == "cuda":
         torch.cuda.synchronize()
     timings["check_run_s"] = time.monotonic() - t
     check = signature.compare(outs, refs, key.get("dtype"))
+    t = time.monotonic()
+    check["step_s"] = step_seconds(loader.run, flat, device)
+    timings["step_timing_s"] = time.monotonic() - t
+    log(f"check: step {check['step_s'] * 1e3:.3f} ms (median of the package's runs on the check's inputs)")
     del loader
 
     if renamed:
         record_constant_names(package, renamed)
+    record_check(package, check, opts)
     os.replace(package, output)
     return {
         "artifact": {"path": output, "size": os.path.getsize(output), "sha256": signature.file_digest(output)},
@@ -101,18 +107,63 @@ def build(request):
     }
 
 
-def record_constant_names(package, renamed):
-    """Adds `<root>/kiln/constant_names.json` ({package constant: source attribute}) to the
-    package: AOTInductor's loader reads only its own entries, and kiln's loaders map each
-    `_tensor_constant<n>` to the block's attribute with it (schema/worker-protocol.md)."""
+# The step timing of the check: at least STEP_MIN_RUNS runs, more until STEP_BUDGET_S has
+# passed or STEP_MAX_RUNS ran. A median of a few is what kiln.torch compares variants by
+# (as a hint: it times both packages side by side in its own process before switching).
+STEP_MIN_RUNS, STEP_MAX_RUNS, STEP_BUDGET_S = 5, 50, 0.5
+
+
+def step_seconds(run, inputs, device):
+    """The median wall time of run(inputs) (one package call on the check's inputs), the
+    GPU synchronised after each; after one untimed warm-up run."""
+    import statistics
+
+    import torch
+
+    def sync():
+        if device == "cuda":
+            torch.cuda.synchronize()
+
+    with torch.no_grad():
+        run(inputs)
+        sync()
+        times, began = [], time.monotonic()
+        while len(times) < STEP_MIN_RUNS or (len(times) < STEP_MAX_RUNS and time.monotonic() - began < STEP_BUDGET_S):
+            t = time.perf_counter()
+            run(inputs)
+            sync()
+            times.append(time.perf_counter() - t)
+    return round(statistics.median(times), 7)
+
+
+def record_check(package, check, opts):
+    """Adds `<root>/kiln/check.json` to the package: the check's error, its tolerance, the
+    step time and the compile options it was built with (schema/worker-protocol.md,
+    "The package's kiln/ entries"). It travels with the artifact (store, registry, signed
+    with it), so a process that loads a variant can weigh it against its default."""
     import json
+
+    record = {"rel_err": check["rel_err"], "max_abs_err": check["max_abs_err"], "tolerance": check["tolerance"],
+              "step_s": check["step_s"], "compile_options": opts}
+    _add_member(package, "kiln/check.json", json.dumps(record, sort_keys=True))
+
+
+def _add_member(package, name, text):
     import zipfile
 
     with zipfile.ZipFile(package, "a") as z:
         root = z.namelist()[0].split("/")[0]
         # Stored, not deflated: kiln's C++ loader reads members without a decompressor.
-        z.writestr(f"{root}/kiln/constant_names.json", json.dumps(renamed, sort_keys=True),
-                   compress_type=zipfile.ZIP_STORED)
+        z.writestr(f"{root}/{name}", text, compress_type=zipfile.ZIP_STORED)
+
+
+def record_constant_names(package, renamed):
+    """Adds `<root>/kiln/constant_names.json` ({package constant: source attribute}) to the
+    package: AOTInductor's loader reads only its own entries, and kiln's loaders map each
+    `_tensor_constant<n>` to the block's attribute with it (schema/worker-protocol.md)."""
+    import json
+
+    _add_member(package, "kiln/constant_names.json", json.dumps(renamed, sort_keys=True))
 
 
 def _inductor_metrics():

@@ -237,7 +237,8 @@ def _resolve_classes(model, block_classes):
 def compile_repeated_blocks(model: "torch.nn.Module", block_classes: Optional[Iterable[Union[type, str]]] = None,
                             on_miss: str = "eager", socket: Optional[str] = None,
                             compile_options: Optional[Dict[str, Any]] = None, client: Optional["Client"] = None,
-                            prefetch: Optional[bool] = None) -> List["torch.nn.Module"]:
+                            prefetch: Optional[bool] = None,
+                            variants: Union[None, str, List[Dict[str, Any]]] = None) -> List["torch.nn.Module"]:
     """Serves every block of the given classes in `model` from kilnd's compiled packages.
 
     model: a torch.nn.Module (a diffusers model: its _repeated_blocks by default).
@@ -262,6 +263,15 @@ def compile_repeated_blocks(model: "torch.nn.Module", block_classes: Optional[It
       model's first forward starts, it also runs each loaded package once on zeros of the
       input layout an earlier process recorded (_layouts.py), so its kernels are loaded.
       kiln.torch.wait(model) waits for it (e.g. before reporting ready).
+    variants: faster packages built in kilnd's idle time (_variants.py): None (default:
+      none), "auto" (on CUDA: max-autotune GEMM templates with coordinate-descent tuning;
+      none on the CPU) or a list of compile-option dicts ({"mode": ..., "inductor": {...}},
+      laid over compile_options). Once a block's package serves, each variant is asked for
+      as an idle build (kilnd runs it only when a build slot has nothing else to do); when
+      it lands, this process times it side by side with the serving package and switches
+      to it between two block calls only if it is at least 3% faster and its checked error
+      is within the default's. status() shows each variant ("variants": state, step_ratio,
+      step_s, rel_err, detail); kiln.torch.wait(model, variants=True) waits for them.
     Returns the list of hooked blocks. ValueError when no block matches, or when the model
     is already compiled by kiln (restore() first). Connecting is lazy: no daemon running is
     not an error here (calls run eager; status() says why).
@@ -277,7 +287,8 @@ def compile_repeated_blocks(model: "torch.nn.Module", block_classes: Optional[It
     blocks = [m for _, m in model.named_modules() if m is not model and match(m)]
     if not blocks:
         raise ValueError(f"no block of the given classes in {type(model).__name__}")
-    runtime = _runtime.Runtime(socket=socket, on_miss=on_miss, compile_options=compile_options, client=client)
+    runtime = _runtime.Runtime(socket=socket, on_miss=on_miss, compile_options=compile_options, client=client,
+                               variants=variants)
     if on_miss == "compile":
         runtime.feed_jit_from_torch_cache()
     state = _ModelState(runtime, blocks)
@@ -347,7 +358,11 @@ def status(model: "torch.nn.Module") -> List[Dict[str, Any]]:
     (builds ahead of it on kilnd), "expected_s" (seconds until it lands, from the key's and
     the node's build history; None when kilnd has none)}, and with on_miss="compile" until
     the package lands "jit": the background torch.compile's state (compiling, ready,
-    failed: "detail" says why)}. [] if not compiled."""
+    failed: "detail" says why), and with variants, once the default serves, "variants":
+    [{"compile_options", "state" (asked, building, timing, serving, kept default, failed,
+    stopped), "key_digest", "step_ratio" (its step over the serving package's, timed side
+    by side), "step_s" and "rel_err" (its build's check), "detail" (why)}]}. [] if not
+    compiled."""
     state = getattr(model, _STATE_ATTR, None)
     if state is None:
         return []
@@ -358,15 +373,16 @@ def status(model: "torch.nn.Module") -> List[Dict[str, Any]]:
     return out
 
 
-def wait(model: "torch.nn.Module", timeout: float = 600.0) -> bool:
+def wait(model: "torch.nn.Module", timeout: float = 600.0, variants: bool = False) -> bool:
     """Waits until no block of `model` is exporting, building or being prefetched (True),
     or `timeout` seconds passed (False). For batch jobs, tests, and servers that report
-    ready only once the packages are loaded; serving code need not call it."""
+    ready only once the packages are loaded; serving code need not call it. variants=True:
+    also until every variant asked for (compile_repeated_blocks(variants=...)) is decided."""
     state = getattr(model, _STATE_ATTR, None)
     if state is None:
         return True
     with _gate.GATE.parked():  # this thread runs no module meanwhile: exports may go on
-        return state.runtime.wait_idle(timeout)
+        return state.runtime.wait_idle(timeout, variants=variants)
 
 
 def manifest(model: "torch.nn.Module", path: str) -> Dict[str, int]:

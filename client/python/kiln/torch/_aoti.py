@@ -227,6 +227,7 @@ def check_key(key, device_index):
 
 
 CONSTANT_NAMES = "kiln/constant_names.json"
+CHECK = "kiln/check.json"
 
 
 def read_constant_names(path):
@@ -245,6 +246,24 @@ def read_constant_names(path):
     except (OSError, zipfile.BadZipFile, ValueError):
         pass
     return {}
+
+
+def read_check(path):
+    """The build worker's check of the package at `path` (`<root>/kiln/check.json`:
+    rel_err, tolerance, step_s, compile_options; schema/worker-protocol.md) as a dict, or
+    None when it records none or it cannot be read."""
+    import json
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(path) as z:
+            for name in z.namelist():
+                if name.endswith("/" + CHECK):
+                    doc = json.loads(z.read(name))
+                    return doc if isinstance(doc, dict) else None
+    except (OSError, zipfile.BadZipFile, ValueError):
+        pass
+    return None
 
 
 def read_metadata(path):

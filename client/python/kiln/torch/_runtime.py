@@ -49,7 +49,7 @@ import weakref
 
 from .. import errors
 from ._weight_free import strip_weights  # noqa: F401  (kiln.torch._runtime.strip_weights, as before)
-from . import _aoti, _fingerprint, _gate, _hooks, _keys, _layouts, _node, _queue, _signature, _state
+from . import _aoti, _fingerprint, _gate, _hooks, _keys, _layouts, _node, _queue, _signature, _state, _variants
 
 log = logging.getLogger("kiln.torch")
 
@@ -158,6 +158,9 @@ class Entry:
         self.jit_first = None  # (id of the block it compiled, its compiled forward), once ready
         self.layout_recorded = False  # _layouts.record ran for this entry in this process
         self.numerics = None  # the numerics flags of the calls this entry serves (the key's)
+        self.check = None  # the default package's kiln/check.json (its error, step), once hit
+        self.variants = None  # once asked for (_variants.py): one dict per variant, for status()
+        self.variant = None  # the compile options of the variant serving; None: the default
 
     def set(self, state, detail=""):
         if state != self.state:
@@ -174,6 +177,8 @@ class Entry:
             out["queue"] = dict(self.queue)
         if self.jit_state is not None and self.state != "hit":
             out["jit"] = self.jit_state
+        if self.variants is not None:
+            out["variants"] = [dict(v) for v in self.variants]
         return out
 
 
@@ -205,14 +210,15 @@ def _stop_at_exit():
     """Stops the background threads before the interpreter finalizes. A daemon thread still
     inside torch.export when Python tears down aborts the process ("terminate called
     without an active exception", exit 134: seen on the H100); so the export in flight is
-    let finish (bounded by EXIT_WAIT_S), and waiting for builds stops at once."""
+    let finish (bounded by EXIT_WAIT_S), as are a background compile and a variant's timing
+    (package runs); waiting for builds stops at once."""
     _stopping.set()
     runtimes = list(_running)
     for r in runtimes:
         r.stop()
     deadline = time.monotonic() + EXIT_WAIT_S
     for r in runtimes:
-        for t in [r._thread, r._prefetch_thread] + [t for t in r._threads if t.name == "kiln-jit"]:
+        for t in [r._thread, r._prefetch_thread] + [t for t in r._threads if t.name in ("kiln-jit", "kiln-variant")]:
             if t is not None and t.is_alive():
                 t.join(max(0.0, deadline - time.monotonic()))
 
@@ -224,9 +230,13 @@ class Runtime:
     thread at a time (the caller on a hit, the background thread otherwise) and read by
     calls (reading a Python attribute is atomic)."""
 
-    def __init__(self, socket=None, on_miss="eager", compile_options=None, poll_interval=0.25, client=None):
+    def __init__(self, socket=None, on_miss="eager", compile_options=None, poll_interval=0.25, client=None,
+                 variants=None):
         if on_miss not in ("eager", "wait", "compile"):
             raise ValueError('on_miss must be "eager", "wait" or "compile"')
+        _variants.check_variants_arg(variants)
+        self.variants = variants
+        self._variant_threads = 0    # variant threads running (under _lock), for wait_idle(variants=True)
         self.socket = socket
         self.on_miss = on_miss
         self.compile_options = dict(compile_options or {})
@@ -473,6 +483,114 @@ class Runtime:
         e.artifact = artifact
         e.key_digest = artifact.key_digest
         e.set("hit")
+        self.start_variants(job)
+
+    # ---- faster variants (_variants.py) ------------------------------------------------
+    def start_variants(self, job):
+        """Once an entry's default package serves: asks kilnd for each variant as an idle
+        build, and weighs each against what serves when it lands, in thread "kiln-variant"."""
+        e = job.entry
+        options = _variants.resolve(self.variants, job.device.type)
+        if not options or e.variants is not None or e.key is None or self._stopped:
+            return
+        e.check = _aoti.read_check(getattr(e.artifact, "path", None)) if getattr(e.artifact, "path", None) else None
+        e.variants = [{"compile_options": v, "state": "asked"} for v in options]
+        with self._lock:
+            self._variant_threads += 1
+        self._start(self._run_variants, "kiln-variant", e, weakref.ref(job.block), job.device)
+
+    def _run_variants(self, e, block_ref, device):
+        try:
+            for v in e.variants:
+                if self._stopped:
+                    v["state"], v["detail"] = "stopped", "kiln.torch stopped first"
+                    continue
+                try:
+                    self._weigh_variant(e, v, block_ref, device)
+                except Exception as ex:  # only the default keeps serving
+                    v["state"], v["detail"] = "failed", last_line(f"{type(ex).__name__}: {ex}")
+                    log.info("kiln: %s variant %s: %s", e.region, v["compile_options"], v["detail"])
+        finally:
+            with self._lock:
+                self._variant_threads -= 1
+
+    def _weigh_variant(self, e, v, block_ref, device):
+        wire = self.wire_key(_variants.variant_key(e.key, v["compile_options"]))
+        reply = self.client().build(wire, wait=False, idle=True)
+        v["key_digest"] = reply.get("key_digest")
+        v["state"] = "building"
+        art = self._variant_artifact(wire, v)
+        if art is None:
+            return
+        artifact, package = self.load_artifact(art, device_index(device))
+        check = _aoti.read_check(art.path)
+        v["step_s"] = check.get("step_s") if check else None
+        v["rel_err"] = check.get("rel_err") if check else None
+        v["state"] = "timing"
+        ratio, why = self._time_side_by_side(e, package, block_ref, device)
+        v["step_ratio"] = None if ratio is None else round(ratio, 4)
+        take, reason = _variants.choose(e.check, check, ratio)
+        if ratio is None:
+            reason = why
+        if take and not self._stopped and e.state == "hit":
+            e.package, e.artifact, e.variant = package, artifact, v["compile_options"]  # from the next block call on
+            v["state"] = "serving"
+            log.info("kiln: %s [%s]: a variant serves now (%s): %s", e.region, e.signature, v["compile_options"], reason)
+        else:
+            v["state"] = "kept default"
+        v["detail"] = reason
+
+    def _variant_artifact(self, wire, v):
+        """Polls kilnd until the variant's idle build lands (its Artifact), fails, or this
+        runtime stops (None, `v` says why). A build kilnd lost (restart) is asked again, at
+        most 3 times."""
+        delay, resubmits = self.poll_interval, 0
+        while not self._stopped:
+            art = self.client().get(wire)
+            if art is not None:
+                return art
+            mine = self.client().build_status(v["key_digest"])
+            states = {b.get("state") for b in mine}
+            if not {"queued", "running", "done"} & states:
+                failed = [b for b in mine if b.get("state") == "failed"]
+                if failed or resubmits >= 3:
+                    v["state"] = "failed"
+                    v["detail"] = last_line(failed[-1].get("error", "build failed")) if failed else \
+                        "kilnd lost the build three times"
+                    return None
+                resubmits += 1
+                self.client().build(wire, wait=False, idle=True)
+            self._stop.wait(delay)
+            delay = min(delay * 1.5, 5.0)
+        v["state"], v["detail"] = "stopped", "kiln.torch stopped first"
+        return None
+
+    def _time_side_by_side(self, e, package, block_ref, device):
+        """(ratio of the variant's step to the serving package's, None) or (None, why): both
+        run in turns on zeros of the entry's recorded input layout with the block's weights.
+        Waits for the layout: the first compiled call records it."""
+        import torch
+
+        while not e.layout_recorded and not self._stopped:
+            self._stop.wait(0.2)
+        layout = _layouts.load(e.key_digest, (e.key or {}).get("inputs"))
+        block = block_ref()
+        if layout is None or block is None:
+            return None, "not timed: " + ("no input layout recorded for its key" if layout is None else "the block is gone")
+        constants = block_constants(block)
+        args, kwargs = _signature.build_arguments(layout["call"], _layouts.zeros(layout, device))
+        serving = e.package
+        if serving is None:
+            return None, "not timed: the entry no longer serves a package"
+
+        def sync():
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+
+        with torch.no_grad():
+            ratio = _variants.side_by_side(lambda: serving.call(constants, args, kwargs),
+                                           lambda: package.call(constants, args, kwargs), sync)
+        return ratio, ""
 
     def load_artifact(self, artifact, index):
         """(artifact, package) for a stored artifact on device `index`: one load per key
@@ -814,13 +932,14 @@ class Runtime:
         if self.on_miss == "wait" and not self._stopped:
             self.wait_idle(WAIT_BUILDS_S)
 
-    def wait_idle(self, timeout):
-        """Waits until no entry is exporting or building (for batch jobs and tests); looks
-        at least once, so timeout=0 asks without waiting."""
+    def wait_idle(self, timeout, variants=False):
+        """Waits until no entry is exporting or building (for batch jobs and tests), and with
+        variants=True until every variant asked for is decided; looks at least once, so
+        timeout=0 asks without waiting."""
         deadline = time.monotonic() + timeout
         while True:
             with self._lock:
-                pending = self._pending
+                pending = self._pending + (self._variant_threads if variants else 0)
             if pending == 0 and not any(e.state in ("exporting", "building") for e in list(self.entries.values())):
                 return True
             if time.monotonic() >= deadline:
