@@ -294,7 +294,8 @@ Result<SourceInfo> Client::put_source(const std::string& model_hash, const std::
     return make_error(Errc::protocol_error, "kilnd's PUT_SOURCE reply: " + reply.error().message);
   }
   auto& m = reply->source;
-  return SourceInfo{std::move(m.model_hash), m.blob_digest, m.size, m.created_at, std::move(m.name)};
+  return SourceInfo{std::move(m.model_hash), m.blob_digest, m.size, m.created_at, std::move(m.name), m.stored_size,
+                    std::move(m.aliases)};
 }
 
 // ---- metadata -------------------------------------------------------------------------
@@ -369,7 +370,8 @@ bool lower_hex(std::string_view s) {
   return true;
 }
 SourceInfo from_source_meta(proto::SourceMeta&& m) {
-  return SourceInfo{std::move(m.model_hash), m.blob_digest, m.size, m.created_at, std::move(m.name), m.stored_size};
+  return SourceInfo{std::move(m.model_hash), m.blob_digest, m.size,           m.created_at,
+                    std::move(m.name),  m.stored_size,  std::move(m.aliases)};
 }
 }  // namespace
 

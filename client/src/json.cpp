@@ -87,8 +87,10 @@ std::string to_json(const DaemonStatus& s) {
 
 namespace {
 nlohmann::json source_json(const SourceInfo& s) {
-  return {{"model_hash", s.model_hash}, {"blob_digest", s.blob_digest.hex()}, {"size", s.size},
-          {"stored_size", s.stored_size}, {"created_at", s.created_at}, {"name", s.name}};
+  nlohmann::json j = {{"model_hash", s.model_hash}, {"blob_digest", s.blob_digest.hex()}, {"size", s.size},
+                      {"stored_size", s.stored_size}, {"created_at", s.created_at}, {"name", s.name}};
+  if (!s.aliases.empty()) j["aliases"] = s.aliases;
+  return j;
 }
 }  // namespace
 

@@ -516,7 +516,10 @@ asio::awaitable<Outcome> commit_upload(Connection& c, std::uint32_t id, const st
         if (!have) return std::move(have).error();
         if (*have) {
           shared->stream.reset();
-          return std::move(**have);
+          // Its name (kiln.torch's kiln-fp-<fingerprint>) is kept as one of the source's,
+          // so that a later process with that name finds it without exporting again.
+          if (shared->name.empty() || shared->name == (*have)->name) return std::move(**have);
+          return s.store.add_source_name(shared->model_hash, shared->name);
         }
       }
       return s.store.put_source(shared->model_hash, std::move(shared->stream), shared->name);
@@ -524,7 +527,7 @@ asio::awaitable<Outcome> commit_upload(Connection& c, std::uint32_t id, const st
     auto src = co_await offload(s.pool, job);
     if (!src) co_return fail(src.error());
     proto::PutSourceReply reply;
-    reply.source = {src->model_hash, src->blob_digest, src->size, src->created_at, src->name};
+    reply.source = {src->model_hash, src->blob_digest, src->size, src->created_at, src->name, 0, src->aliases};
     co_return co_await reply_ok(c, r, proto::encode(reply), std::to_string(src->size) + "B");
   }
   auto job = [&s, shared] { return s.store.commit(std::move(shared->stream), shared->key, shared->meta); };

@@ -29,7 +29,8 @@ std::uint64_t stored_size(storage::Store& store, const Digest& blob) {
 }
 
 proto::SourceMeta to_source_meta(storage::Store& store, const storage::SourceInfo& s) {
-  return proto::SourceMeta{s.model_hash, s.blob_digest, s.size, s.created_at, s.name, stored_size(store, s.blob_digest)};
+  return proto::SourceMeta{s.model_hash, s.blob_digest, s.size,       s.created_at,
+                           s.name,       stored_size(store, s.blob_digest), s.aliases};
 }
 
 Error not_registered(const std::string& model_hash) {

@@ -71,6 +71,9 @@ class Index {
   Result<std::optional<SourceInfo>> get_source(const std::string& model_hash);
   Result<std::vector<SourceInfo>> list_sources();
   Result<std::optional<Digest>> erase_sources_of_blob(const Digest& blob);
+  // More names of a source (schema/sql/0005): added once each, listed by get/list_sources
+  // as SourceInfo::aliases (in name order). Returns whether the name was new.
+  Result<bool> add_source_name(const std::string& model_hash, const std::string& name, std::int64_t now);
 
   // ---- builds ----
   Status put_build(const BuildRecord& record);

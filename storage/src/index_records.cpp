@@ -41,16 +41,50 @@ Result<std::optional<SourceInfo>> Index::get_source(const std::string& model_has
   auto st = db_.prepare(std::string(kSelectSource) + " WHERE model_hash = ?");
   if (!st) return std::move(st).error();
   st->bind(1, model_hash);
-  return sql::first_row<SourceInfo>(*st, source_from_row);
+  auto row = sql::first_row<SourceInfo>(*st, source_from_row);
+  if (!row || !*row) return row;
+  auto names = db_.prepare("SELECT name FROM source_names WHERE model_hash = ? ORDER BY name");
+  if (!names) return std::move(names).error();
+  names->bind(1, model_hash);
+  auto aliases = sql::collect_rows<std::string>(*names, [](const sql::Stmt& r) -> Result<std::string> { return r.text(0); });
+  if (!aliases) return std::move(aliases).error();
+  (*row)->aliases = std::move(*aliases);
+  return row;
 }
 
 Result<std::vector<SourceInfo>> Index::list_sources() {
   auto st = db_.prepare(std::string(kSelectSource) + " ORDER BY model_hash");
   if (!st) return std::move(st).error();
-  return sql::collect_rows<SourceInfo>(*st, source_from_row);
+  auto all = sql::collect_rows<SourceInfo>(*st, source_from_row);
+  if (!all) return all;
+  auto names = db_.prepare("SELECT model_hash, name FROM source_names ORDER BY model_hash, name");
+  if (!names) return std::move(names).error();
+  auto rows = sql::collect_rows<std::pair<std::string, std::string>>(
+      *names, [](const sql::Stmt& r) -> Result<std::pair<std::string, std::string>> { return std::pair(r.text(0), r.text(1)); });
+  if (!rows) return std::move(rows).error();
+  // Both in model hash order: one pass.
+  auto src = all->begin();
+  for (auto& [hash, name] : *rows) {
+    while (src != all->end() && src->model_hash < hash) ++src;
+    if (src != all->end() && src->model_hash == hash) src->aliases.push_back(std::move(name));
+  }
+  return all;
+}
+
+Result<bool> Index::add_source_name(const std::string& model_hash, const std::string& name, std::int64_t now) {
+  auto st = db_.prepare("INSERT OR IGNORE INTO source_names (model_hash, name, created_at) VALUES (?,?,?)");
+  if (!st) return std::move(st).error();
+  st->bind(1, model_hash).bind(2, name).bind(3, now);
+  KILN_TRY(st->run());
+  return db_.changes() > 0;
 }
 
 Result<std::optional<Digest>> Index::erase_sources_of_blob(const Digest& blob) {
+  // Its names go with it (a model hash registered again later is named anew).
+  auto names = db_.prepare("DELETE FROM source_names WHERE model_hash IN (SELECT model_hash FROM sources WHERE blob_digest = ?)");
+  if (!names) return std::move(names).error();
+  names->bind(1, blob.hex());
+  KILN_TRY(names->run());
   auto st = db_.prepare("DELETE FROM sources WHERE blob_digest = ?");
   if (!st) return std::move(st).error();
   st->bind(1, blob.hex());

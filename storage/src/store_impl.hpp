@@ -41,6 +41,7 @@ class StoreImpl final : public Store {
   Result<std::optional<SourceInfo>> stat_source(const std::string& model_hash) override;
   Result<std::optional<SourceInfo>> read_source(const std::string& model_hash, const ByteSink& sink) override;
   Result<std::vector<SourceInfo>> list_sources() override;
+  Result<SourceInfo> add_source_name(const std::string& model_hash, const std::string& name) override;
   Status record_build(const BuildRecord& record) override;
   Result<std::optional<BuildRecord>> last_build(const Digest& key_digest) override;
   Status put_signature(const SignatureRecord& record) override;

@@ -14,6 +14,12 @@ Status check_model_hash(const std::string& model_hash) {
   if (!ok) return make_error(Errc::invalid_argument, "source: model_hash must be 64 lowercase hex characters");
   return {};
 }
+// Whether `name` is kept as a new alias of `s`: not its name or one of its aliases, 1 to
+// 255 bytes, and below the cap (Store::add_source_name).
+bool keeps_name(const SourceInfo& s, const std::string& name) {
+  return name != s.name && !name.empty() && name.size() <= 255 && s.aliases.size() < Store::kMaxSourceAliases &&
+         std::find(s.aliases.begin(), s.aliases.end(), name) == s.aliases.end();
+}
 }  // namespace
 
 Result<SourceInfo> StoreImpl::put_source(const std::string& model_hash, std::unique_ptr<PutStream> stream,
@@ -41,15 +47,24 @@ Result<SourceInfo> StoreImpl::put_source(const std::string& model_hash, std::uni
                           "') is already registered under model hash " + model_hash +
                           "; a model hash names one export and its source is never replaced (schema/sources.md)");
   }
+  // The same bytes again (stored anew, which also repairs a damaged blob file) keep the
+  // source's first name and time; the new name becomes one of its aliases.
+  const std::optional<SourceInfo>& known = *registered;
   SourceInfo info;
   info.model_hash = model_hash;
   info.blob_digest = blob->header.digest;
   info.size = blob->header.size;
-  info.created_at = now();
-  info.name = name;
-  auto stored = store_blob_locked(*blob, std::nullopt, info.created_at,
-                                  [&](std::uint64_t) { return index_.upsert_source(info); });
+  info.created_at = known ? known->created_at : now();
+  info.name = known ? known->name : name;
+  auto stored = store_blob_locked(*blob, std::nullopt, now(), [&](std::uint64_t) { return index_.upsert_source(info); });
   if (!stored) return std::move(stored).error();
+  if (!known) return info;
+  info.aliases = known->aliases;
+  if (!keeps_name(info, name)) return info;
+  auto added = index_.add_source_name(model_hash, name, now());
+  if (!added) return std::move(added).error();
+  info.aliases.push_back(name);
+  std::sort(info.aliases.begin(), info.aliases.end());
   return info;
 }
 
@@ -86,6 +101,22 @@ Result<std::optional<SourceInfo>> StoreImpl::read_source(const std::string& mode
 Result<std::vector<SourceInfo>> StoreImpl::list_sources() {
   std::lock_guard<std::mutex> guard(mu_);
   return index_.list_sources();
+}
+
+Result<SourceInfo> StoreImpl::add_source_name(const std::string& model_hash, const std::string& name) {
+  KILN_TRY(writable());
+  KILN_TRY(check_model_hash(model_hash));
+  std::lock_guard<std::mutex> guard(mu_);
+  auto have = index_.get_source(model_hash);
+  if (!have) return std::move(have).error();
+  if (!*have) return make_error(Errc::not_found, "no source is registered under model hash " + model_hash);
+  SourceInfo& s = **have;
+  if (!keeps_name(s, name)) return s;
+  auto added = index_.add_source_name(model_hash, name, now());
+  if (!added) return std::move(added).error();
+  s.aliases.push_back(name);
+  std::sort(s.aliases.begin(), s.aliases.end());
+  return s;
 }
 
 }  // namespace kiln::storage

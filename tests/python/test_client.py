@@ -147,7 +147,9 @@ def test_a_source_sent_without_its_model_hash_is_hashed_by_the_node(make_kilnd, 
     """What kiln.torch sends (DESIGN.md: the node computes model hashes): no hash; kilnd's
     worker computes it and the reply names it. Another export of the same program (other
     bytes, the same hash: the test worker's "#example-inputs" line, which its hash does not
-    cover) gets that source back, nothing stored. A node that cannot build refuses at once."""
+    cover) gets that source back, nothing stored but its name, kept as one of the source's
+    aliases (a second kiln.torch fingerprint of one program). A node that cannot build
+    refuses at once."""
     import hashlib
 
     first, second = tmp_path / "a.pt2", tmp_path / "b.pt2"
@@ -157,8 +159,9 @@ def test_a_source_sent_without_its_model_hash_is_hashed_by_the_node(make_kilnd, 
     info = client.sources.put(None, first, name="kiln-fp-a.pt2")
     assert info["model_hash"] == own and info["name"] == "kiln-fp-a.pt2"
     again = client.sources.put(None, second, name="kiln-fp-b.pt2")
-    assert again == info  # the registered source, as it was
-    assert [s["name"] for s in client.sources.list()] == ["kiln-fp-a.pt2"]
+    assert again == dict(info, aliases=["kiln-fp-b.pt2"])  # the registered source, named once more
+    assert [(s["name"], s["aliases"]) for s in client.sources.list()] == [("kiln-fp-a.pt2", ["kiln-fp-b.pt2"])]
+    assert client.sources.put(None, second, name="kiln-fp-a.pt2") == again  # a name it has: nothing changes
     with client.sources.get(own) as src:
         assert src.read() == first.read_bytes()
     with pytest.raises(kiln.InvalidArgument):  # with a hash, other bytes are still refused

@@ -168,6 +168,37 @@ def test_a_program_another_process_registered_first_is_built_from_its_source(kil
     assert torch.allclose(run(model, x), expected)
 
 
+def test_a_second_fingerprint_of_a_registered_program_is_found_by_its_name_in_later_processes(kilnd, seams):
+    """Two fingerprints, one program (an attribute forward never reads): the second exports
+    once, kilnd keeps its name as an alias of the first's source, and a later runtime (what
+    a new process is) with the second fingerprint hits without exporting again."""
+    x = torch.randn(2, 4, 8)
+
+    def serve(note=None):
+        model = Model()  # fresh instances, as a new process has (descriptions are per instance)
+        if note is not None:
+            for b in model.blocks:
+                b.note = note
+        expected = run(model, x)
+        kiln.torch.compile_repeated_blocks(model, socket=kilnd.socket)
+        run(model, x)
+        assert kiln.torch.wait(model, timeout=30)
+        assert states(model) == ["hit"], kiln.torch.status(model)
+        (entry,) = kiln.torch.status(model)
+        assert torch.allclose(run(model, x), expected)
+        kiln.torch.restore(model)
+        return entry["fingerprint"]
+
+    first = serve()
+    second = serve(note="read by no forward")
+    assert first != second and len(seams.exports) == 2 and len(kilnd.builds()) == 1
+    with kiln.Client(kilnd.socket) as c:
+        (source,) = c.sources.list()
+    assert source["name"] == f"kiln-fp-{first}.pt2" and source["aliases"] == [f"kiln-fp-{second}.pt2"], source
+    assert serve(note="read by no forward") == second
+    assert len(seams.exports) == 2 and len(kilnd.builds()) == 1  # found by its alias: no export
+
+
 def test_a_new_signature_takes_its_own_miss_path_and_guards_hold(kilnd, seams):
     model = Model()
     kiln.torch.compile_repeated_blocks(model, socket=kilnd.socket)

@@ -5,6 +5,7 @@
 
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <random>
 #include <string>
@@ -25,6 +26,17 @@ inline Key make_key(int n, const std::string& gpu_arch = "sm_90") {
 }
 
 inline Digest digest_of(const Key& k) { return *k.digest(); }
+
+// XORs the byte at `offset` of file `p` with `mask` (damage a blob in place).
+inline void flip(const std::filesystem::path& p, std::uint64_t offset, unsigned char mask) {
+  std::fstream f(p, std::ios::in | std::ios::out | std::ios::binary);
+  REQUIRE(f);
+  f.seekg(static_cast<std::streamoff>(offset));
+  char c = 0;
+  f.get(c);
+  f.seekp(static_cast<std::streamoff>(offset));
+  f.put(static_cast<char>(static_cast<unsigned char>(c) ^ mask));
+}
 
 // Deterministic bytes: half code-like text (compressible), half random.
 inline std::vector<std::byte> make_bytes(std::size_t n, std::uint64_t seed) {

@@ -11,22 +11,9 @@
 
 using namespace kiln;
 using namespace kiln::storage;
+using kiln::test::flip;
 using kiln::test::make_bytes;
 using kiln::test::make_key;
-
-namespace {
-
-void flip(const std::filesystem::path& p, std::uint64_t offset, unsigned char mask) {
-  std::fstream f(p, std::ios::in | std::ios::out | std::ios::binary);
-  REQUIRE(f);
-  f.seekg(static_cast<std::streamoff>(offset));
-  char c = 0;
-  f.get(c);
-  f.seekp(static_cast<std::streamoff>(offset));
-  f.put(static_cast<char>(static_cast<unsigned char>(c) ^ mask));
-}
-
-}  // namespace
 
 TEST_CASE("every flipped byte in a blob file is detected on read (4 x 150 random flips)") {
   kiln::test::TempDir dir;

@@ -4,6 +4,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <fstream>
 #include <thread>
@@ -303,7 +304,11 @@ TEST_CASE("sources are stored by model hash and build records are kept") {
   auto again = store->begin_put();
   REQUIRE(again);
   REQUIRE((*again)->write(bytes));
-  CHECK(store->put_source(model, std::move(*again), "block-again.pt2"));
+  auto same = store->put_source(model, std::move(*again), "block-again.pt2");
+  REQUIRE(same);
+  CHECK(same->name == "block.pt2");  // the first name stays; the new one is an alias
+  CHECK(same->aliases == std::vector<std::string>{"block-again.pt2"});
+  CHECK((*store->stat_source(model))->aliases == std::vector<std::string>{"block-again.pt2"});
   auto other = store->begin_put();
   REQUIRE(other);
   REQUIRE((*other)->write(make_bytes(50000, 5)));
@@ -330,6 +335,54 @@ TEST_CASE("sources are stored by model hash and build records are kept") {
   REQUIRE(store->record_build(rec));
   CHECK((*store->last_build(rec.key_digest))->ok);
   CHECK_FALSE(store->last_build(*make_key(2).digest())->has_value());
+}
+
+TEST_CASE("a source keeps the names later registrations of its program gave it") {
+  kiln::test::TempDir dir;
+  std::string model(64, 'a');
+  Digest blob;
+  {
+    auto store = open_store(dir.path());
+    auto stream = store->begin_put();
+    REQUIRE(stream);
+    REQUIRE((*stream)->write(make_bytes(20000, 7)));
+    auto src = store->put_source(model, std::move(*stream), "kiln-fp-first.pt2");
+    REQUIRE(src);
+    blob = src->blob_digest;
+    CHECK(src->aliases.empty());
+    auto named = store->add_source_name(model, "kiln-fp-second.pt2");
+    REQUIRE(named);
+    CHECK(named->name == "kiln-fp-first.pt2");
+    CHECK(named->aliases == std::vector<std::string>{"kiln-fp-second.pt2"});
+    // Its own name, a name it has, an empty or over-long one: nothing changes.
+    for (const std::string& same : {std::string("kiln-fp-first.pt2"), std::string("kiln-fp-second.pt2"),
+                                    std::string(), std::string(256, 'n')})
+      CHECK(store->add_source_name(model, same)->aliases.size() == 1);
+    CHECK(store->add_source_name(std::string(64, 'b'), "x").error().code == Errc::not_found);
+    CHECK(store->add_source_name("XYZ", "x").error().code == Errc::invalid_argument);
+    // At most kMaxSourceAliases are kept.
+    for (std::size_t i = 0; i < Store::kMaxSourceAliases + 5; ++i)
+      REQUIRE(store->add_source_name(model, "kiln-fp-n" + std::to_string(i) + ".pt2"));
+    CHECK((*store->stat_source(model))->aliases.size() == Store::kMaxSourceAliases);
+  }
+  // Durable, in every listing, in name order.
+  auto store = open_store(dir.path());
+  auto listed = store->list_sources();
+  REQUIRE(listed);
+  REQUIRE(listed->size() == 1);
+  REQUIRE(listed->front().aliases.size() == Store::kMaxSourceAliases);
+  CHECK(std::is_sorted(listed->front().aliases.begin(), listed->front().aliases.end()));
+  CHECK(std::count(listed->front().aliases.begin(), listed->front().aliases.end(), "kiln-fp-second.pt2") == 1);
+  // A source that goes (quarantined: its blob is damaged) takes its names with it; the same
+  // model hash registered again starts with none.
+  flip(store->blob_path(blob), 90, 0x01);
+  CHECK_FALSE(store->read_source(model, [](std::span<const std::byte>) -> Status { return {}; }));
+  CHECK_FALSE(store->stat_source(model)->has_value());
+  auto again = store->begin_put();
+  REQUIRE((*again)->write(make_bytes(20000, 8)));
+  auto fresh = store->put_source(model, std::move(*again), "kiln-fp-third.pt2");
+  REQUIRE(fresh);
+  CHECK((*store->stat_source(model))->aliases.empty());
 }
 
 TEST_CASE("a second process cannot open a store that is in use") {

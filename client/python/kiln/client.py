@@ -204,7 +204,8 @@ class Sources:
 
     def list(self, prefix: str = "") -> List[Dict[str, Any]]:
         """Every registered source whose model hash starts with `prefix` (lowercase hex), as
-        dicts {model_hash, blob_digest, size, stored_size, created_at, name}; all pages."""
+        dicts {model_hash, blob_digest, size, stored_size, created_at, name, and "aliases"
+        when later registrations of the same program named it too}; all pages."""
         out, offset = [], 0
         while True:
             page = self._client._json_call("kiln_list_sources",
@@ -332,7 +333,7 @@ class Client:
         returns {"state": "done", ...} or raises BuildFailed/NoSource/Timeout. idle=True (with
         wait=False only): the build runs in the node's idle time, on a build slot with nothing
         else to do, and is set aside whenever another build needs the slot (a kilnd that
-        predates it raises InvalidArgument)."""
+        predates it ignores it and builds the key as a prewarm)."""
         if idle and wait:
             raise ValueError("an idle build is not waited for: idle=True takes wait=False")
         body = {"key": key, "wait": bool(wait), "force": bool(force)}

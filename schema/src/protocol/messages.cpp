@@ -36,13 +36,14 @@ json to_json(const SourceMeta& s) {
   json j{{"model_hash", s.model_hash}, {"blob_digest", s.blob_digest.hex()}, {"size", s.size},
          {"created_at", s.created_at}, {"name", s.name}};
   if (s.stored_size) j["stored_size"] = s.stored_size;
+  if (!s.aliases.empty()) j["aliases"] = s.aliases;
   return j;
 }
 
 std::string conv(const json& j, SourceMeta& s) {
   In in(j, "source");
   in.req("model_hash", s.model_hash).req("blob_digest", s.blob_digest).req("size", s.size);
-  in.opt("created_at", s.created_at).opt("name", s.name).opt("stored_size", s.stored_size);
+  in.opt("created_at", s.created_at).opt("name", s.name).opt("stored_size", s.stored_size).opt("aliases", s.aliases);
   return in.error() ? in.error()->message : std::string{};
 }
 

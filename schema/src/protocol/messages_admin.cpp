@@ -176,7 +176,7 @@ Result<PutSourceReply> decode<PutSourceReply>(std::string_view text) {
 std::string encode(const BuildRequest& m) {
   json j{{"key", key_json(m.key)}, {"force", m.force}, {"wait", m.wait}};
   if (m.wait_ms) j["wait_ms"] = m.wait_ms;
-  if (m.idle) j["idle"] = true;  // absent for kilnds that predate it, which refuse unknown fields
+  if (m.idle) j["idle"] = true;
   return dump(j);
 }
 template <>

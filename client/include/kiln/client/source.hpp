@@ -28,6 +28,9 @@ struct SourceInfo {
   std::int64_t created_at = 0;        // unix seconds
   std::string name;                   // the file name it was registered from
   std::uint64_t stored_size = 0;      // its blob on the daemon's disk; 0 = not reported
+  // Names later registrations of the same program gave it (e.g. a second kiln.torch
+  // fingerprint), in name order; kilnd keeps at most 64.
+  std::vector<std::string> aliases;
 };
 
 // Which sources list_sources() returns.

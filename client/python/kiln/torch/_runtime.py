@@ -387,9 +387,11 @@ class Runtime:
             listing = self.client().sources.list()
             found = {}
             for s in listing:
-                name = s.get("name") or ""
-                if name.startswith(SOURCE_NAME_PREFIX):
-                    found[name[len(SOURCE_NAME_PREFIX):len(SOURCE_NAME_PREFIX) + 64]] = s["model_hash"]
+                # A source's aliases: the names of other fingerprints that exported the same
+                # program (kilnd keeps them; schema/sources.md, "Names").
+                for name in [s.get("name") or ""] + list(s.get("aliases") or []):
+                    if isinstance(name, str) and name.startswith(SOURCE_NAME_PREFIX):
+                        found[name[len(SOURCE_NAME_PREFIX):len(SOURCE_NAME_PREFIX) + 64]] = s["model_hash"]
             with self._lock:
                 self._sources.update(found)
                 self._sources_listed = started

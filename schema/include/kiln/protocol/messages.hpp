@@ -56,6 +56,7 @@ struct SourceMeta {
   std::int64_t created_at = 0;
   std::string name;
   std::uint64_t stored_size = 0;   // its blob file on the daemon's disk; 0 = not known
+  std::vector<std::string> aliases;  // names later registrations of the same program gave it
 };
 
 using Filters = std::map<std::string, std::string>;

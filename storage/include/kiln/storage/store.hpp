@@ -194,6 +194,8 @@ struct SourceInfo {
   std::uint64_t size = 0;
   std::int64_t created_at = 0;
   std::string name;    // file name it was registered from, for display
+  // Names later registrations of the same program gave it (add_source_name), in name order.
+  std::vector<std::string> aliases;
 };
 
 // Receives a blob's uncompressed bytes in order. Returning an error stops the read.
@@ -287,6 +289,13 @@ class Store {
   virtual Result<std::optional<SourceInfo>> stat_source(const std::string& model_hash) = 0;
   virtual Result<std::optional<SourceInfo>> read_source(const std::string& model_hash, const ByteSink& sink) = 0;
   virtual Result<std::vector<SourceInfo>> list_sources() = 0;
+  // Another name for the registered source of `model_hash` (another export of the same
+  // program, e.g. a second kiln.torch fingerprint): kept once, listed in its `aliases`.
+  // Returns the source as it is now. not_found: no such source. A name the source has
+  // already, an empty or over-long (> 255 bytes) one, and any past kMaxSourceAliases
+  // names change nothing (the source is returned as it is).
+  virtual Result<SourceInfo> add_source_name(const std::string& model_hash, const std::string& name) = 0;
+  static constexpr std::size_t kMaxSourceAliases = 64;
 
   // Build outcomes and logs, newest kept per key.
   virtual Status record_build(const BuildRecord& record) = 0;
