@@ -220,13 +220,15 @@ SandboxPlan SandboxPlan::prepare(const WorkerSandbox& sandbox, const fs::path& t
       std::vector<std::string> writable, missing;
       for (const auto& w : sandbox.writable) (allow(rs.get(), w, attr.handled_access_fs) ? writable : missing).push_back(w.string());
       if (allow(rs.get(), "/dev/shm", attr.handled_access_fs)) writable.push_back("/dev/shm");
-      for (const auto& d : device_nodes()) (void)allow(rs.get(), d, kWriteFile | (abi >= 3 ? kTruncate : 0));
+      // Devices and /proc's files: written, never made or removed beneath.
+      const std::uint64_t file_writes = kWriteFile | (abi >= 3 ? std::uint64_t{kTruncate} : 0);
+      for (const auto& d : device_nodes()) (void)allow(rs.get(), d, file_writes);
       writable.push_back("devices");
       // CUDA's driver writes its own process's /proc files at initialisation (without it:
       // "Error 304: OS call failed", every GPU build broken; found on an H200). The rule is
       // made before fork, so it cannot name the worker's pid: /proc's files, as their
       // permissions allow, and nothing created (procfs creates nothing anyway).
-      if (allow(rs.get(), "/proc", kWriteFile | (abi >= 3 ? kTruncate : 0))) writable.push_back("/proc files");
+      if (allow(rs.get(), "/proc", file_writes)) writable.push_back("/proc files");
       std::string text = "landlock ABI " + std::to_string(abi) + " (writes: " + join(writable, ", ") + ")";
       if (!missing.empty()) text += " (not found, so not writable: " + join(missing, ", ") + ")";
       parts.push_back(std::move(text));

@@ -331,6 +331,10 @@ class Runtime:
                 entry.jit_state = "ready"
                 log.info("kiln: %s [%s]: torch.compile ready in %.1f s (background)", entry.region,
                          entry.signature, time.monotonic() - started)
+            except (_gate.Stopped, StateChanged) as ex:  # not torch.compile's failure: it never ran
+                entry.jit_problem = f"torch.compile not run, eager until the package lands: {ex}"
+                entry.jit_state = "failed"
+                log.info("kiln: %s: %s", entry.region, entry.jit_problem)
             except Exception as ex:
                 entry.jit_problem = f"torch.compile failed, eager until the package lands: {type(ex).__name__}: {ex}"
                 entry.jit_state = "failed"
