@@ -86,6 +86,9 @@ class StoreImpl final : public Store {
   // file, or the file just put in place, is removed. Returns the blob's stored size.
   Result<std::uint64_t> store_blob_locked(const FinishedBlob& blob, const std::optional<Digest>& keep,
                                           std::int64_t now, const BlobReference& reference);
+  // `s` with `name` added to its aliases when kept (keeps_name: new, 1..255 bytes, below
+  // the cap), written to the index.
+  Result<SourceInfo> add_name_locked(SourceInfo s, const std::string& name);
   // Puts a finished temporary blob in place (or drops it when the same content is
   // already stored in a whole file). Returns true when it renamed the file into place
   // (new content, or a damaged file replaced): the blob row must then be (re)written with

@@ -60,12 +60,7 @@ Result<SourceInfo> StoreImpl::put_source(const std::string& model_hash, std::uni
   if (!stored) return std::move(stored).error();
   if (!known) return info;
   info.aliases = known->aliases;
-  if (!keeps_name(info, name)) return info;
-  auto added = index_.add_source_name(model_hash, name, now());
-  if (!added) return std::move(added).error();
-  info.aliases.push_back(name);
-  std::sort(info.aliases.begin(), info.aliases.end());
-  return info;
+  return add_name_locked(std::move(info), name);
 }
 
 Result<std::optional<SourceInfo>> StoreImpl::stat_source(const std::string& model_hash) {
@@ -110,9 +105,12 @@ Result<SourceInfo> StoreImpl::add_source_name(const std::string& model_hash, con
   auto have = index_.get_source(model_hash);
   if (!have) return std::move(have).error();
   if (!*have) return make_error(Errc::not_found, "no source is registered under model hash " + model_hash);
-  SourceInfo& s = **have;
+  return add_name_locked(std::move(**have), name);
+}
+
+Result<SourceInfo> StoreImpl::add_name_locked(SourceInfo s, const std::string& name) {
   if (!keeps_name(s, name)) return s;
-  auto added = index_.add_source_name(model_hash, name, now());
+  auto added = index_.add_source_name(s.model_hash, name, now());
   if (!added) return std::move(added).error();
   s.aliases.push_back(name);
   std::sort(s.aliases.begin(), s.aliases.end());
