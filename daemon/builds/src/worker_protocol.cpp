@@ -186,6 +186,12 @@ Result<BuiltArtifact> parse_build_result(const WorkerExit& exit, const BuildJobP
   if (j->contains("check") && (*j)["check"].is_object()) {
     const json& c = (*j)["check"];
     check = ", check rel_err " + std::to_string(c.value("rel_err", -1.0)) + " <= " + std::to_string(c.value("tolerance", -1.0));
+    // The package's step on the check's inputs (aoti): what a variant is weighed by.
+    if (c.contains("step_s") && c["step_s"].is_number()) {
+      char step[64];
+      std::snprintf(step, sizeof step, ", step %.3f ms", c["step_s"].get<double>() * 1e3);
+      check += step;
+    }
   }
   r.summary = "compile " + std::to_string(r.compile_seconds) + " s" + check;
   // Where the build's time went (schema/worker-protocol.md, "phases"): into the build

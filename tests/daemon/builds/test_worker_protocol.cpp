@@ -36,12 +36,13 @@ TEST_CASE("ABuildResultIsAcceptedOnlyWhenTheFileMatchesWhatTheWorkerReported") {
              {"ok", true},
              {"artifact", {{"path", paths.output.string()}, {"size", 14}, {"sha256", sha256(std::string("artifact bytes")).hex()}}},
              {"compile_seconds", 12.5},
-             {"check", {{"rel_err", 0.001}, {"tolerance", 0.02}}}};
+             {"check", {{"rel_err", 0.001}, {"tolerance", 0.02}, {"step_s", 0.00125}}}};
   auto r = parse_build_result(exited(ok.dump() + "\n"), paths);
   REQUIRE_MESSAGE(r.has_value(), err(r));
   CHECK(r->size == 14);
   CHECK(r->compile_seconds == doctest::Approx(12.5));
   CHECK(r->summary.find("rel_err") != std::string::npos);
+  CHECK_MESSAGE(r->summary.find("step 1.250 ms") != std::string::npos, r->summary);  // kilnctl logs / inspect show it
 
   json wrong_size = ok;
   wrong_size["artifact"]["size"] = 15;
