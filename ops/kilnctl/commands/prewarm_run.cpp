@@ -1,6 +1,7 @@
 #include "kilnctl/commands/prewarm_run.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <map>
 #include <set>
 #include <thread>
@@ -66,12 +67,7 @@ class Run {
     // 2. Sources the missing keys need, registered before any build can ask for them.
     std::set<std::size_t> needed;
     for (std::size_t i : missing) needed.insert(manifest_.keys[i].source);
-    for (std::size_t s : needed) {
-      const auto& src = manifest_.sources[s];
-      if (src.path.empty()) continue;  // already on the node, by the manifest's word
-      auto r = client_.put_source(src.model_hash, src.path.filename().string(), src.path);
-      if (!r) return make_error(r.error().code, "registering source '" + src.name + "' (" + src.path.string() + "): " + r.error().message);
-    }
+    if (auto registered = register_sources(needed); !registered) return std::move(registered).error();
 
     // 3. Submit everything missing at once.
     proto::PrewarmRequest req;
@@ -136,6 +132,43 @@ class Run {
   }
 
  private:
+  // PUT_SOURCE of each needed source that has a file, kSourceUploads at a time, each on a
+  // connection of its own (a Client serializes its calls): a node verifies a source with
+  // its build worker's hash op (seconds each, two at a time on kilnd's check threads).
+  // The first error, naming the source, stops the run.
+  static constexpr std::size_t kSourceUploads = 2;
+  Status register_sources(const std::set<std::size_t>& needed) {
+    std::vector<std::size_t> todo;
+    for (std::size_t s : needed)
+      if (!manifest_.sources[s].path.empty()) todo.push_back(s);  // empty: already on the node, by the manifest's word
+    std::vector<std::optional<Error>> errors(todo.size());
+    std::atomic<std::size_t> next{0};
+    auto upload = [&](client::Client& c) {
+      for (std::size_t n = next++; n < todo.size(); n = next++) {
+        const auto& src = manifest_.sources[todo[n]];
+        auto r = c.put_source(src.model_hash, src.path.filename().string(), src.path);
+        if (!r)
+          errors[n] = make_error(r.error().code, "registering source '" + src.name + "' (" + src.path.string() +
+                                                     "): " + r.error().message);
+      }
+    };
+    std::vector<std::thread> helpers;
+    std::vector<client::Client> extra;
+    for (std::size_t h = 1; h < std::min(kSourceUploads, todo.size()); ++h) {
+      client::ConnectOptions o;
+      o.socket = client_.socket_path();
+      auto c = client::Client::connect(o);
+      if (!c) break;  // one connection still does it all
+      extra.push_back(std::move(*c));
+    }
+    for (auto& c : extra) helpers.emplace_back([&upload, &c] { upload(c); });
+    upload(client_);
+    for (auto& t : helpers) t.join();
+    for (auto& e : errors)
+      if (e) return std::move(*e);
+    return {};
+  }
+
   // A node that builds nothing (no build slot; a worker without torch) is one error, as
   // STATUS says it, not one failure per key: without the worker's toolchain the node's
   // torch_version is unknown, and every key the manifest leaves to the node is incomplete.

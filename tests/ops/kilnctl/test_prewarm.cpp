@@ -149,6 +149,19 @@ TEST_CASE("PrewarmErrorsAreClearAndExitNonZero") {
   CAPTURE(nobuild.err);
   CHECK(nobuild.code == 5);
   CHECK(nobuild.err.find("does not build") != std::string::npos);
+  // A source that does not hash to the model hash the manifest gives it (its file changed
+  // since): the node refuses it and the run stops, naming it, whatever the other upload
+  // (the two go up side by side) did.
+  std::filesystem::create_directories(dir / "builds");
+  test::KilndProcess b(dir / "builds", builds_toml(1));
+  REQUIRE_MESSAGE(b.start(), b.log());
+  write_file(dir / "bad.json", R"({"behavior":"ok","log":"not what the manifest hashed"})");
+  Run changed = kilnctl({"prewarm", f.manifest.string()}, b.socket());
+  CAPTURE(changed.out);
+  CAPTURE(changed.err);
+  CHECK(changed.code != 0);
+  CHECK(changed.err.find("registering source 'bad'") != std::string::npos);
+  CHECK(changed.err.find("registering source 'good'") == std::string::npos);
   // --dry-run needs no daemon.
   Run dry = kilnctl({"prewarm", "--dry-run", f.manifest.string()});
   CHECK(dry.code == 0);
