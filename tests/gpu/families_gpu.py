@@ -38,6 +38,11 @@ them again):
   hit       a fresh process after the builds: compile_repeated_blocks, the first forward
             right after it; TTR, first call s, step ms, status (every block compiled?);
             then kiln.torch.restore(model) and the same inputs eager: the error vs eager.
+  variant   as hit, with variants="auto" (issue 27's faster packages): step ms with the
+            default package first (step_ms_default), then kiln.torch.wait(variants=True)
+            (at most KILN_FAMILIES_VARIANT_WAIT_S, default 900: kilnd builds each variant in
+            its idle time) and step ms again with whatever serves then; the status keeps
+            each variant's state, side-by-side step ratio, its build's step and error.
 The error of a compiled path is measured against the SAME process's eager output on the
 same inputs and weights, computed after the timed part (the compiled forwards removed
 again), so that the path's TTR and first call are its own; the error against the eager
@@ -62,7 +67,7 @@ import sys  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-MODES = ("eager", "regional", "miss", "jit", "hit")
+MODES = ("eager", "regional", "miss", "jit", "hit", "variant")
 STEP_WARMUP, STEP_REPEATS, STEP_N = 3, 3, 5
 
 
@@ -192,7 +197,7 @@ def _child(mode, family, work, result):
             model._repeated_blocks = list(fam.block_classes)
         model.compile_repeated_blocks(fullgraph=True)
         result["compiled_modules"] = sum(1 for m in model.modules() if getattr(m, "_compiled_call_impl", None))
-    elif mode in ("miss", "hit", "jit"):
+    elif mode in ("miss", "hit", "jit", "variant"):
         import kiln.torch as kiln_torch
 
         import kiln
@@ -202,7 +207,8 @@ def _child(mode, family, work, result):
                        "pythonpath": os.environ.get("PYTHONPATH", "")})
         t = time.monotonic()
         kiln_torch.compile_repeated_blocks(model, block_classes=fam.block_classes,
-                                           on_miss="compile" if mode == "jit" else "eager")
+                                           on_miss="compile" if mode == "jit" else "eager",
+                                           variants="auto" if mode == "variant" else None)
         result["compile_call_s"] = time.monotonic() - t
 
     with torch.no_grad():
@@ -231,6 +237,14 @@ def _child(mode, family, work, result):
             result["status_after_first"] = kiln_torch.status(model)
         if mode in ("miss", "jit"):
             wait_for_takeover(kiln_torch, model, result, step if mode == "jit" else None)
+        if mode == "variant":
+            result["step_ms_default"], _, _ = time_steps(step)
+            t = time.monotonic()
+            result["variants_decided"] = kiln_torch.wait(model, timeout=float(setting("VARIANT_WAIT_S", "900")),
+                                                         variants=True)
+            result["variant_wait_s"] = time.monotonic() - t
+            result["variants"] = [{"region": e["region"], "signature": e["signature"], **v}
+                                  for e in kiln_torch.status(model) for v in e.get("variants") or []]
         result["step_ms"], result["host_step_ms"], result["step_ms_all"] = time_steps(step)
         out = step()
         _sync()
@@ -427,6 +441,11 @@ def run(work, phases, families):
         for fam in families:
             if todo("hit", fam) and fits("hit", fam, 30):
                 finish(start("hit", fam), "hit", fam)
+    if "variant" in phases:  # after hit: the default packages are built; one family at a time
+        wait_kilnd()
+        for fam in families:
+            if todo("variant", fam) and fits("variant", fam, 300):
+                finish(start("variant", fam), "variant", fam)
     if skipped:
         with open(os.path.join(work, "rows", f"skipped-{int(time.time())}.json"), "w") as f:
             json.dump(skipped, f, indent=1)

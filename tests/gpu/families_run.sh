@@ -9,7 +9,9 @@
 #
 #   tests/gpu/families_run.sh OUT_DIR [PHASES] [FAMILIES]
 #     PHASES: comma list of eager, regional, miss, hit (default: all four, ~15 min: more
-#     than one device call holds, so split it as below); FAMILIES: comma list (default all)
+#     than one device call holds, so split it as below), and jit / variant (families_gpu.py
+#     says what each row measures; variant after hit, on the store the misses built);
+#     FAMILIES: comma list (default all)
 #
 # Through the device tool (carry [".carry"]; .carry/ from tests/gpu/prepare_carry.sh plus
 # `/opt/kiln/test-venv/bin/pip download --no-deps -d .carry/wheels diffusers==0.42.1
