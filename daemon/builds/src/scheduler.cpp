@@ -217,7 +217,8 @@ class Core {
           queues_[job->slot].push_back(job);
         }
         if (opts.priority != Priority::interactive) job->prewarm = true;
-        if (job->priority != Priority::idle) set_aside_idle_locked(job->slot);
+        // Another build queued for the slot (not one joined while it runs) takes an idle one's place.
+        if (job->priority != Priority::idle && job->state == "queued") set_aside_idle_locked(job->slot);
         w->job = job;
         job->waiters.push_back(w);
         if (opts.wait.count() > 0) deadlines_.emplace(Clock::now() + opts.wait, w);

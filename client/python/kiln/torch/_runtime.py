@@ -503,6 +503,7 @@ class Runtime:
         e.variants = [{"compile_options": v, "state": "asked"} for v in options]
         with self._lock:
             self._variant_threads += 1
+        _running.add(self)  # its timing runs packages: joined at interpreter exit (_stop_at_exit)
         self._start(self._run_variants, "kiln-variant", e, weakref.ref(job.block), job.device)
 
     def _run_variants(self, e, block_ref, device):
