@@ -535,7 +535,7 @@ class Runtime:
         v["rel_err"] = check.get("rel_err") if check else None
         v["state"] = "timing"
         ratio, why = self._time_side_by_side(e, package, block_ref, device)
-        v["step_ratio"] = None if ratio is None else round(ratio, 4)
+        v["step_ratio"] = ratio  # as decided on (a rounded one could sit on the other side of MIN_GAIN)
         take, reason = _variants.choose(e.check, check, ratio)
         if ratio is None:
             reason = why
