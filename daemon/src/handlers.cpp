@@ -511,15 +511,13 @@ asio::awaitable<Outcome> commit_upload(Connection& c, std::uint32_t id, const st
       shared->check.reset();
       // Registering a program by its bytes alone is idempotent: another process's export
       // of the same program (same hash; archives are not byte-stable) is that source.
+      // Its name (kiln.torch's kiln-fp-<fingerprint>) is kept as one of the source's, so
+      // that a later process with that name finds it without exporting again.
       if (shared->computed_hash) {
-        auto have = s.store.stat_source(shared->model_hash);
-        if (!have) return std::move(have).error();
-        if (*have) {
+        auto named = s.store.add_source_name(shared->model_hash, shared->name);
+        if (named || named.error().code != Errc::not_found) {
           shared->stream.reset();
-          // Its name (kiln.torch's kiln-fp-<fingerprint>) is kept as one of the source's,
-          // so that a later process with that name finds it without exporting again.
-          if (shared->name.empty() || shared->name == (*have)->name) return std::move(**have);
-          return s.store.add_source_name(shared->model_hash, shared->name);
+          return named;
         }
       }
       return s.store.put_source(shared->model_hash, std::move(shared->stream), shared->name);

@@ -99,7 +99,6 @@ Result<std::vector<SourceInfo>> StoreImpl::list_sources() {
 }
 
 Result<SourceInfo> StoreImpl::add_source_name(const std::string& model_hash, const std::string& name) {
-  KILN_TRY(writable());
   KILN_TRY(check_model_hash(model_hash));
   std::lock_guard<std::mutex> guard(mu_);
   auto have = index_.get_source(model_hash);
@@ -110,6 +109,7 @@ Result<SourceInfo> StoreImpl::add_source_name(const std::string& model_hash, con
 
 Result<SourceInfo> StoreImpl::add_name_locked(SourceInfo s, const std::string& name) {
   if (!keeps_name(s, name)) return s;
+  KILN_TRY(writable());  // only a name kept is written: one the source has needs no write
   auto added = index_.add_source_name(s.model_hash, name, now());
   if (!added) return std::move(added).error();
   s.aliases.push_back(name);

@@ -234,33 +234,29 @@ def read_constant_names(path):
     """{package constant name: the block's attribute path} the build worker recorded in the
     package (`<root>/kiln/constant_names.json`), {} when none; unreadable: {} (the call then
     names what is missing)."""
-    import json
-    import zipfile
-
-    try:
-        with zipfile.ZipFile(path) as z:
-            for name in z.namelist():
-                if name.endswith("/" + CONSTANT_NAMES):
-                    doc = json.loads(z.read(name))
-                    return {str(k): str(v) for k, v in doc.items()} if isinstance(doc, dict) else {}
-    except (OSError, zipfile.BadZipFile, ValueError):
-        pass
-    return {}
+    doc = _read_kiln_member(path, CONSTANT_NAMES)
+    return {str(k): str(v) for k, v in doc.items()} if isinstance(doc, dict) else {}
 
 
 def read_check(path):
     """The build worker's check of the package at `path` (`<root>/kiln/check.json`:
     rel_err, tolerance, step_s, compile_options; schema/worker-protocol.md) as a dict, or
     None when it records none or it cannot be read."""
+    doc = _read_kiln_member(path, CHECK)
+    return doc if isinstance(doc, dict) else None
+
+
+def _read_kiln_member(path, member):
+    """The JSON of the package's `<root>/<member>` (one the build worker added), or None
+    when the package has none or it cannot be read."""
     import json
     import zipfile
 
     try:
         with zipfile.ZipFile(path) as z:
             for name in z.namelist():
-                if name.endswith("/" + CHECK):
-                    doc = json.loads(z.read(name))
-                    return doc if isinstance(doc, dict) else None
+                if name.endswith("/" + member):
+                    return json.loads(z.read(name))
     except (OSError, zipfile.BadZipFile, ValueError):
         pass
     return None

@@ -499,7 +499,8 @@ class Runtime:
         options = _variants.resolve(self.variants, job.device.type)
         if not options or e.variants is not None or e.key is None or self._stopped:
             return
-        e.check = _aoti.read_check(getattr(e.artifact, "path", None)) if getattr(e.artifact, "path", None) else None
+        path = getattr(e.artifact, "path", None)
+        e.check = _aoti.read_check(path) if path else None
         e.variants = [{"compile_options": v, "state": "asked"} for v in options]
         with self._lock:
             self._variant_threads += 1
@@ -526,8 +527,10 @@ class Runtime:
         reply = self.client().build(wire, wait=False, idle=True)
         v["key_digest"] = reply.get("key_digest")
         v["state"] = "building"
-        art = self._variant_artifact(wire, v)
+        art, why = self.await_artifact(wire, v["key_digest"], lambda: self.client().build(wire, wait=False, idle=True),
+                                       max_delay=5.0)
         if art is None:
+            v["state"], v["detail"] = ("failed", why) if why is not None else ("stopped", "kiln.torch stopped first")
             return
         artifact, package = self.load_artifact(art, device_index(device))
         check = _aoti.read_check(art.path)
@@ -546,31 +549,6 @@ class Runtime:
         else:
             v["state"] = "kept default"
         v["detail"] = reason
-
-    def _variant_artifact(self, wire, v):
-        """Polls kilnd until the variant's idle build lands (its Artifact), fails, or this
-        runtime stops (None, `v` says why). A build kilnd lost (restart) is asked again, at
-        most 3 times."""
-        delay, resubmits = self.poll_interval, 0
-        while not self._stopped:
-            art = self.client().get(wire)
-            if art is not None:
-                return art
-            mine = self.client().build_status(v["key_digest"])
-            states = {b.get("state") for b in mine}
-            if not {"queued", "running", "done"} & states:
-                failed = [b for b in mine if b.get("state") == "failed"]
-                if failed or resubmits >= 3:
-                    v["state"] = "failed"
-                    v["detail"] = last_line(failed[-1].get("error", "build failed")) if failed else \
-                        "kilnd lost the build three times"
-                    return None
-                resubmits += 1
-                self.client().build(wire, wait=False, idle=True)
-            self._stop.wait(delay)
-            delay = min(delay * 1.5, 5.0)
-        v["state"], v["detail"] = "stopped", "kiln.torch stopped first"
-        return None
 
     def _time_side_by_side(self, e, package, block_ref, device):
         """(ratio of the variant's step to the serving package's, None) or (None, why): both
@@ -854,39 +832,53 @@ class Runtime:
         return model_hash
 
     def poll(self, job, key):
-        """Waits (in the background thread) for the build of `key` to land, then loads it.
-        A daemon restart is waited out (up to ~60 s unreachable); a build the daemon lost
-        (restarted while building) is asked for again, at most 3 times."""
+        """Waits (in the background thread) for the build of `key` to land, then loads it;
+        the entry fails with the build's error (await_artifact), and shows its place in
+        kilnd's queue meanwhile."""
         e = job.entry
+
+        def queue(builds):
+            e.queue = _queue.estimate(builds, e.key_digest, time.time(), self.builds_at_once())
+
+        art, why = self.await_artifact(key, e.key_digest, lambda: self.client().build(key, wait=False), queue)
+        if art is not None:
+            self.load(job, art)
+        elif why is not None:
+            e.set("failed", why)
+
+    def await_artifact(self, wire, key_digest, resubmit, on_builds=None, max_delay=2.0):
+        """Polls kilnd until the artifact of `wire` (digest `key_digest`) lands: (Artifact,
+        None); (None, why) when its build failed (its last error line) or kilnd lost it three
+        times (each time resubmit() asks again: a restart while building); (None, None) once
+        this runtime stops. A daemon restart is waited out (up to ~60 s unreachable; longer
+        raises Unavailable). on_builds(builds): every build kilnd knows of, at each poll."""
         delay, unreachable_since, resubmits = self.poll_interval, None, 0
         while not self._stopped:
             try:
-                art = self.client().get(key)
+                art = self.client().get(wire)
                 if art is not None:
-                    self.load(job, art)
-                    return
+                    return art, None
                 # Every build kilnd knows of, once: this key's states and where it stands.
                 builds = self.client().build_status()
-                mine = [b for b in builds if b.get("key_digest") == e.key_digest]
-                states = [b.get("state") for b in mine]
+                mine = [b for b in builds if b.get("key_digest") == key_digest]
                 unreachable_since = None
-                e.queue = _queue.estimate(builds, e.key_digest, time.time(), self.builds_at_once())
-                if not {"queued", "running", "done"} & set(states):
+                if on_builds is not None:
+                    on_builds(builds)
+                if not {"queued", "running", "done"} & {b.get("state") for b in mine}:
                     failed = [b for b in mine if b.get("state") == "failed"]
                     if failed:
-                        e.set("failed", last_line(failed[-1].get("error", "build failed")))
-                        return
+                        return None, last_line(failed[-1].get("error", "build failed"))
                     if resubmits >= 3:
-                        e.set("failed", "kilnd lost the build three times")
-                        return
+                        return None, "kilnd lost the build three times"
                     resubmits += 1
-                    self.client().build(key, wait=False)
+                    resubmit()
             except errors.Unavailable:
                 unreachable_since = unreachable_since or time.monotonic()
                 if time.monotonic() - unreachable_since > 60:
                     raise
             self._stop.wait(delay)  # stop() ends the wait
-            delay = min(delay * 1.5, 2.0)
+            delay = min(delay * 1.5, max_delay)
+        return None, None
 
     def builds_at_once(self):
         """The builds kilnd runs at once (STATUS: each slot's builds_at_once, 1 from a kilnd

@@ -293,7 +293,7 @@ class Store {
   // program, e.g. a second kiln.torch fingerprint): kept once, listed in its `aliases`.
   // Returns the source as it is now. not_found: no such source. A name the source has
   // already, an empty or over-long (> 255 bytes) one, and any past kMaxSourceAliases
-  // names change nothing (the source is returned as it is).
+  // names change nothing (the source is returned as it is, also by a read-only store).
   virtual Result<SourceInfo> add_source_name(const std::string& model_hash, const std::string& name) = 0;
   static constexpr std::size_t kMaxSourceAliases = 64;
 
