@@ -112,6 +112,11 @@ def test_kiln_stacks_with_another_diffusers_hook_and_leaves_it_on_restore(diffus
     assert _hooks.is_installed(block)
     assert torch.allclose(block(x), plain * 2 + 1) and seen == [block]
     assert _hooks.other_diffusers_hooks(block) == ["twice"]
+    assert _hooks.inner_diffusers_hooks(block) == ["twice"]  # before kiln's: inside it
+    registry.register_hook(Twice(), "outer")
+    assert _hooks.inner_diffusers_hooks(block) == ["twice"]  # after kiln's: wraps it
+    assert torch.allclose(block(x), (plain * 2 + 1) * 2)
+    registry.remove_hook("outer")
     with pytest.raises(ValueError):
         _hooks.install(block, call)
     view = _hooks.unhooked_view(block)

@@ -25,7 +25,7 @@ import weakref
 
 from . import _describe
 from ._describe import Undescribable  # noqa: F401  (kiln.torch._fingerprint.Undescribable)
-from ._hooks import other_diffusers_hooks
+from ._hooks import inner_diffusers_hooks, other_diffusers_hooks
 from ._signature import canonical_json, dtype_name, layout_name
 
 FORMAT = "kiln-python-fingerprint/2"
@@ -118,8 +118,9 @@ def _describe_modules(module, d):
                     item["value"] = _describe.tensor_value(b)
             entry["buffers"].append(item)
         entry["training"] = bool(m.training)
+        # The block's own diffusers hooks outside kiln's wrap the package and change no graph.
         entry["hooks"] = {"forward": len(m._forward_hooks), "forward_pre": len(m._forward_pre_hooks),
-                          "diffusers": other_diffusers_hooks(m)}
+                          "diffusers": inner_diffusers_hooks(m) if m is module else other_diffusers_hooks(m)}
         modules.append(entry)
     return hashlib.sha256(canonical_json(modules).encode()).hexdigest()
 

@@ -75,11 +75,24 @@ def remove(block):
 
 
 def other_diffusers_hooks(block):
-    """Names of diffusers hooks on `block` other than kiln's (they enter the fingerprint)."""
+    """Names of diffusers hooks on `block` other than kiln's."""
     registry = vars(block).get("_diffusers_hook")
     if registry is None:
         return []
     return [n for n in getattr(registry, "_hook_order", []) if n != HOOK_NAME]
+
+
+def inner_diffusers_hooks(block):
+    """Names of the diffusers hooks on `block` that its kiln hook would run inside (those
+    registered before kiln's; all of them when kiln's is not there): what enters the
+    fingerprint. Hooks registered after kiln's wrap it, are never in the exported graph, and
+    act on hits too, so enabling FirstBlockCache after compile_repeated_blocks keeps the
+    fingerprint, and the package serves from the next call on without a lookup."""
+    registry = vars(block).get("_diffusers_hook")
+    if registry is None:
+        return []
+    order = list(getattr(registry, "_hook_order", []))
+    return order[:order.index(HOOK_NAME)] if HOOK_NAME in order else order
 
 
 def unhooked_view(block, forward=None):
