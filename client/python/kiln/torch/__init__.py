@@ -191,9 +191,9 @@ def _make_call(state):
                 try:
                     out = entry.package.call(bs.constants, sig.args, sig.kwargs)
                     entry.calls["compiled"] += 1
-                    if not entry.layout_recorded:  # for later processes' warm-up (_layouts.py)
-                        entry.layout_recorded = True
-                        _layouts.record(entry.key_digest, sig)
+                    if entry.layout is None:  # for later processes' warm-up (_layouts.py) and variants
+                        entry.layout = _layouts.of(sig)
+                        _layouts.record(entry.key_digest, entry.layout)
                     return out
                 except Exception as ex:  # never fail the caller because of kiln
                     entry.set("failed", f"{type(ex).__name__}: {ex}")

@@ -30,16 +30,20 @@ def path(key_digest):
     return os.path.join(_node._cache_dir(), "layouts", f"{key_digest}.json")
 
 
-def record(key_digest, signature):
-    """Writes the layout of `signature` (a _signature.Signature that ran the package of
-    `key_digest`) unless one is there; atomic (a reader sees a whole file or none). A
-    folder that cannot be written costs only the warm-up of later processes."""
+def of(signature):
+    """The layout document of `signature` (a _signature.Signature)."""
+    return {"format": FORMAT, "call": signature.call,
+            "inputs": [{"shape": list(t.shape), "stride": list(t.stride()), "dtype": str(t.dtype).replace("torch.", "")}
+                       for t in signature.tensors]}
+
+
+def record(key_digest, doc):
+    """Writes `doc` (of() of a signature that ran the package of `key_digest`) unless a
+    layout is there; atomic (a reader sees a whole file or none). A folder that cannot be
+    written costs only the warm-up of later processes."""
     target = path(key_digest)
     if os.path.exists(target):
         return
-    doc = {"format": FORMAT, "call": signature.call,
-           "inputs": [{"shape": list(t.shape), "stride": list(t.stride()), "dtype": str(t.dtype).replace("torch.", "")}
-                      for t in signature.tensors]}
     try:
         os.makedirs(os.path.dirname(target), exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=os.path.dirname(target), prefix=".tmp-")
@@ -58,6 +62,11 @@ def load(key_digest, key_inputs):
             doc = json.load(f)
     except (OSError, ValueError):
         return None
+    return agreeing(doc, key_inputs)
+
+
+def agreeing(doc, key_inputs):
+    """`doc` when it is a layout that agrees with the key's `inputs`; else None."""
     inputs = doc.get("inputs") if isinstance(doc, dict) and doc.get("format") == FORMAT else None
     if not isinstance(inputs, list) or len(inputs) != len(key_inputs or []):
         return None

@@ -156,7 +156,7 @@ class Entry:
         self.jit_problem = ""  # on_miss="compile": why torch.compile gave up on this entry
         self.jit_state = None  # on_miss="compile": None, "compiling" (in the background), "ready", "failed"
         self.jit_first = None  # (id of the block it compiled, its compiled forward), once ready
-        self.layout_recorded = False  # _layouts.record ran for this entry in this process
+        self.layout = None  # the input layout of its first compiled call in this process (_layouts.of)
         self.numerics = None  # the numerics flags of the calls this entry serves (the key's)
         self.check = None  # the default package's kiln/check.json (its error, step), once hit
         self.variants = None  # once asked for (_variants.py): one dict per variant, for status()
@@ -552,16 +552,16 @@ class Runtime:
 
     def _time_side_by_side(self, e, package, block_ref, device):
         """(ratio of the variant's step to the serving package's, None) or (None, why): both
-        run in turns on zeros of the entry's recorded input layout with the block's weights.
-        Waits for the layout: the first compiled call records it."""
+        run in turns on zeros of the input layout of the entry's first compiled call, with the
+        block's weights. Waits for that call."""
         import torch
 
-        while not e.layout_recorded and not self._stopped:
+        while e.layout is None and not self._stopped:
             self._stop.wait(0.2)
-        layout = _layouts.load(e.key_digest, (e.key or {}).get("inputs"))
+        layout = _layouts.agreeing(e.layout, (e.key or {}).get("inputs")) if e.layout is not None else None
         block = block_ref()
         if layout is None or block is None:
-            return None, "not timed: " + ("no input layout recorded for its key" if layout is None else "the block is gone")
+            return None, "not timed: " + ("its calls' input layout cannot be rebuilt" if layout is None else "the block is gone")
         constants = block_constants(block)
         args, kwargs = _signature.build_arguments(layout["call"], _layouts.zeros(layout, device))
         serving = e.package
