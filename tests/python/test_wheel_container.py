@@ -5,7 +5,8 @@ container's own Python packages), run outside the source tree with no KILN_* var
 no PYTHONPATH, as a user other than kilnd's (uid 65534, with the read and build roles),
 reaching a real kilnd (the real worker, building on the CPU) only through its socket: a diffusers model misses
 (on_miss="compile": torch.compile in the background, then through it; "wait": built, runs
-compiled), and a second process hits from its first call; `python -m kiln status` answers. And no code of kiln's Python
+compiled), a second process hits from its first call, a third has a faster variant built in
+kilnd's idle time and decided; `python -m kiln status` answers. And no code of kiln's Python
 package reaches for kiln's build worker: the node computes model hashes."""
 import json
 import os
@@ -38,7 +39,10 @@ model = FluxTransformer2DModel.from_pretrained(folder, torch_dtype=torch.bfloat1
 inputs = torch.load(inputs_path)
 with torch.no_grad():
     ref = model(**inputs, return_dict=False)[0]
-kiln.torch.compile_repeated_blocks(model, socket=sock, on_miss=mode)
+if mode == "variant":  # a hit process that asks for a faster variant in kilnd's idle time
+    kiln.torch.compile_repeated_blocks(model, socket=sock, variants=[{"inductor": {"coordinate_descent_tuning": True}}])
+else:
+    kiln.torch.compile_repeated_blocks(model, socket=sock, on_miss=mode)
 with torch.no_grad():
     first = model(**inputs, return_dict=False)[0]
     first_status = kiln.torch.status(model)
@@ -53,6 +57,11 @@ if mode == "compile":  # torch.compile in the background: wait for it, then a ca
     with torch.no_grad():
         third = model(**inputs, return_dict=False)[0]
     out.update(jit_status=kiln.torch.status(model), jit_err=rel(third))
+if mode == "variant":  # decided (built, timed side by side), then a call with what serves
+    out["decided"] = kiln.torch.wait(model, timeout=900, variants=True)
+    with torch.no_grad():
+        fourth = model(**inputs, return_dict=False)[0]
+    out.update(variant_status=kiln.torch.status(model), variant_err=rel(fourth))
 print(json.dumps(out))
 """
 
@@ -138,6 +147,15 @@ def test_a_container_with_only_the_wheel_misses_builds_and_hits(shared_tmp, tmp_
         hit = user("eager")  # a second process: hits from its first call
         assert all(e["state"] == "hit" and e["calls"]["eager"] == 0 for e in hit["first_status"]), hit["first_status"]
         assert hit["first_err"] <= BF16_TOLERANCE
+
+        # A faster variant from the container: an idle BUILD with the build role, the
+        # package's own check read from the wheel's code, timed side by side, decided.
+        variant = user("variant")
+        assert variant["decided"] and variant["variant_err"] <= BF16_TOLERANCE, variant["variant_status"]
+        for e in variant["variant_status"]:
+            [v] = e["variants"]
+            assert v["state"] in ("serving", "kept default") and v["step_ratio"] > 0 and v["step_s"] > 0, e
+            assert v["key_digest"] != e["key_digest"], e
 
         out = subprocess.run([python, "-m", "kiln", "status", "--socket", node.socket], capture_output=True, text=True,
                              timeout=120, cwd=str(tmp_path), env=env, user=CONTAINER_UID, group=CONTAINER_UID)
