@@ -97,7 +97,23 @@ def _out_string():
     return ctypes.c_void_p()
 
 
-class _Blob:
+class _Closes:
+    """A context manager that close()s on exit and, as a last resort, when collected."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+class _Blob(_Closes):
     """Bytes handed over by kilnd behind a read-only descriptor (shared by Artifact, Source)."""
 
     _free = None
@@ -154,18 +170,6 @@ class _Blob:
     def _alive(self):
         if self._ptr is None:
             raise ValueError(f"{type(self).__name__} is closed")
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
 
 
 class Artifact(_Blob):
@@ -236,7 +240,7 @@ class Sources:
         return json.loads(_capi.take_string(out.value))
 
 
-class Client:
+class Client(_Closes):
     """A connection to kilnd (see the module's docstring for errors and threads).
 
     Client(socket=None, streaming=False): socket None -> $KILN_SOCKET, else the default
@@ -387,18 +391,6 @@ class Client:
             if self._ptr is not None:
                 _capi.lib().kiln_client_free(self._ptr)
                 self._ptr = None
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
 
     def _handle(self):
         if self._ptr is None:
