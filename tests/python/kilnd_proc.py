@@ -146,11 +146,29 @@ def running(folder, extra_toml="", worker="test"):
         d.close()
 
 
-def builds_by_key(socket):
-    """{key digest: builds kilnd ran to the end for it (done or failed)} from BUILD_STATUS."""
+def settled_builds(socket, timeout=60.0):
+    """BUILD_STATUS's builds once none is queued or running (or `timeout` seconds passed). A
+    build's state turns done a moment after its artifact is served (kilnd records it and
+    removes its scratch in between: schema/protocol.md), so a count taken right after a hit
+    waits for it here."""
+    deadline = time.monotonic() + timeout
     with kiln.Client(socket) as c:
-        counts = {}
-        for b in c.build_status():
-            if b.get("state") in ("done", "failed"):
-                counts[b["key_digest"]] = counts.get(b["key_digest"], 0) + 1
-        return counts
+        while True:
+            builds = c.build_status()
+            if not any(b.get("state") in ("queued", "running") for b in builds) or time.monotonic() > deadline:
+                return builds
+            time.sleep(0.1)
+
+
+def done_builds(socket):
+    """The key digests of the builds kilnd ran to done, sorted (settled_builds)."""
+    return sorted(b["key_digest"] for b in settled_builds(socket) if b.get("state") == "done")
+
+
+def builds_by_key(socket):
+    """{key digest: builds kilnd ran to the end for it (done or failed)} (settled_builds)."""
+    counts = {}
+    for b in settled_builds(socket):
+        if b.get("state") in ("done", "failed"):
+            counts[b["key_digest"]] = counts.get(b["key_digest"], 0) + 1
+    return counts

@@ -17,7 +17,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "families"))
 
 import kiln  # noqa: E402
 import kiln.torch  # noqa: E402
-from kilnd_proc import running  # noqa: E402
+from kilnd_proc import done_builds, running  # noqa: E402
 
 BF16_TOLERANCE = 2e-2  # the worker's check for bfloat16
 BUILD_WAIT_S = 1500
@@ -48,11 +48,6 @@ def with_lora(tmp_path):
             if "lora_B" in name:
                 p.copy_((torch.randn(p.shape, generator=g) * 0.5).to(p.dtype))
     return model, copy.deepcopy(model), families.FAMILIES["flux"].inputs(model, 0)
-
-
-def builds(socket):
-    with kiln.Client(socket) as c:
-        return sorted(b["key_digest"] for b in c.build_status() if b.get("state") == "done")
 
 
 def test_lora_scaled_fused_disabled_and_unloaded_always_gives_eagers_output(node, tmp_path):
@@ -86,7 +81,7 @@ def test_lora_scaled_fused_disabled_and_unloaded_always_gives_eagers_output(node
         second = both(**extra)  # compiled
         assert compiled_calls() > before, (name, kiln.torch.status(model))
         assert first <= BF16_TOLERANCE and second <= BF16_TOLERANCE, (name, first, second)
-        seen_builds.append((name, len(builds(node.socket))))
+        seen_builds.append((name, len(done_builds(node.socket))))
     failed = [e for e in kiln.torch.status(model) if e["state"] in ("failed", "unsupported")]
     assert not failed, failed
     counts = dict(seen_builds)
@@ -94,7 +89,7 @@ def test_lora_scaled_fused_disabled_and_unloaded_always_gives_eagers_output(node
     assert counts["lora at scale 1"] == 1
     assert counts["lora at scale 0.5 per call"] == 2
     assert counts["enabled again"] == counts["disabled"], seen_builds
-    assert len(set(builds(node.socket))) == len(builds(node.socket))  # never a key built twice
+    assert len(set(done_builds(node.socket))) == len(done_builds(node.socket))  # never a key built twice
     kiln.torch.restore(model)
 
 

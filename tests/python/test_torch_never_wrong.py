@@ -10,7 +10,6 @@ eager and waits for its build at the call's end, its second call runs compiled."
 import copy
 import os
 import sys
-import time
 import types
 
 import pytest
@@ -21,7 +20,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "families"))
 
 import kiln  # noqa: E402
 import kiln.torch  # noqa: E402
-from kilnd_proc import running  # noqa: E402
+from kilnd_proc import done_builds, running  # noqa: E402
 from test_torch_lora import rel_err, with_lora  # noqa: E402  (one LoRA model and error measure)
 
 BF16_TOLERANCE = 2e-2  # the worker's check for bfloat16
@@ -41,20 +40,6 @@ def flux(tmp_path):
     torch.set_num_threads(1)
     model = families.load_like_a_user("flux", str(tmp_path / "flux"), seed=0)
     return model, copy.deepcopy(model), families.FAMILIES["flux"].inputs(model, 0)
-
-
-def done_builds(socket, at_least=0, key=None, timeout=60.0):
-    """The digests of the builds kilnd reports done, once at least `at_least` are (and `key`
-    among them), or `timeout` seconds passed. A build says done after its artifact is served
-    (kilnd records it and removes its scratch in between: schema/protocol.md, BUILD_STATUS),
-    so a call that has just hit may find its build still running."""
-    deadline = time.monotonic() + timeout
-    while True:
-        with kiln.Client(socket) as c:
-            done = sorted(b["key_digest"] for b in c.build_status() if b.get("state") == "done")
-        if (len(done) >= at_least and (key is None or key in done)) or time.monotonic() > deadline:
-            return done
-        time.sleep(0.1)
 
 
 class Twin:
@@ -93,20 +78,19 @@ def test_sdpa_patched_and_attention_backend_switched_are_other_graphs(node, flux
     kiln.torch.compile_repeated_blocks(model, block_classes=[BLOCK], socket=node.socket, on_miss="wait")
     t = Twin(model, twin, inputs)
     t.settle("native")
-    [native] = {e["key_digest"] for e in kiln.torch.status(model) if e["state"] == "hit"}
-    base_builds = len(done_builds(node.socket, key=native))
+    base_builds = len(done_builds(node.socket))
     original = F.scaled_dot_product_attention
     F.scaled_dot_product_attention = lambda *a, **kw: original(*a, **kw) * 0.5
     try:
         t.settle("sdpa patched")
     finally:
         F.scaled_dot_product_attention = original
-    assert len(done_builds(node.socket, base_builds + 1)) == base_builds + 1
+    assert len(done_builds(node.socket)) == base_builds + 1
     before = t.compiled()
     assert t.err() <= BF16_TOLERANCE and t.compiled() > before  # the first state's package, no build
     with attention_backend("_native_math"):
         t.settle("backend _native_math")
-    assert len(done_builds(node.socket, base_builds + 2)) == base_builds + 2
+    assert len(done_builds(node.socket)) == base_builds + 2
     assert not [e for e in kiln.torch.status(model) if e["state"] in ("failed", "unsupported")]
     kiln.torch.restore(model)
 
@@ -184,13 +168,12 @@ def test_autocast_runs_eager_and_the_tf32_api_is_a_key_of_its_own(node, flux):
     matmul = torch.backends.cuda.matmul
     if not hasattr(matmul, "fp32_precision"):
         pytest.fail("this torch has no fp32_precision API; the pinned one has")
-    [plain] = {e["key_digest"] for e in kiln.torch.status(model) if e["state"] == "hit"}
-    saved, builds = matmul.fp32_precision, len(done_builds(node.socket, key=plain))
+    saved, builds = matmul.fp32_precision, len(done_builds(node.socket))
     try:
         matmul.fp32_precision = "tf32"  # what PyTorch now recommends; it used to turn kiln off
         t.settle("tf32 api")
         digests = {e["key_digest"] for e in kiln.torch.status(model) if e["state"] == "hit"}
-        assert len(digests) == 2 and len(done_builds(node.socket, builds + 1)) == builds + 1
+        assert len(digests) == 2 and len(done_builds(node.socket)) == builds + 1
     finally:
         matmul.fp32_precision = saved
     kiln.torch.restore(model)
