@@ -66,7 +66,8 @@ def load(key_digest, key_inputs):
 
 
 def agreeing(doc, key_inputs):
-    """`doc` when it is a layout that agrees with the key's `inputs`; else None."""
+    """`doc` when it is a layout that agrees with the key's `inputs`; else None (also for a
+    `doc` that is None or no layout at all)."""
     inputs = doc.get("inputs") if isinstance(doc, dict) and doc.get("format") == FORMAT else None
     if not isinstance(inputs, list) or len(inputs) != len(key_inputs or []):
         return None

@@ -558,7 +558,7 @@ class Runtime:
 
         while e.layout is None and not self._stopped:
             self._stop.wait(0.2)
-        layout = _layouts.agreeing(e.layout, (e.key or {}).get("inputs")) if e.layout is not None else None
+        layout = _layouts.agreeing(e.layout, (e.key or {}).get("inputs"))
         block = block_ref()
         if layout is None or block is None:
             return None, "not timed: " + ("its calls' input layout cannot be rebuilt" if layout is None else "the block is gone")
