@@ -50,6 +50,7 @@ python3 -m pip list 2>/dev/null | grep -iE '^(torch|triton|huggingface[-_]hub|sa
 
 . "$ROOT/tests/gpu/carry_cmake_args.sh"
 log "building kilnd (torch's files read into the page cache meanwhile)"
+t=$(date +%s)
 built=$(kiln_build_kilnd_warm "$ROOT" "$BUILD" "$WORK/build.log") || { echo "$built"; exit 1; }
 log "$built"
 
