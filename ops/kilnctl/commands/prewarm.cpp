@@ -189,7 +189,8 @@ void add_prewarm(CommandSet& set) {
                   "On a node of a fleet a missing key is pulled from the registry when there, and with a\n"
                   "coordinator built once per node class across the fleet; each line says where it came from.\n"
                   "Exit code 6 when any key failed; 0 when every key is stored.\n"
-                  "Sample: ops/manifests/flux.toml.\n\n") +
+                  "Samples: ops/manifests/flux.toml (diffusers' FLUX, written by kiln.torch.manifest),\n"
+                  "ops/manifests/kiln-test-blocks.toml.\n\n") +
               sub->get_footer());
 }
 

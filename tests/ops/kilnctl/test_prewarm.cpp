@@ -223,7 +223,7 @@ TEST_CASE("OnANodeWhoseWorkerHasNoTorchPrewarmSaysOnceThatBuildsAreRefused") {
 // The shipped sample, as an operator first tries it: --dry-run reads it although its model
 // hashes are placeholders and its sources do not exist yet, and says so; prewarm refuses.
 TEST_CASE("DryRunReadsTheShippedSampleAndMarksItsPlaceholders") {
-  const std::string sample = std::string(KILN_SOURCE_DIR) + "/ops/manifests/flux.toml";
+  const std::string sample = std::string(KILN_SOURCE_DIR) + "/ops/manifests/kiln-test-blocks.toml";
   Run dry = kilnctl({"prewarm", "--dry-run", sample});
   REQUIRE_MESSAGE(dry.code == 0, dry.err);
   CHECK(dry.out.find("FluxDoubleStreamBlock") != std::string::npos);
@@ -235,6 +235,21 @@ TEST_CASE("DryRunReadsTheShippedSampleAndMarksItsPlaceholders") {
   Run run = kilnctl({"prewarm", sample}, "/nonexistent/kiln.sock");
   CHECK(run.code == 1);
   CHECK(run.err.find("placeholder") != std::string::npos);
+}
+
+// The diffusers sample: its keys list without a daemon; prewarm names the source file it
+// does not ship, before it contacts any node.
+TEST_CASE("DryRunListsTheDiffusersSampleAndPrewarmNamesItsMissingSource") {
+  const std::string sample = std::string(KILN_SOURCE_DIR) + "/ops/manifests/flux.toml";
+  Run dry = kilnctl({"prewarm", "--dry-run", "--json", sample});
+  REQUIRE_MESSAGE(dry.code == 0, dry.err);
+  json keys = json::parse(dry.out)["keys"];
+  REQUIRE(keys.size() == 2);
+  CHECK(dry.out.find("FluxTransformerBlock") != std::string::npos);
+  CHECK(dry.out.find("FluxSingleTransformerBlock") != std::string::npos);
+  Run run = kilnctl({"prewarm", sample}, "/nonexistent/kiln.sock");
+  CHECK(run.code != 0);
+  CHECK_MESSAGE(run.err.find("sources/kiln-fp-") != std::string::npos, run.err);
 }
 
 TEST_CASE("SourcesTravelWithAnExportAndBuildOnTheOtherNode") {

@@ -190,18 +190,18 @@ TEST_CASE("LoadingChecksThatSourceFilesExist") {
   CHECK(absent.error().code == Errc::not_found);
 }
 
-TEST_CASE("TheSampleFluxManifestExpandsToTheFluxBlocks") {
-  std::ifstream in(KILN_SOURCE_DIR "/ops/manifests/flux.toml");
+TEST_CASE("TheTestBlocksSampleExpandsToKilnsFluxBlocks") {
+  std::ifstream in(KILN_SOURCE_DIR "/ops/manifests/kiln-test-blocks.toml");
   REQUIRE(in);
   std::stringstream ss;
   ss << in.rdbuf();
   std::string text = ss.str();
   // As shipped, the placeholder hashes are refused, naming the field.
-  auto raw = parse_manifest(text, "flux.toml", KILN_SOURCE_DIR "/ops/manifests");
+  auto raw = parse_manifest(text, "kiln-test-blocks.toml", KILN_SOURCE_DIR "/ops/manifests");
   REQUIRE(!raw);
   CHECK(raw.error().message.find("source[0].model_hash: is the sample's placeholder") != std::string::npos);
   for (std::size_t at; (at = text.find(std::string(64, '0'))) != std::string::npos;) text.replace(at, 64, kHash);
-  auto m = parse_manifest(text, "flux.toml", KILN_SOURCE_DIR "/ops/manifests");
+  auto m = parse_manifest(text, "kiln-test-blocks.toml", KILN_SOURCE_DIR "/ops/manifests");
   REQUIRE_MESSAGE(m, (m ? "" : m.error().to_string()));
   CHECK(m->sources.size() == 2);
   CHECK(m->keys.size() == 8);  // 2 blocks x 2 kinds x 2 option sets
@@ -213,4 +213,38 @@ TEST_CASE("TheSampleFluxManifestExpandsToTheFluxBlocks") {
     CHECK(pk.key.inputs.back().shape == std::vector<Dim>{Dim::fixed(4608), Dim::fixed(128)});
   }
   CHECK(regions == std::set<std::string>{"FluxDoubleStreamBlock", "FluxSingleStreamBlock"});
+}
+
+// The diffusers sample is kiln.torch.manifest's output: diffusers' two FLUX block classes,
+// one key each, with diffusers' call structure and the writing process's numerics, real
+// model hashes, and source paths that are not shipped (load_manifest names the missing one).
+TEST_CASE("TheDiffusersFluxSampleIsDiffusersBlocksWithTheirCallStructure") {
+  const std::filesystem::path file = KILN_SOURCE_DIR "/ops/manifests/flux.toml";
+  auto m = load_manifest(file, Use::plan);
+  REQUIRE_MESSAGE(m, (m ? "" : m.error().to_string()));
+  REQUIRE(m->sources.size() == 2);
+  REQUIRE(m->keys.size() == 2);
+  std::set<std::string> regions;
+  for (const auto& pk : m->keys) {
+    regions.insert(pk.key.region);
+    CHECK(pk.key.kind == ArtifactKind::aoti);
+    CHECK(pk.key.call.find("encoder_hidden_states") != std::string::npos);
+    CHECK(pk.key.dtype == "bfloat16");
+    REQUIRE(pk.key.inputs.size() == 5);
+    CHECK(pk.key.inputs[1].shape == std::vector<Dim>{Dim::fixed(1), Dim::fixed(4096), Dim::fixed(3072)});
+    CHECK(pk.key.inputs[2].dtype == "float32");
+    // The writing process ran at torch's default numerics, which the canonical form drops:
+    // the same key a default process asks for (schema/key.md).
+    CHECK(pk.key.compile_options == "{}");
+    CHECK(pk.key.gpu_name.empty());  // the target node's
+  }
+  CHECK(regions == std::set<std::string>{"FluxTransformerBlock", "FluxSingleTransformerBlock"});
+  for (const auto& src : m->sources) {
+    CHECK_FALSE(src.placeholder);
+    CHECK(src.path.parent_path().filename() == "sources");
+  }
+  auto run = load_manifest(file, Use::run);
+  REQUIRE(!run);
+  CHECK(run.error().code == Errc::not_found);
+  CHECK_MESSAGE(run.error().message.find("kiln-fp-") != std::string::npos, run.error().message);
 }
