@@ -21,6 +21,7 @@ FAMILIES = ["flux", "wan2.1", "qwen-image", "sd3.5-medium", "ltx-video", "hunyua
 TITLES = {"flux": "FLUX.1-dev", "wan2.1": "Wan 2.1 T2V 1.3B (from_pretrained, bf16 + fp32 modules)",
           "qwen-image": "Qwen-Image", "sd3.5-medium": "SD3.5-medium", "ltx-video": "LTX-Video 0.9",
           "hunyuan-video": "HunyuanVideo"}
+NUMBERS = {1: "One", 2: "Two", 3: "Three", 4: "Four", 5: "Five", 6: "Six"}
 PATHS = [("eager", "eager"), ("regional", "diffusers `compile_repeated_blocks()`, cold"),
          ("miss", "kiln miss, empty store"), ("hit", "kiln hit, fresh process")]
 
@@ -47,6 +48,8 @@ def load(rows_dir):
     skipped = []
     for p in sorted(glob.glob(os.path.join(rows_dir, "skipped-*.json"))):
         skipped += json.load(open(p))
+    # a row left out by one call and run by a later one is not left out
+    skipped = [x for x in skipped if (x.get("mode"), x.get("family")) not in rows]
     return rows, builds, skipped
 
 
@@ -120,8 +123,42 @@ def jit_section(rows, w):
           f"{f(done[len(done) // 2] * 1000 if done else None, '{:.1f}')} |")
     w("")
 
+def variant_section(rows, w):
+    """The variant rows (variants="auto"): each variant kilnd built in its idle time, its
+    block's step against the default package's (kiln.torch's side-by-side timing), its error,
+    what kiln.torch decided, and the model's step before and after against regional's."""
+    var = [(fam, rows[("variant", fam)]) for fam in FAMILIES if ("variant", fam) in rows]
+    if not var:
+        return
+    w('## variants="auto": faster packages built in kilnd\'s idle time')
+    w("")
+    w("A hit with `variants=\"auto\"`; kilnd builds each variant after the default package, "
+      "`kiln.torch.wait(variants=True)` waits for the decision. *Block step* = kiln.torch's "
+      "side-by-side timing of one block call, variant vs default package, same inputs; a variant "
+      "serves only when it is faster by 3 % or more and within the default's error.")
+    w("")
+    w("| family | block class | variant | state | block step ms, variant / default (ratio) | error, variant "
+      "| decided after s | model step ms: default → after (regional's) |")
+    w("|---|---|---|---|---|---|---|---|")
+    for fam, r in var:
+        reg = rows.get(("regional", fam)) or {}
+        model = (f"{f(r.get('step_ms_default'), '{:.1f}')} → {f(r.get('step_ms'), '{:.1f}')} "
+                 f"({f(reg.get('step_ms'), '{:.1f}')})")
+        if r.get("error"):
+            w(f"| {TITLES[fam]} | — | — | row failed: `{str(r['error'])[:200]}` | | | | |")
+            continue
+        for v in r.get("variants") or []:
+            st, ratio = v.get("step_s"), v.get("step_ratio")
+            step = "—" if st is None else (f"{st * 1000:.2f} / {st / ratio * 1000:.2f} ({ratio:.3f}×)"
+                                           if ratio else f"{st * 1000:.2f}")
+            w(f"| {TITLES[fam]} | {v['region']} | `{json.dumps(v.get('compile_options'), sort_keys=True)}` | "
+              f"{v.get('state')} | {step} | {e(v.get('rel_err'))} | {f(r.get('variant_wait_s'), '{:.0f}')} | {model} |")
+    w("")
+
+
 def report(rows_dir, notes=(), notes_file=None):
     rows, builds, skipped = load(rows_dir)
+    fams = [fam for fam in FAMILIES if any(fa == fam for (_, fa) in rows)] or FAMILIES  # those the run has
     any_row = next((r for r in rows.values() if r.get("torch")), {})
     started = [r["started_unix"] for r in rows.values() if r.get("started_unix")]
     when = (datetime.datetime.fromtimestamp(min(started), datetime.timezone.utc).strftime("%Y-%m-%d %H:%M")
@@ -129,7 +166,7 @@ def report(rows_dir, notes=(), notes_file=None):
             if started else "not run")
     L = []
     w = L.append
-    w("# Six diffusers families through kiln.torch on the GPU")
+    w(f"# {NUMBERS.get(len(fams), len(fams))} diffusers families through kiln.torch on the GPU")
     w("")
     w(f"{when}, one {any_row.get('gpu', '?')} (the lent device), torch {any_row.get('torch', '?')}, diffusers "
       f"{any_row.get('diffusers', '?')} (the PyPI wheel, carried), Python {any_row.get('python', '?')}; kilnd built "
@@ -146,7 +183,7 @@ def report(rows_dir, notes=(), notes_file=None):
     w("|---|---|---|---|---|")
     import families_gpu_configs as cfg
 
-    for fam in FAMILIES:
+    for fam in fams:
         g = cfg.FAMILIES[fam]
         p = next((r.get("params") for (m, fa), r in rows.items() if fa == fam and r.get("params")), None)
         dts = next((r.get("param_dtypes") for (m, fa), r in rows.items() if fa == fam and r.get("param_dtypes")), None)
@@ -158,7 +195,8 @@ def report(rows_dir, notes=(), notes_file=None):
       "synced forwards after 3 warm-ups; error = relative L2 of the model output against the same process's eager "
       "output on the same inputs and weights (computed after the timed part, with the compiled forwards taken off "
       "again). \"Takes over\" = seconds from the miss process's start until `kiln.torch.status()` shows every "
-      "block class and signature `hit` (the next call runs them all compiled). The six miss processes were "
+      "block class and signature `hit` (the next call runs them all compiled). The "
+      f"{sum(1 for (m, _) in rows if m == 'miss')} miss processes were "
       "started at once on the empty store, so kilnd built the families' blocks side by side, at most 4 at a time: "
       "a family's take-over includes waiting for other families' builds (the build table below separates queue and "
       "build time).")
@@ -169,7 +207,7 @@ def report(rows_dir, notes=(), notes_file=None):
     w("| family | path | TTR s | model built at s | first call s | step ms | error vs eager | takes over at s | "
       "kiln states |")
     w("|---|---|---|---|---|---|---|---|---|")
-    for fam in FAMILIES:
+    for fam in fams:
         for mode, label in PATHS:
             r = rows.get((mode, fam))
             if r is None:
@@ -201,7 +239,7 @@ def report(rows_dir, notes=(), notes_file=None):
     w("| family | hit first call ≤ 0.5 s | hit TTR ≤ eager TTR | hit step ≤ 1.02 × regional's | "
       "hit error ≤ regional's | miss take-over vs regional cold |")
     w("|---|---|---|---|---|---|")
-    for fam in FAMILIES:
+    for fam in fams:
         ea, rc, mi, hi = (rows.get((m, fam)) or {} for m in ("eager", "regional", "miss", "hit"))
         cells = []
         hit_ok = bool(hi.get("first_call_s") is not None and hi.get("states") and set(hi["states"]) == {"hit"})
@@ -233,7 +271,7 @@ def report(rows_dir, notes=(), notes_file=None):
     w("")
     w("| family | first call s (eager's) | block class [signature] | state | at s from process start |")
     w("|---|---|---|---|---|")
-    for fam in FAMILIES:
+    for fam in fams:
         mi, ea = rows.get(("miss", fam)), rows.get(("eager", fam)) or {}
         if not mi:
             continue
@@ -248,6 +286,7 @@ def report(rows_dir, notes=(), notes_file=None):
     w("")
 
     jit_section(rows, w)
+    variant_section(rows, w)
 
     # builds
     blist = (builds or {}).get("builds") or []
@@ -273,7 +312,7 @@ def report(rows_dir, notes=(), notes_file=None):
 
     # failures, verbatim
     fails = []
-    for fam in FAMILIES:
+    for fam in fams:
         for mode, label in PATHS:
             r = rows.get((mode, fam))
             if not r:
