@@ -61,13 +61,19 @@ class Kilnd:
                 f.write('[builds]\nenabled = false\n')
                 with open(TEST_NODE_TOML) as node:
                     f.write(node.read())
-            elif worker in ("real", "debian-torch"):
+            elif worker in ("real", "debian-torch", "real-no-unpack"):
                 # The node as a CPU machine is: the real worker in the pinned environment, one
                 # CPU slot (schema/key.md: gpu_arch/gpu_name "cpu"), node fields from the worker.
                 # "debian-torch": the same worker under Debian's python3 and its torch 1.13,
-                # older than kiln's range (test_old_torch.py).
+                # older than kiln's range (test_old_torch.py). "real-no-unpack": the real worker
+                # whose torch cannot make its package-unpack folder, as torch 2.11 in a sandbox
+                # without a /tmp of its own (test_worker_unpack.py): torch takes the first of
+                # TMPDIR, TMP, TEMP that is set, Python's tempfile the first that works, so
+                # kilnd's TMPDIR moves to TEMP and TMPDIR names no folder.
                 python = "/usr/bin/python3" if worker == "debian-torch" else _required_env("KILN_TEST_PYTHON")
                 argv = [python, _required_env("KILN_REAL_WORKER")]
+                if worker == "real-no-unpack":
+                    argv = ["/bin/sh", "-c", 'TEMP="$TMPDIR" TMPDIR=/nonexistent/kiln-no-unpack exec "$0" "$@"'] + argv
                 f.write(f'[builds]\nworker = {json.dumps(argv)}\nprobe_gpus = false\nfailure_ttl_s = 600\n'
                         'build_timeout_s = 1200\nbuilds_per_gpu = 2\n[[builds.slots]]\nname = "cpu"\ngpu_arch = "cpu"\ngpu_name = "cpu"\n')
             else:

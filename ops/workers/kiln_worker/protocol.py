@@ -18,7 +18,7 @@ def _dispatch(request):
     if op == "toolchain":
         import toolchain
         # The CPU ISA probe runs compilers (~25 s); kilnd detects it itself and says "host": false.
-        return toolchain.describe(with_cpu_isa=bool(request.get("host", True)))
+        return toolchain.probe(with_cpu_isa=bool(request.get("host", True)))
     if op == "hash":
         import sources
         return sources.describe_source(_required(request, "source"))

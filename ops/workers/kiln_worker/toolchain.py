@@ -1,6 +1,12 @@
-"""The `toolchain` op: what this node's torch builds with, for the key's node fields."""
+"""The `toolchain` op: what this node's torch builds with, for the key's node fields, and
+whether this worker (in kilnd's sandbox) can load the packages it would build."""
+import os
 import platform
+import secrets
+import shutil
 import sys
+import tempfile
+import zipfile
 
 
 def cpu_isa():
@@ -64,3 +70,81 @@ def describe(with_cpu_isa=True):
         },
         "gpus": gpus,
     }
+
+
+def probe(with_cpu_isa=True):
+    """The `toolchain` op: describe(), refused (WorkerError) where no AOTInductor package
+    could be checked here, so that kilnd says "can build no" with the reason at its start
+    instead of failing each build after its compile."""
+    desc = describe(with_cpu_isa=with_cpu_isa)
+    unpack = package_unpack_problem()
+    if unpack:
+        from report import WorkerError
+
+        raise WorkerError(unpack_refusal(desc["toolchain"]["torch_version"], unpack))
+    return desc
+
+
+def unpack_refusal(torch_version, error):
+    """Why a build cannot check its package here: the text kilnd shows as "can build no"
+    and a failed build's error."""
+    return (f"torch {torch_version}'s AOTInductor package loader cannot unpack a package in this worker, so no "
+            "build could check its package: torch 2.11's loader unpacks into mkdtemp(\"/tmp/XXXXXX\") whatever "
+            "TMPDIR says, and kilnd's worker sandbox lets the worker write its own folders only, with /tmp one of "
+            "its own where kilnd can make a mount namespace (kilnd root with CAP_SYS_ADMIN; most containers "
+            "refuse it). On this node: give kilnd CAP_SYS_ADMIN, set [builds] sandbox = false (SECURITY.md), or "
+            f"use a torch whose loader honours TMPDIR (verbatim: {error})")
+
+
+def package_unpack_problem():
+    """None when torch's AOTInductor package loader can make its unpack folder in this
+    process; else the loader's error. Costs a few ms: the loader is given a one-file zip in
+    a folder of our own, which it unpacks (or fails to) and then refuses for having no
+    model; whatever folder it made for that is removed again."""
+    import torch
+
+    loader = getattr(getattr(torch._C, "_aoti", None), "AOTIModelPackageLoader", None)
+    if loader is None:  # torch_range.problem refuses such a torch first
+        return None
+    token = f"kiln_unpack_probe_{secrets.token_hex(8)}.txt"
+    roots = {os.path.realpath(d) for d in ("/tmp", tempfile.gettempdir()) if os.path.isdir(d)}
+    before = {r: set(_entries(r)) for r in roots}
+    try:
+        own = tempfile.TemporaryDirectory(prefix="kiln-unpack-probe-")
+    except OSError as ex:  # no writable temporary folder at all: the loader finds none either
+        return str(ex)
+    with own as d:
+        path = os.path.join(d, "probe.pt2")
+        with zipfile.ZipFile(path, "w") as z:
+            # Both layouts torch has extracted from (with and without the archive's folder):
+            # one is unpacked, so the loader's leftover folder can be told by this file.
+            z.writestr(f"data/aotinductor/model/{token}", "kiln")
+            z.writestr(f"probe/data/aotinductor/model/{token}", "kiln")
+        try:
+            loader(path, "model", False, 1, -1)
+        except RuntimeError as ex:  # expected: the zip holds no model
+            if "temporary directory" in str(ex):
+                return str(ex)
+        finally:
+            for r in roots:
+                for name in set(_entries(r)) - before[r]:
+                    _remove_if_ours(os.path.join(r, name), token)
+    return None
+
+
+def _entries(folder):
+    try:
+        return os.listdir(folder)
+    except OSError:
+        return []
+
+
+def _remove_if_ours(folder, token):
+    """Removes a folder the loader left behind: one that holds our token file and nothing
+    else, or (torch >= 2.15 names its folders so) an empty aotinductor_* folder."""
+    if not os.path.isdir(folder) or os.path.islink(folder):
+        return
+    files = [f for _, _, fs in os.walk(folder) for f in fs]
+    empty_own = not files and os.path.basename(folder).startswith("aotinductor_")
+    if empty_own or (files and all(f == token for f in files)):
+        shutil.rmtree(folder, ignore_errors=True)
