@@ -272,6 +272,9 @@ def compile_repeated_blocks(model: "torch.nn.Module", block_classes: Optional[It
       to it between two block calls only if it is at least 3% faster and its checked error
       is within the default's. status() shows each variant ("variants": state, step_ratio,
       step_s, rel_err, detail); kiln.torch.wait(model, variants=True) waits for them.
+      Off by default because "auto" has not won where measured: on an H200 (torch 2.11) it
+      was 1.05-1.10x slower than the default package on every block class of FLUX, Wan 2.1
+      and Qwen-Image, so it was built and kept off (tests/gpu/RESULTS-miss-variants.md).
     Returns the list of hooked blocks. ValueError when no block matches, or when the model
     is already compiled by kiln (restore() first). Connecting is lazy: no daemon running is
     not an error here (calls run eager; status() says why).
