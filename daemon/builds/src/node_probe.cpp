@@ -2,6 +2,7 @@
 #include "node_probe.hpp"
 
 #include <filesystem>
+#include <string_view>
 
 #include <spdlog/spdlog.h>
 
@@ -29,7 +30,13 @@ std::string toolchain_refusal(const std::string& probe_error) {
   if (probe_error.find("No module named 'torch'") != std::string::npos)
     return "its build worker has no torch (probe: " + probe_error +
            "); install torch for the worker's python, or set [builds] worker in kilnd.toml";
+  // Messages that already say what is wrong and what to do (the worker's own, written for
+  // this line: ops/workers/kiln_worker/toolchain.py).
   if (probe_error.starts_with("the build worker is not installed")) return probe_error;
+  if (probe_error.find("AOTInductor package loader cannot unpack") != std::string::npos) {
+    constexpr std::string_view failed = "the build worker failed: ";
+    return probe_error.starts_with(failed) ? probe_error.substr(failed.size()) : probe_error;
+  }
   return "its build worker did not report a toolchain (probe: " + probe_error + ")";
 }
 
