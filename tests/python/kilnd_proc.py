@@ -87,7 +87,7 @@ class Kilnd:
 
     def start(self, timeout=None):
         # The real worker imports torch and asks it for the toolchain before kilnd settles.
-        timeout = timeout or (180 if self.worker == "real" else 30)
+        timeout = timeout or (30 if self.worker in ("test", "none") else 180)
         binary = _required_env("KILN_TEST_KILND")
         log = open(self.log_path, "ab")
         self.proc = subprocess.Popen([binary, "--socket", self.socket, "--store", os.path.join(self.folder, "store"),
@@ -178,3 +178,15 @@ def builds_by_key(socket):
         if b.get("state") in ("done", "failed"):
             counts[b["key_digest"]] = counts.get(b["key_digest"], 0) + 1
     return counts
+
+
+def can_build_line(socket):
+    """The "can build: ..." line of `python -m kiln status` for the kilnd at `socket`, as an
+    operator reads it (the package from this tree)."""
+    import sys
+
+    root = os.path.abspath(os.path.join(HERE, "..", ".."))
+    out = subprocess.run([sys.executable, "-m", "kiln", "status", "--socket", socket], capture_output=True, text=True,
+                         timeout=300, env=dict(os.environ, PYTHONPATH=os.path.join(root, "client", "python")))
+    assert out.returncode == 0, out.stderr
+    return next(x for x in out.stdout.splitlines() if x.startswith("can build:"))

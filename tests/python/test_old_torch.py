@@ -17,7 +17,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
 DEBIAN_PYTHON = "/usr/bin/python3"
 
-from kilnd_proc import running  # noqa: E402
+from kilnd_proc import can_build_line, running  # noqa: E402
 
 sys.path.insert(0, os.path.join(ROOT, "client", "python"))
 from kiln.torch import _torch_range  # noqa: E402
@@ -69,8 +69,5 @@ def test_the_wheel_over_an_old_torch_refuses_at_compile_naming_the_version_and_r
 def test_a_node_whose_worker_has_an_old_torch_says_it_cannot_build_and_why(tmp_path):
     version = debian_torch_version()
     with running(str(tmp_path), worker="debian-torch") as d:
-        out = subprocess.run([sys.executable, "-m", "kiln", "status", "--socket", d.socket], capture_output=True,
-                             text=True, timeout=300, env=dict(os.environ, PYTHONPATH=os.path.join(ROOT, "client", "python")))
-        assert out.returncode == 0, out.stderr
-        line = next(x for x in out.stdout.splitlines() if x.startswith("can build:"))
-        assert line.startswith("can build: no:") and f"torch {version} is older than" in line, out.stdout
+        line = can_build_line(d.socket)
+    assert line.startswith("can build: no:") and f"torch {version} is older than" in line, line

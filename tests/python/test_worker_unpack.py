@@ -8,12 +8,9 @@ into TMPDIR, so an unusable TMPDIR plays that node here, with the real worker an
 import json
 import os
 import subprocess
-import sys
 
-from kilnd_proc import running
+from kilnd_proc import can_build_line, running
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
 
 
 def toolchain_op(env):
@@ -47,9 +44,6 @@ def test_the_probe_refuses_where_the_loader_cannot_unpack_naming_the_ways_out(tm
 
 def test_kilnd_whose_worker_cannot_unpack_says_it_cannot_build_and_why(tmp_path):
     with running(str(tmp_path), worker="real-no-unpack") as d:
-        out = subprocess.run([sys.executable, "-m", "kiln", "status", "--socket", d.socket], capture_output=True,
-                             text=True, timeout=300, env=dict(os.environ, PYTHONPATH=os.path.join(ROOT, "client", "python")))
-        assert out.returncode == 0, out.stderr
-        line = next(x for x in out.stdout.splitlines() if x.startswith("can build:"))
-        assert line.startswith("can build: no: torch "), out.stdout  # the worker's words, first
-        assert "cannot unpack a package" in line and "sandbox = false" in line, line
+        line = can_build_line(d.socket)
+    assert line.startswith("can build: no: torch "), line  # the worker's words, first
+    assert "cannot unpack a package" in line and "sandbox = false" in line, line
