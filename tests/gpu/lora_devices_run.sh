@@ -27,8 +27,9 @@
 # socket, logs. kilnd is built and started first, libkiln.so built while kilnd probes its
 # worker, and torch/Triton's files read once during the build (page cache) for that probe.
 # KILN_GPU_SANDBOX=false: kilnd's worker sandbox off. The device's torch 2.11 needs it: its
-# AOTInductor loader unpacks into /tmp, which the sandbox does not let the worker write
-# (tests/gpu/RESULTS-build-speed.md, 6); unset = kilnd's default (on).
+# AOTInductor loader unpacks into /tmp, which the sandbox does not let the worker write in
+# that container (no mount namespace; tests/gpu/RESULTS-build-speed.md, 6 and 7); unset =
+# kilnd's default (on), where kilnd refuses builds at start and says why.
 set -uo pipefail
 START=$(date +%s)
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)

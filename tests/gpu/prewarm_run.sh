@@ -22,8 +22,9 @@
 # KILN_PREWARM_WORK (default /tmp/kiln-prewarm, emptied first): stores, sockets, logs.
 # The result is committed as tests/gpu/RESULTS-prewarm.md (the date and GPU are in it).
 # KILN_GPU_SANDBOX=false: kilnd's worker sandbox off. The device's torch 2.11 needs it: its
-# AOTInductor loader unpacks into /tmp, which the sandbox does not let the worker write
-# (tests/gpu/RESULTS-build-speed.md, 6); unset = kilnd's default (on).
+# AOTInductor loader unpacks into /tmp, which the sandbox does not let the worker write in
+# that container (no mount namespace; tests/gpu/RESULTS-build-speed.md, 6 and 7); unset =
+# kilnd's default (on), where kilnd refuses builds at start and says why.
 set -uo pipefail
 START=$(date +%s)
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
