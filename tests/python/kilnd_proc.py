@@ -15,6 +15,7 @@ import re
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 import tomllib
@@ -183,8 +184,6 @@ def builds_by_key(socket):
 def can_build_line(socket):
     """The "can build: ..." line of `python -m kiln status` for the kilnd at `socket`, as an
     operator reads it (the package from this tree)."""
-    import sys
-
     root = os.path.abspath(os.path.join(HERE, "..", ".."))
     out = subprocess.run([sys.executable, "-m", "kiln", "status", "--socket", socket], capture_output=True, text=True,
                          timeout=300, env=dict(os.environ, PYTHONPATH=os.path.join(root, "client", "python")))

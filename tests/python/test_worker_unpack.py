@@ -12,7 +12,6 @@ import subprocess
 from kilnd_proc import can_build_line, running
 
 
-
 def toolchain_op(env):
     out = subprocess.run([os.environ["KILN_TEST_PYTHON"], os.environ["KILN_REAL_WORKER"]],
                          input=json.dumps({"protocol": 1, "op": "toolchain", "host": False}), capture_output=True,

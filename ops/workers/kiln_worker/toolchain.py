@@ -98,38 +98,55 @@ def unpack_refusal(torch_version, error):
 
 def package_unpack_problem():
     """None when torch's AOTInductor package loader can make its unpack folder in this
-    process; else the loader's error. Costs a few ms: the loader is given a one-file zip in
-    a folder of our own, which it unpacks (or fails to) and then refuses for having no
-    model; whatever folder it made for that is removed again."""
+    process; else why not. Costs a few ms: the loader is given a one-file zip, which it
+    unpacks (or fails to) and then refuses for having no model. Where the loader follows
+    TMPDIR (torch >= 2.15) it is pointed at a folder of the probe's own, made where it would
+    unpack, and whatever it leaves goes with that folder; where it writes /tmp whatever
+    TMPDIR says (torch 2.11), its leftover is the folder holding the probe's token file.
+    Nothing else in a shared /tmp is touched."""
     import torch
 
     loader = getattr(getattr(torch._C, "_aoti", None), "AOTIModelPackageLoader", None)
     if loader is None:  # torch_range.problem refuses such a torch first
         return None
-    token = f"kiln_unpack_probe_{secrets.token_hex(8)}.txt"
-    roots = {os.path.realpath(d) for d in ("/tmp", tempfile.gettempdir()) if os.path.isdir(d)}
-    before = {r: set(_entries(r)) for r in roots}
+    where = _torch_temp_dir()
     try:
-        own = tempfile.TemporaryDirectory(prefix="kiln-unpack-probe-")
-    except OSError as ex:  # no writable temporary folder at all: the loader finds none either
-        return str(ex)
+        own = tempfile.TemporaryDirectory(prefix="kiln-unpack-probe-", dir=where)
+    except OSError as ex:  # the loader could not make its folder there either
+        return f"no temporary directory can be made in {where}: {ex}"
+    token = f"kiln_unpack_probe_{secrets.token_hex(8)}.txt"
+    before = set(_entries("/tmp"))
+    saved = os.environ.get("TMPDIR")
     with own as d:
         path = os.path.join(d, "probe.pt2")
         with zipfile.ZipFile(path, "w") as z:
             # Both layouts torch has extracted from (with and without the archive's folder):
-            # one is unpacked, so the loader's leftover folder can be told by this file.
+            # one is unpacked, so a leftover in /tmp can be told by this file.
             z.writestr(f"data/aotinductor/model/{token}", "kiln")
             z.writestr(f"probe/data/aotinductor/model/{token}", "kiln")
+        os.environ["TMPDIR"] = d
         try:
             loader(path, "model", False, 1, -1)
         except RuntimeError as ex:  # expected: the zip holds no model
             if "temporary directory" in str(ex):
                 return str(ex)
         finally:
-            for r in roots:
-                for name in set(_entries(r)) - before[r]:
-                    _remove_if_ours(os.path.join(r, name), token)
+            if saved is None:
+                del os.environ["TMPDIR"]
+            else:
+                os.environ["TMPDIR"] = saved
+            for name in set(_entries("/tmp")) - before:
+                _remove_if_ours(os.path.join("/tmp", name), token)
     return None
+
+
+def _torch_temp_dir():
+    """Where c10's temporary folders go: the first of these variables that is set, used as
+    it is (c10/util/tempfile.cpp), else /tmp. Python's tempfile instead skips unusable ones."""
+    for var in ("TMPDIR", "TMP", "TEMP", "TEMPDIR"):
+        if os.environ.get(var) is not None:
+            return os.environ[var]
+    return "/tmp"
 
 
 def _entries(folder):
@@ -140,11 +157,10 @@ def _entries(folder):
 
 
 def _remove_if_ours(folder, token):
-    """Removes a folder the loader left behind: one that holds our token file and nothing
-    else, or (torch >= 2.15 names its folders so) an empty aotinductor_* folder."""
+    """Removes a folder the loader left in /tmp: one holding the probe's token file and
+    nothing else."""
     if not os.path.isdir(folder) or os.path.islink(folder):
         return
     files = [f for _, _, fs in os.walk(folder) for f in fs]
-    empty_own = not files and os.path.basename(folder).startswith("aotinductor_")
-    if empty_own or (files and all(f == token for f in files)):
+    if files and all(f == token for f in files):
         shutil.rmtree(folder, ignore_errors=True)
