@@ -14,7 +14,38 @@
 
 namespace kiln::build {
 
-// Points `cmd` at work_dir/compiler-cache/{inductor,triton} (created, writable in the
+// The folder kilnd names to a worker in KILN_WORKER_PYCACHE: where it keeps the bytecode of
+// the Python it imports when its torch has none beside its sources (ops/workers/kiln_worker
+// bytecode.py). An installation without .pyc files (uv's default, images built with
+// PYTHONDONTWRITEBYTECODE) that a worker cannot write into (the sandbox, worker_user, a
+// read-only image) has every worker compile torch, Inductor and torch.export from source:
+// 13-16 s per process on the H200 node's uv-installed torch 2.11, against a few seconds once
+// the bytecode is cached (tests/gpu/RESULTS-build-speed.md, 8). Bytecode is checked against
+// its source's mtime and size at each import, so one folder serves the node's builds, hash
+// checks and probe; with `shared_compiler_cache` off, a build's is its own (`dir`), and a
+// run without one gets none. io_error when the folder cannot be made or given away.
+inline Status use_node_bytecode_cache(const SchedulerOptions& options, WorkerCommand& cmd,
+                                      const std::filesystem::path& job_dir = {}) {
+  namespace fs = std::filesystem;
+  if (!options.shared_compiler_cache) {
+    if (!job_dir.empty()) cmd.env["KILN_WORKER_PYCACHE"] = (job_dir / "python-cache").string();
+    return {};
+  }
+  const fs::path dir = options.work_dir / "compiler-cache" / "python";
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) return make_error(Errc::io_error, "cannot create the bytecode cache " + dir.string() + ": " + ec.message());
+  if (const auto& user = cmd.sandbox.user) {
+    for (const fs::path& p : {dir.parent_path(), dir})
+      if (::chown(p.c_str(), user->uid, user->gid) != 0)
+        return error_from_errno(errno, "cannot give the bytecode cache " + p.string() + " to worker_user " + user->name);
+  }
+  cmd.env["KILN_WORKER_PYCACHE"] = dir.string();
+  cmd.sandbox.writable.push_back(dir);
+  return {};
+}
+
+// Points `cmd` at work_dir/compiler-cache/{inductor,triton,python} (created, writable in the
 // worker's sandbox, owned by worker_user when there is one) and gives it its share of the
 // node's cores as Inductor compile threads. With `shared_compiler_cache` off, a build's
 // caches are fresh folders in its own `job_dir` (the probe, with no job_dir, keeps
@@ -35,6 +66,7 @@ inline Status use_node_compiler_cache(const SchedulerOptions& options, WorkerCom
                           std::max(1u, options.builds_per_slot);
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
   cmd.env["TORCHINDUCTOR_COMPILE_THREADS"] = std::to_string(std::clamp(cores / builds, 1u, 32u));
+  if (auto st = use_node_bytecode_cache(options, cmd, job_dir); !st) return st;
   if (!options.shared_compiler_cache) {
     if (!job_dir.empty()) {
       cmd.env["TORCHINDUCTOR_CACHE_DIR"] = (job_dir / "inductor-cache").string();

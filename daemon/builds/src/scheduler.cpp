@@ -20,6 +20,7 @@
 #include <spdlog/spdlog.h>
 
 #include "build_runner.hpp"
+#include "compiler_cache.hpp"
 #include "node_probe.hpp"
 #include "source_check.hpp"
 #include "source_copies.hpp"
@@ -123,6 +124,8 @@ class Core {
     // first slot's GPU (and no other), as a build there would.
     if (!probed_.slots.front().visible_device.empty())
       worker.env["CUDA_VISIBLE_DEVICES"] = probed_.slots.front().visible_device;
+    // It imports torch and torch.export as a build does: the node's bytecode serves it too.
+    if (auto st = use_node_bytecode_cache(options_, worker); !st) return std::move(st).error();
     CheckQueue queue = [self](CheckWork work, std::function<void(Status)> done) {
       auto core = self.lock();
       if (!core) {

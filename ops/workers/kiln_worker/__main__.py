@@ -16,7 +16,14 @@ result_out = launcher.claim_stdout()
 import io  # noqa: E402
 import json  # noqa: E402
 
+import bytecode  # noqa: E402
 import protocol  # noqa: E402
+
+# Before torch is imported (protocol.serve does first): its bytecode from the node's cache
+# where its installation has none.
+if bytecode.use_node_cache():
+    from report import log
+    log(f"torch has no bytecode beside its sources; Python's goes to {bytecode.ENV}")
 
 # `kiln_worker hash FILE`: the hash op from the command line, for registering a source by
 # hand (kilnctl's PUT_SOURCE needs the model hash): prints the result line.

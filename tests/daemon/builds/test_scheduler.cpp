@@ -476,6 +476,36 @@ TEST_CASE("WorkersGetAScrubbedEnvironmentNothingThatChangesACompileLeaksFromTheD
   CHECK_FALSE(kiln::build::is_scrubbed_env_var("PATH"));
 }
 
+TEST_CASE("WorkersAreToldWhereToKeepPythonBytecodeTheNodesFolderOrTheirOwnWithoutSharing") {
+  // A torch installed without bytecode that the sandboxed worker cannot write into made
+  // every worker compile torch from source (ops/workers/kiln_worker/bytecode.py).
+  for (bool shared : {true, false}) {
+    CAPTURE(shared);
+    BuildFixture f;
+    f.options.shared_compiler_cache = shared;
+    auto hash = f.add_source({{"behavior", "ok"}});
+    auto s = f.scheduler();
+    const Key key = f.key(hash);
+    auto r = s->request_and_wait(key, RequestOptions{});
+    REQUIRE_MESSAGE(r.has_value(), message(r));
+    auto rec = f.store->last_build(*key.digest());
+    REQUIRE((rec && *rec));
+    const std::string& log = (*rec)->log;
+    const std::string mark = "test worker: env KILN_WORKER_PYCACHE=";
+    const auto at = log.find(mark);
+    REQUIRE_MESSAGE(at != std::string::npos, log);
+    const std::string value = log.substr(at + mark.size(), log.find('\n', at) - at - mark.size());
+    const auto node_folder = (f.options.work_dir / "compiler-cache" / "python").string();
+    if (shared) {
+      CHECK(value == node_folder);
+      CHECK(std::filesystem::is_directory(node_folder));
+    } else {
+      CHECK(value.ends_with("/python-cache"));  // in the build's own folder, gone with it
+      CHECK(value.find("compiler-cache") == std::string::npos);
+    }
+  }
+}
+
 TEST_CASE("ASourceIsVerifiedAgainstItsModelHashBeforeABuildUsesIt") {
   BuildFixture f;
   // A GELU block's source registered under a ReLU block's hash: the worker recomputes the
