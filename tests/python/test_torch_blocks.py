@@ -20,6 +20,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -143,6 +144,44 @@ def test_miss_runs_eager_then_the_built_package_takes_over(kilnd, seams):
     with kiln.Client(kilnd.socket) as c:
         info = c.stat(entry["key_digest"])
     assert info["key"]["region"] == "Block" and info["key"]["inputs"][0]["shape"] == [2, 4, 8]
+
+
+class OtherBlock(Block):
+    pass
+
+
+class TwoClassModel(torch.nn.Module):
+    _repeated_blocks = ["Block", "OtherBlock"]
+
+    def __init__(self):
+        super().__init__()
+        self.first, self.second = Block(), OtherBlock()
+
+    def forward(self, x, temb=None, **kw):
+        return self.second(hidden_states=self.first(hidden_states=x, temb=temb)[0], temb=temb)[0]
+
+
+def test_a_second_block_class_is_exported_while_kilnd_still_checks_the_first_source(kilnd, seams, monkeypatch):
+    """kilnd's hash check of a registered source runs a worker process (4-10 s on the H200):
+    the next block class's export does not wait for it, and both classes build. Before,
+    the miss thread registered each source before exporting the next class."""
+    started = []
+
+    def timed_export(*args, **kwargs):
+        started.append(time.monotonic())
+        return seams.export(*args, **kwargs)
+
+    monkeypatch.setattr(_runtime, "EXPORTER", timed_export)
+    seams.command = {"hash_sleep_ms": 3000}
+    model, x = TwoClassModel(), torch.randn(2, 4, 8)
+    expected = run(model, x)
+    kiln.torch.compile_repeated_blocks(model, socket=kilnd.socket)
+    assert torch.equal(run(model, x), expected)
+    assert kiln.torch.wait(model, timeout=60)
+    assert states(model) == ["hit", "hit"], kiln.torch.status(model)
+    assert len(started) == 2 and started[1] - started[0] < 2.0, started  # not after the first's 3 s check
+    assert sorted(kilnd.builds()) == ["Block", "OtherBlock"]
+    assert torch.allclose(run(model, x), expected)
 
 
 def test_a_program_another_process_registered_first_is_built_from_its_source(kilnd, seams, tmp_path):
@@ -332,12 +371,11 @@ def test_wait_mode_asks_for_every_signature_then_waits_at_the_end_of_the_call(ki
     outer = Twice(model)
     with torch.no_grad():
         expected = outer(x, y)
-    asked_before_waiting = []
+    exported_before_waiting = []
     wait_for_builds = _runtime.Runtime.wait_for_builds
 
-    def recording(self):  # what kilnd had been asked for when the call's wait began
-        with kiln.Client(kilnd.socket) as c:
-            asked_before_waiting.append(len(c.build_status()))
+    def recording(self):  # what was under way when the call's wait began
+        exported_before_waiting.append(len(seams.exports))
         wait_for_builds(self)
 
     monkeypatch.setattr(_runtime.Runtime, "wait_for_builds", recording)
@@ -347,7 +385,9 @@ def test_wait_mode_asks_for_every_signature_then_waits_at_the_end_of_the_call(ki
     assert seams.calls == 0  # the model call that met the misses ran eager ...
     assert torch.equal(a, expected[0])  # eager's own result
     assert sorted(states(outer)) == ["hit", "hit"]  # ... and waited for both builds when it ended
-    assert asked_before_waiting == [2]  # both asked for before any was waited for
+    # both exported before any was waited for: each registered and built in a thread of its own
+    assert exported_before_waiting == [2]
+    assert len(kilnd.builds()) == 2
     with torch.no_grad():
         outer(x, y)
     assert seams.calls == 6  # every block of both signatures compiled

@@ -244,8 +244,8 @@ def compile_repeated_blocks(model: "torch.nn.Module", block_classes: Optional[It
     model: a torch.nn.Module (a diffusers model: its _repeated_blocks by default).
     block_classes: classes or class names; required when the model has no _repeated_blocks.
     on_miss: "eager" (default: never wait for a compiler), "wait" (for batch jobs: the
-      calling thread exports and registers each miss and asks kilnd to build it; the model
-      call that met the misses runs eager and, when it returns, has waited for every one of
+      calling thread exports each miss, whose source is registered and built from a thread
+      of its own; the model call that met the misses runs eager and, when it returns, has waited for every one of
       those builds, which kilnd runs side by side; later calls run compiled) or "compile"
       (misses are built as with "eager", and meanwhile each block class and signature is
       compiled by torch.compile, as diffusers' regional compile does, but in a background

@@ -244,8 +244,10 @@ class Runtime:
         self.entries = {}
         self._lock = threading.Lock()
         self._client = client
+        self._given_client = client is not None
         self._client_lock = threading.Lock()
         self._sources = {}           # fingerprint -> model hash, from the daemon's sources
+        self._registering = {}       # fingerprint -> Event set once its source is registered (or failed)
         self._sources_listed = 0.0   # when the last listing started (monotonic), 0: never
         self._listing_lock = threading.Lock()  # one LIST_SOURCES at a time; waiters reuse it
         self._loads = {}             # (key digest, device index) -> _Load: one load each
@@ -423,9 +425,10 @@ class Runtime:
             self.entries[slot] = e
         job = Job(e, block, signature, device, structure, forward, process)
         if self.on_miss == "wait":
-            # The export and the build request in the calling thread, the wait for the build
-            # at the end of the model's call (wait_for_builds): every signature the call
-            # meets is asked for before any is waited for, so kilnd builds them side by side.
+            # The export in the calling thread (registration and build request then go on in a
+            # thread of their own), the wait for the build at the end of the model's call
+            # (wait_for_builds): every signature the call meets is exported before any is
+            # waited for, so kilnd builds them side by side.
             with self._lock:
                 self._pending += 1
             if not self.resolve(job, wait=False):
@@ -790,15 +793,74 @@ class Runtime:
 
     def _resolve(self, job, wait):
         e = job.entry
+        self._await_registration(e.fingerprint)
         model_hash = self.lookup_source(e.fingerprint, refresh=True)
         if model_hash is None:
             e.set("exporting")
-            with tempfile.TemporaryDirectory(prefix="kiln-export-") as workdir:
+            workdir = tempfile.TemporaryDirectory(prefix="kiln-export-")
+            try:
                 path, model_hash = EXPORTER(_hooks.unhooked_view(job.block, job.forward), job.args, job.kwargs,
-                                            workdir, job.as_called)
+                                            workdir.name, job.as_called)
+            except BaseException:
+                workdir.cleanup()
+                raise
+            if not wait:
+                # kilnd's hash check of the source takes seconds (a worker process): the
+                # next block class's export need not wait for it, and kilnd checks both at once.
+                with self._lock:
+                    self._registering[e.fingerprint] = threading.Event()
+                self._start(self._register_then_build, "kiln-register", job, workdir, path, model_hash)
+                return True
+            with workdir:
                 model_hash = self.register_source(model_hash, path, e.fingerprint)
             with self._lock:
                 self._sources[e.fingerprint] = model_hash
+        return self._build(job, model_hash, wait)
+
+    def _register_then_build(self, job, workdir, path, model_hash):
+        """The rest of a miss after its export, on a thread of its own ("kiln-register"):
+        registers the source and asks kilnd for the build, whose wait goes to a poller
+        thread (_build); finishes the job where it ends here."""
+        _gate.mark_background()
+        fp = job.entry.fingerprint
+        handed_off = False
+        try:
+            def register():
+                with workdir:
+                    registered = self.register_source(model_hash, path, fp)
+                with self._lock:
+                    self._sources[fp] = registered
+                return registered
+
+            registered = self._guarded(job.entry, register)
+            self._registered(fp)  # later jobs of this fingerprint look it up now
+            if registered is not None:
+                handed_off = bool(self._guarded(job.entry, lambda: self._build(job, registered, False)))
+        finally:
+            self._registered(fp)
+            if not handed_off:
+                self._finish(job)
+
+    def _registered(self, fingerprint):
+        with self._lock:
+            event = self._registering.pop(fingerprint, None)
+        if event is not None:
+            event.set()
+
+    def _await_registration(self, fingerprint):
+        """Waits while another job's source of this fingerprint is being registered (a
+        block class at a second signature), so that it is looked up, not exported again."""
+        with self._lock:
+            event = self._registering.get(fingerprint)
+        while event is not None and not event.wait(0.1):
+            if self._stopped:
+                raise _gate.Stopped("kiln.torch stopped while the source was being registered")
+
+    def _build(self, job, model_hash, wait):
+        """The key of `job` from its source's model hash, then kilnd's build: waited for
+        here (wait=True, False comes back), else asked for and its wait handed to a poller
+        thread (True)."""
+        e = job.entry
         job.drop_inputs()
         self.make_key(job, model_hash)
         key = self.wire_key(e.key)
@@ -821,15 +883,31 @@ class Runtime:
         replaced; that source is as good as ours (schema/sources.md: a model hash names one
         program), so the build goes on from it."""
         name = f"{SOURCE_NAME_PREFIX}{fingerprint}.pt2"
-        if model_hash is None:
-            return self.client().sources.put(None, path, name=name)["model_hash"]
-        try:
-            self.client().sources.put(model_hash, path, name=name)
-        except errors.InvalidArgument:
-            if not any(s.get("model_hash") == model_hash for s in self.client().sources.list(model_hash)):
-                raise
-            log.info("kiln: source %s was registered by another process first; building from it", model_hash[:16])
+        with self._connection() as c:
+            if model_hash is None:
+                return c.sources.put(None, path, name=name)["model_hash"]
+            try:
+                c.sources.put(model_hash, path, name=name)
+            except errors.InvalidArgument:
+                if not any(s.get("model_hash") == model_hash for s in c.sources.list(model_hash)):
+                    raise
+                log.info("kiln: source %s was registered by another process first; building from it",
+                         model_hash[:16])
         return model_hash
+
+    @contextlib.contextmanager
+    def _connection(self):
+        """A connection of its own for a request kilnd answers only after seconds (PUT_SOURCE:
+        its worker hashes the source), so that this runtime's other requests (the next block
+        class's lookup, the polls) do not queue behind it on the shared one; the caller's
+        client where compile_repeated_blocks was given one."""
+        if self._given_client:
+            yield self.client()
+            return
+        from ..client import Client
+
+        with Client(self.socket) as c:
+            yield c
 
     def poll(self, job, key):
         """Waits (in the background thread) for the build of `key` to land, then loads it;
