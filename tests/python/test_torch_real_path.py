@@ -67,6 +67,9 @@ def test_miss_builds_on_the_cpu_then_compiled_takes_over_and_a_fresh_process_hit
     # The four builds compiled into the node's compiler cache (kilnd's build work folder).
     work = os.path.join(node.folder, "store", "builds")
     assert os.listdir(os.path.join(work, "compiler-cache", "inductor")), os.listdir(work)
+    # with Inductor's precompiled headers, which torch keeps in the (per-build) TMPDIR
+    headers = os.path.join(work, "compiler-cache", "inductor", "precompiled_headers")
+    assert any(n.endswith(".gch") for n in os.listdir(headers)), os.listdir(headers)
 
     # A fresh process with other weights: a hit from its very first call, its own weights.
     fresh = run_family(node.socket, "--family", "flux", "--seed", "1", "--scales", "1,2")

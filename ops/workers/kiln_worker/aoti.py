@@ -9,6 +9,7 @@ import os
 import time
 
 import call_structure
+import inductor_headers
 import isa_probe
 import signature
 from report import WorkerError, log
@@ -35,6 +36,9 @@ def build(request):
     cfg["aot_inductor.package_constants_in_so"] = False
     if isa_probe.faster_isa_probes():
         log("aoti: Inductor's CPU-ISA probes load without importing torch (this torch imports it in each)")
+    headers = inductor_headers.share_precompiled_headers()
+    if headers:
+        log(f"aoti: precompiled headers in {headers}")
     package = os.path.join(workdir, "package.pt2")
     log(f"aoti: compiling with inductor configs {cfg}")
     metrics = _inductor_metrics()
