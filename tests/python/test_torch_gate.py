@@ -171,3 +171,58 @@ def test_without_a_model_boundary_a_block_boundary_is_taken_at_once(monkeypatch)
     gate.add_model_boundary()
     gate.add_model_boundary(-1)  # restore(): the model's hook is gone
     assert export_wait_inside_a_forward(gate, enter_model=False) < 20
+
+
+# A module traced by torch.fx in one thread while another thread calls its own modules:
+# the trace waits inside the traced forward (the patch in place) until the other thread's
+# call has run. Prints what that call did and the traced graph's operations.
+_TRACE_BESIDE_A_CALL = """
+import sys, threading, torch
+if sys.argv[1] == "confined":
+    from kiln.torch import _fx_threads
+    assert _fx_threads.confine()
+inside, called = threading.Event(), threading.Event()
+
+class Slow(torch.nn.Module):
+    def forward(self, x):
+        inside.set()
+        called.wait(30)
+        return torch.relu(x) + 1
+
+graph = []
+tracer = threading.Thread(target=lambda: graph.append(torch.fx.symbolic_trace(Slow()).graph))
+tracer.start()
+inside.wait(30)
+try:
+    out = torch.nn.Linear(2, 2)(torch.ones(1, 2))  # the model's thread, meanwhile
+    print("call ok", tuple(out.shape))
+except NameError as ex:
+    print("call NameError", ex)
+called.set()
+tracer.join(30)
+print("graph", [getattr(n.target, "__name__", str(n.target)) for n in graph[0].nodes if n.op == "call_function"])
+"""
+
+
+def _trace_beside_a_call(mode):
+    import os
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", _TRACE_BESIDE_A_CALL, mode], capture_output=True, text=True,
+                         timeout=120, env=dict(os.environ))
+    assert out.returncode == 0, out.stderr
+    return out.stdout.splitlines()
+
+
+def test_torch_fx_traces_break_other_threads_module_calls_and_confine_keeps_them_apart():
+    """on_miss="compile" traces in a background thread (torch.compile: make_fx, which runs
+    torch.fx's Tracer.trace) while the model's thread runs its modules. Unconfined, the
+    tracer's process-wide patch of nn.Module.__call__ takes the other thread's call (FLUX
+    on an H200: the user's forward raised this NameError); confined, that call runs as
+    itself and the trace is unchanged."""
+    call, graph = _trace_beside_a_call("unconfined")
+    assert call.startswith("call NameError") and "not installed as a submodule" in call, call
+    call_c, graph_c = _trace_beside_a_call("confined")
+    assert call_c == "call ok (1, 2)"
+    assert graph_c == graph and "relu" in graph_c, (graph, graph_c)

@@ -130,7 +130,8 @@ class ExportGate:
 
 # Held by whatever traces the block in a thread other than the model's: an export (which
 # also parks the model's thread, above) or on_miss="compile"'s background torch.compile
-# (which does not: dynamo traces without patching modules). One at a time.
+# (which does not: the patches of its tracer act on its own thread only, _fx_threads.py).
+# One at a time: two threads tracing at once could unpatch each other's methods.
 TRACING = threading.Lock()
 
 GATE = ExportGate()

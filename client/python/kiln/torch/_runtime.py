@@ -49,7 +49,7 @@ import weakref
 
 from .. import errors
 from ._weight_free import strip_weights  # noqa: F401  (kiln.torch._runtime.strip_weights, as before)
-from . import _aoti, _fingerprint, _gate, _hooks, _keys, _layouts, _node, _queue, _signature, _state, _variants
+from . import _aoti, _fingerprint, _fx_threads, _gate, _hooks, _keys, _layouts, _node, _queue, _signature, _state, _variants
 
 log = logging.getLogger("kiln.torch")
 
@@ -295,9 +295,10 @@ class Runtime:
         "ready", then through torch.compile (one graph per class and signature; the other
         instances' compiled forwards find it in dynamo's cache). Dynamo's callback, grad
         mode and the current CUDA device are per thread, so the model's own thread runs on
-        beside it; the grad and inference modes of the call are the compile's. It holds
-        _gate.TRACING, as an export does: torch.export's tracer patches nn.Module.__call__
-        for the whole process. `structure` is the block's state at the call: a compile
+        beside it; the grad and inference modes of the call are the compile's. torch.fx's
+        tracer (under make_fx, so under every torch.compile) patches nn.Module.__call__ for
+        the whole process: _fx_threads confines that to the compile's thread, and where it
+        cannot, nothing is compiled. It holds _gate.TRACING, as an export does. `structure` is the block's state at the call: a compile
         that would start in another does not run, and the entry stays eager until its
         package lands. Dynamo guards every value its trace read (a LoRA scaling, say), so a
         state that changes during the compile cannot make it run a wrong graph; at worst a
@@ -309,6 +310,12 @@ class Runtime:
         def copy(x):
             return x.detach().clone() if isinstance(x, torch.Tensor) else x
 
+        if not _fx_threads.confine():
+            entry.jit_problem = ("torch.compile not run, eager until the package lands: this torch's tracer "
+                                 "patches nn.Module for the whole process, and would take the model's own calls")
+            entry.jit_state = "failed"
+            log.warning("kiln: %s: %s", entry.region, entry.jit_problem)
+            return
         args, kwargs = tree_map(copy, (tuple(args), dict(kwargs)))
         grad, inference = torch.is_grad_enabled(), torch.is_inference_mode_enabled()
         entry.jit_state = "compiling"
