@@ -47,6 +47,13 @@ VARIANTS = {
                         {"TORCHINDUCTOR_COMPILE_THREADS": "4"}),
     "pair-side-by-side": ("both block classes at once, empty caches each (kilnd's builds_per_gpu)", "pair", "fresh",
                           {}, {}),
+    # today's worker (the ISA-probe fix), profiled: where the C++ phase's time goes now
+    "single-now": ("FluxSingleTransformerBlock, empty caches, the worker's ISA-probe fix, profiled", "single", "fresh",
+                   {"_isa_fix": True, "_profile": True}, {}),
+    "double-now": ("FluxTransformerBlock on single-now's caches (a node's second class), profiled", "double",
+                   "single-now", {"_isa_fix": True, "_profile": True}, {}),
+    "double-now-O0": ("FluxTransformerBlock on single-now's caches, wrapper at -O0", "double", "single-now",
+                      {"_isa_fix": True, "aot_inductor.compile_wrapper_opt_level": "O0"}, {}),
 }
 
 CHILD = r'''
@@ -57,7 +64,22 @@ import_s = time.monotonic() - t0
 sys.path.insert(0, sys.argv[1])
 import aoti
 src, pkg, cfg = sys.argv[2], sys.argv[3], json.loads(sys.argv[4])
+if cfg.pop("_isa_fix", False):
+    import isa_probe
+    isa_probe.faster_isa_probes()
+profile = cfg.pop("_profile", False)
 cpp = []
+import subprocess
+procs = []
+_run = subprocess.run
+def timed_run(cmd, *a, **k):
+    t = time.monotonic()
+    try:
+        return _run(cmd, *a, **k)
+    finally:
+        c = cmd if isinstance(cmd, str) else " ".join(map(str, cmd))
+        procs.append([c[:160], round(time.monotonic() - t, 2)])
+subprocess.run = timed_run
 from torch._inductor import cpp_builder
 _build = cpp_builder.CppBuilder.build
 def timed_build(self, *a, **k):
@@ -73,6 +95,10 @@ load_s = time.monotonic() - t
 metrics = aoti._inductor_metrics(); metrics.clear()
 tc = cfg.pop("torch_compile", False)
 t = time.monotonic()
+if profile:
+    import cProfile, pstats, io
+    prof = cProfile.Profile()
+    prof.enable()
 with torch.no_grad():
     if tc:
         args, kwargs = torch.load(src + ".inputs", weights_only=False)
@@ -82,11 +108,18 @@ with torch.no_grad():
         cfg["aot_inductor.package_constants_in_so"] = False
         torch._inductor.aoti_compile_and_package(ep, package_path=pkg, inductor_configs=cfg)
 compile_s = time.monotonic() - t
+top = []
+if profile:
+    prof.disable()
+    st = pstats.Stats(prof)
+    for (f, line, fn), (cc, nc, tt, ct, callers) in sorted(st.stats.items(), key=lambda kv: -kv[1][3])[:60]:
+        if ct >= 0.3:
+            top.append([f"{os.path.basename(f)}:{line}:{fn}", round(ct, 2), nc])
 from torch._dynamo.utils import counters
 print(json.dumps({"import_torch_s": round(import_s, 2), "load_source_s": round(load_s, 2),
                   "compile_s": round(compile_s, 2),
                   "phases": {k[:-2]: round(v, 2) for k, v in aoti.compile_phases(metrics, compile_s).items()},
-                  "cpp_compiles": cpp, "kernels": int(counters["inductor"].get("generated_kernel_count", 0)),
+                  "cpp_compiles": cpp, "subprocess_runs": procs[:80], "profile_top": top, "kernels": int(counters["inductor"].get("generated_kernel_count", 0)),
                   "compile_threads": torch._inductor.config.compile_threads,
                   "package_bytes": os.path.getsize(pkg) if os.path.exists(pkg) else 0}))
 '''
