@@ -209,8 +209,11 @@ def _trace_beside_a_call(mode):
     import subprocess
     import sys
 
+    import kiln
+
+    package = os.path.dirname(os.path.dirname(os.path.abspath(kiln.__file__)))  # this kiln, for the child
     out = subprocess.run([sys.executable, "-c", _TRACE_BESIDE_A_CALL, mode], capture_output=True, text=True,
-                         timeout=120, env=dict(os.environ))
+                         timeout=120, env=dict(os.environ, PYTHONPATH=package))
     assert out.returncode == 0, out.stderr
     return out.stdout.splitlines()
 

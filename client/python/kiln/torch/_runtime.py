@@ -205,20 +205,25 @@ def _stop_requested():
     return _stopping.is_set() or (stopped is not None and stopped())
 
 
+# Threads of a runtime that interpreter exit waits for (below), besides its miss and prefetch threads.
+_JOINED_AT_EXIT = ("kiln-register", "kiln-jit", "kiln-variant")
+
+
 @atexit.register
 def _stop_at_exit():
     """Stops the background threads before the interpreter finalizes. A daemon thread still
     inside torch.export when Python tears down aborts the process ("terminate called
     without an active exception", exit 134: seen on the H100); so the export in flight is
-    let finish (bounded by EXIT_WAIT_S), as are a background compile and a variant's timing
-    (package runs); waiting for builds stops at once."""
+    let finish (bounded by EXIT_WAIT_S), as are a source's registration (its upload, then its
+    temporary archive removed), a background compile and a variant's timing (package
+    runs); waiting for builds stops at once."""
     _stopping.set()
     runtimes = list(_running)
     for r in runtimes:
         r.stop()
     deadline = time.monotonic() + EXIT_WAIT_S
     for r in runtimes:
-        for t in [r._thread, r._prefetch_thread] + [t for t in r._threads if t.name in ("kiln-jit", "kiln-variant")]:
+        for t in [r._thread, r._prefetch_thread] + [t for t in r._threads if t.name in _JOINED_AT_EXIT]:
             if t is not None and t.is_alive():
                 t.join(max(0.0, deadline - time.monotonic()))
 
