@@ -303,12 +303,12 @@ class Runtime:
         beside it; the grad and inference modes of the call are the compile's. torch.fx's
         tracer (under make_fx, so under every torch.compile) patches nn.Module.__call__ for
         the whole process: _fx_threads confines that to the compile's thread, and where it
-        cannot, nothing is compiled. It holds _gate.TRACING, as an export does. `structure` is the block's state at the call: a compile
-        that would start in another does not run, and the entry stays eager until its
-        package lands. Dynamo guards every value its trace read (a LoRA scaling, say), so a
-        state that changes during the compile cannot make it run a wrong graph; at worst a
-        call in a state it did not see compiles again (diffusers' per-call LoRA scale is in
-        the block only while a model call runs)."""
+        cannot, nothing is compiled. It holds _gate.TRACING, as an export does. `structure`
+        is the block's state at the call: a compile that would start in another does not
+        run, and the entry stays eager until its package lands. Dynamo guards every value
+        its trace read (a LoRA scaling, say), so a state that changes during the compile
+        cannot make it run a wrong graph; at worst a call in a state it did not see compiles
+        again (diffusers' per-call LoRA scale is in the block only while a model call runs)."""
         import torch
         from torch.utils._pytree import tree_map
 
