@@ -22,7 +22,7 @@ namespace kiln::build {
 // 13-16 s per process on the H200 node's uv-installed torch 2.11, against a few seconds once
 // the bytecode is cached (tests/gpu/RESULTS-build-speed.md, 8). Bytecode is checked against
 // its source's mtime and size at each import, so one folder serves the node's builds, hash
-// checks and probe; with `shared_compiler_cache` off, a build's is its own (`dir`), and a
+// checks and probe; with `shared_compiler_cache` off, a build's is its own (in `job_dir`), and a
 // run without one gets none. io_error when the folder cannot be made or given away.
 inline Status use_node_bytecode_cache(const SchedulerOptions& options, WorkerCommand& cmd,
                                       const std::filesystem::path& job_dir = {}) {
