@@ -261,8 +261,10 @@ def report(rows_dir, notes=(), notes_file=None):
         elif t is None or fc is None:
             cells.append("not run")
         else:
+            built = mi.get("model_built_s")
+            since = f"; {t - built:.1f} s after its model was built: {(t - built) / fc:.1f}×" if built else ""
             cells.append(f"{t:.1f} s vs first call {fc:.1f} s = **{t / fc:.1f}×** (vs its TTR {ttr:.1f} s: "
-                         f"{t / ttr:.1f}×)")
+                         f"{t / ttr:.1f}×{since})")
         w(f"| {TITLES[fam]} | " + " | ".join(cells) + " |")
     w("")
 
