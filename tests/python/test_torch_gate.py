@@ -5,7 +5,6 @@ failed)."""
 import threading
 import time
 
-import pytest
 
 from kiln.torch import _gate
 
