@@ -5,7 +5,6 @@ failed)."""
 import threading
 import time
 
-
 from kiln.torch import _gate
 
 
