@@ -146,44 +146,6 @@ def test_miss_runs_eager_then_the_built_package_takes_over(kilnd, seams):
     assert info["key"]["region"] == "Block" and info["key"]["inputs"][0]["shape"] == [2, 4, 8]
 
 
-class OtherBlock(Block):
-    pass
-
-
-class TwoClassModel(torch.nn.Module):
-    _repeated_blocks = ["Block", "OtherBlock"]
-
-    def __init__(self):
-        super().__init__()
-        self.first, self.second = Block(), OtherBlock()
-
-    def forward(self, x, temb=None, **kw):
-        return self.second(hidden_states=self.first(hidden_states=x, temb=temb)[0], temb=temb)[0]
-
-
-def test_a_second_block_class_is_exported_while_kilnd_still_checks_the_first_source(kilnd, seams, monkeypatch):
-    """kilnd's hash check of a registered source runs a worker process (4-10 s on the H200):
-    the next block class's export does not wait for it, and both classes build. Before,
-    the miss thread registered each source before exporting the next class."""
-    started = []
-
-    def timed_export(*args, **kwargs):
-        started.append(time.monotonic())
-        return seams.export(*args, **kwargs)
-
-    monkeypatch.setattr(_runtime, "EXPORTER", timed_export)
-    seams.command = {"hash_sleep_ms": 3000}
-    model, x = TwoClassModel(), torch.randn(2, 4, 8)
-    expected = run(model, x)
-    kiln.torch.compile_repeated_blocks(model, socket=kilnd.socket)
-    assert torch.equal(run(model, x), expected)
-    assert kiln.torch.wait(model, timeout=60)
-    assert states(model) == ["hit", "hit"], kiln.torch.status(model)
-    assert len(started) == 2 and started[1] - started[0] < 2.0, started  # not after the first's 3 s check
-    assert sorted(kilnd.builds()) == ["Block", "OtherBlock"]
-    assert torch.allclose(run(model, x), expected)
-
-
 def test_a_program_another_process_registered_first_is_built_from_its_source(kilnd, seams, tmp_path):
     """Two processes export one block at once: their archives differ (each carries what it
     was traced with), their model hash does not, and kilnd keeps the first source. The
@@ -484,6 +446,29 @@ class TwoClasses(torch.nn.Module):
         for b in self.blocks:
             x = b(hidden_states=x, temb=temb, **kw)[0]
         return x
+
+
+def test_a_second_block_class_is_exported_while_kilnd_still_checks_the_first_source(kilnd, seams, monkeypatch):
+    """kilnd's hash check of a registered source runs a worker process (4-10 s on the H200):
+    the next block class's export does not wait for it, and both classes build. Before,
+    the miss thread registered each source before exporting the next class."""
+    started = []
+
+    def timed_export(*args, **kwargs):
+        started.append(time.monotonic())
+        return seams.export(*args, **kwargs)
+
+    monkeypatch.setattr(_runtime, "EXPORTER", timed_export)
+    seams.command = {"hash_sleep_ms": 3000}
+    model, x = TwoClasses(), torch.randn(2, 4, 8)
+    expected = run(model, x)
+    kiln.torch.compile_repeated_blocks(model, socket=kilnd.socket)
+    assert torch.equal(run(model, x), expected)
+    assert kiln.torch.wait(model, timeout=60)
+    assert states(model) == ["hit", "hit"], kiln.torch.status(model)
+    assert len(started) == 2 and started[1] - started[0] < 2.0, started  # not after the first's 3 s check
+    assert sorted(kilnd.builds()) == ["Block", "Other"]
+    assert torch.allclose(run(model, x), expected)
 
 
 def test_every_block_class_is_asked_for_at_once_so_kilnd_builds_them_side_by_side(kilnd, seams):
