@@ -41,7 +41,8 @@ def run(root, cache, **extra):
 
 
 def cached(cache):
-    return sorted(name for _, _, names in os.walk(cache) for name in names if name.endswith(".pyc"))
+    """The .pyc files under `cache`: file name -> modification time (ns)."""
+    return {n: os.stat(os.path.join(d, n)).st_mtime_ns for d, _, ns in os.walk(cache) for n in ns if n.endswith(".pyc")}
 
 
 def test_without_bytecode_beside_it_the_process_and_its_children_compile_into_the_named_folder(tmp_path):
@@ -53,9 +54,8 @@ def test_without_bytecode_beside_it_the_process_and_its_children_compile_into_th
     assert any(n.startswith("child.") for n in names), names  # the child process's import, through the environment
     assert not (pkg / "__pycache__").exists()  # nothing written into the installation
     # A second process finds it there and leaves it as it was.
-    before = {n: os.stat(os.path.join(d, n)).st_mtime_ns for d, _, ns in os.walk(cache) for n in ns}
     assert run(tmp_path, cache) == str(cache)
-    assert {n: os.stat(os.path.join(d, n)).st_mtime_ns for d, _, ns in os.walk(cache) for n in ns} == before
+    assert cached(cache) == names
 
 
 def test_an_installation_with_its_bytecode_keeps_using_it(tmp_path):
@@ -63,7 +63,7 @@ def test_an_installation_with_its_bytecode_keeps_using_it(tmp_path):
     assert compileall.compile_dir(str(pkg), quiet=1)
     cache = tmp_path / "node-cache"
     assert run(tmp_path, cache) == "None"
-    assert cached(cache) == []
+    assert cached(cache) == {}
 
 
 def test_no_folder_named_changes_nothing(tmp_path):
@@ -72,4 +72,4 @@ def test_no_folder_named_changes_nothing(tmp_path):
     # an operator's own prefix wins over kilnd's
     cache = tmp_path / "node-cache"
     assert run(tmp_path, cache, PYTHONPYCACHEPREFIX=str(tmp_path / "theirs")) == "None"
-    assert cached(cache) == []
+    assert cached(cache) == {}
