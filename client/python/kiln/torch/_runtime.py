@@ -49,7 +49,8 @@ import weakref
 
 from .. import errors
 from ._weight_free import strip_weights  # noqa: F401  (kiln.torch._runtime.strip_weights, as before)
-from . import _aoti, _fingerprint, _fx_threads, _gate, _hooks, _keys, _layouts, _node, _queue, _signature, _state, _variants
+from . import (_aoti, _fingerprint, _fx_threads, _gate, _hooks, _keys, _layouts, _node, _queue, _signature, _state,
+               _variants)
 
 log = logging.getLogger("kiln.torch")
 
