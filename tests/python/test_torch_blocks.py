@@ -448,6 +448,19 @@ class TwoClasses(torch.nn.Module):
         return x
 
 
+def two_classes_built(kilnd, seams, command, timeout):
+    """A TwoClasses model through its misses, the test worker given `command`: the first
+    call runs eager (eager's output), then both classes hit. Returns (model, x, expected)."""
+    seams.command = command
+    model, x = TwoClasses(), torch.randn(2, 4, 8)
+    expected = run(model, x)
+    kiln.torch.compile_repeated_blocks(model, socket=kilnd.socket)
+    assert torch.equal(run(model, x), expected)
+    assert kiln.torch.wait(model, timeout=timeout)
+    assert states(model) == ["hit", "hit"], kiln.torch.status(model)
+    return model, x, expected
+
+
 def test_a_second_block_class_is_exported_while_kilnd_still_checks_the_first_source(kilnd, seams, monkeypatch):
     """kilnd's hash check of a registered source runs a worker process (4-10 s on the H200):
     the next block class's export does not wait for it, and both classes build. Before,
@@ -459,13 +472,7 @@ def test_a_second_block_class_is_exported_while_kilnd_still_checks_the_first_sou
         return seams.export(*args, **kwargs)
 
     monkeypatch.setattr(_runtime, "EXPORTER", timed_export)
-    seams.command = {"hash_sleep_ms": 3000}
-    model, x = TwoClasses(), torch.randn(2, 4, 8)
-    expected = run(model, x)
-    kiln.torch.compile_repeated_blocks(model, socket=kilnd.socket)
-    assert torch.equal(run(model, x), expected)
-    assert kiln.torch.wait(model, timeout=60)
-    assert states(model) == ["hit", "hit"], kiln.torch.status(model)
+    model, x, expected = two_classes_built(kilnd, seams, {"hash_sleep_ms": 3000}, timeout=60)
     assert len(started) == 2 and started[1] - started[0] < 2.0, started  # not after the first's 3 s check
     assert sorted(kilnd.builds()) == ["Block", "Other"]
     assert torch.allclose(run(model, x), expected)
@@ -476,13 +483,7 @@ def test_every_block_class_is_asked_for_at_once_so_kilnd_builds_them_side_by_sid
     # queue the second only after the first finished; asked for at once, the second is
     # queued moments after the first, seconds before the first finishes, which kilnd's
     # whole-second times still tell apart on a slow machine.
-    seams.command = {"sleep_ms": 5000}
-    model, x = TwoClasses(), torch.randn(2, 4, 8)
-    expected = run(model, x)
-    kiln.torch.compile_repeated_blocks(model, socket=kilnd.socket)
-    assert torch.equal(run(model, x), expected)
-    assert kiln.torch.wait(model, timeout=120)
-    assert states(model) == ["hit", "hit"], kiln.torch.status(model)
+    model, x, expected = two_classes_built(kilnd, seams, {"sleep_ms": 5000}, timeout=120)
     with kiln.Client(kilnd.socket) as c:
         # kilnd serves an artifact before its job turns done (the build record's fsync).
         wait_for(lambda: [b["state"] for b in c.build_status()] == ["done", "done"], timeout=60,
