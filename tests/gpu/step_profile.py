@@ -48,7 +48,7 @@ def kind_of(kernel):
 
 
 def kernel_profile(step, steps=5):
-    """Per step: kernel ms by kind and the ten longest kernels, from torch.profiler's CUDA
+    """Per step: kernel ms by kind, kernels run, and the ten longest kernels, from torch.profiler's CUDA
     events (one stream: kernels do not overlap, so the sum is the busy time)."""
     import torch
     from torch.profiler import ProfilerActivity, profile
