@@ -15,10 +15,10 @@ process per family, one after another on the same model and inputs:
                over each block's calls (torch.compiler.cudagraph_mark_step_begin() before each
                step, as torch asks of a loop that keeps no output of the step before)
   whole-cg     torch.compile(model, mode="reduce-overhead"): one graph tree over the model
-Each compiled row: step ms (median, synced), the host's time to queue a step, the error
-against this process's eager output, and (regional, whole) torch.profiler's kernel time per
-step by kind: GEMM (cuBLAS/CUTLASS), attention (cuDNN/flash), Triton (Inductor's fused
-kernels), other; GPU idle = step - kernel time; the GEMMs' achieved TFLOP/s. If GEMMs and
+Every row: step ms (median, synced), the host's time to queue a step, and torch.profiler's
+kernel time per step by kind: GEMM (cuBLAS/CUTLASS), attention (cuDNN/flash), Triton
+(Inductor's fused kernels), other; a compiled row also its error against this process's
+eager output; GPU idle = step - kernel time; the GEMMs' achieved TFLOP/s. If GEMMs and
 attention are most of the step and run near what this GPU does on a large matmul, no
 per-block package with the same kernels and precision reaches 0.9 x regional's step.
 Writes OUT_DIR/step_profile.json; prints each row as it lands.
@@ -48,8 +48,9 @@ def kind_of(kernel):
 
 
 def kernel_profile(step, steps=5):
-    """Per step: kernel ms by kind, kernels run, and the ten longest kernels, from torch.profiler's CUDA
-    events (one stream: kernels do not overlap, so the sum is the busy time)."""
+    """Per step: kernel ms by kind, kernels run, and the ten longest kernels, from
+    torch.profiler's CUDA events (one stream: kernels do not overlap, so the sum is the busy
+    time)."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
@@ -87,46 +88,41 @@ def child(family, mode):
     import torch
 
     import families_gpu_configs as cfg
-    from families_gpu import _sync, rel_err, time_steps, uncompile
+    from families_gpu import _sync, rel_err, time_steps
 
     fam = cfg.FAMILIES[family]
     model = cfg.build_model(family, 0, os.environ.get("KILN_FAMILIES_WORK", "/tmp/kiln-step-profile"))
     x = fam.inputs(model, 0)
-    step = lambda: model(**x, return_dict=False)[0]  # noqa: E731
+    step = lambda: model(**x, return_dict=False)[0]  # noqa: E731  (sees `model` rebound below)
     row = {"family": family, "mode": mode, "torch": torch.__version__,
            "gpu": torch.cuda.get_device_name() if cfg.DEVICE == "cuda" else "cpu"}
     with torch.no_grad():
         ref = step().clone()
-        if mode == "eager":
-            row["step_ms"], row["host_ms"] = (round(v, 3) for v in time_steps(step)[:2])
-            row["flops"] = flops(step)
-            row["kernels_ms"], row["kernels_per_step"], row["top"] = kernel_profile(step)
-            return row
-        if fam.block_classes:
-            model._repeated_blocks = list(fam.block_classes)
-        t = time.monotonic()
-        if mode == "regional":
-            model.compile_repeated_blocks(fullgraph=True)
-        elif mode == "regional-cg":
-            model.compile_repeated_blocks(fullgraph=True, mode="reduce-overhead")
-        else:
-            model = torch.compile(model, mode="reduce-overhead" if mode == "whole-cg" else None)
-        if mode.endswith("-cg"):
-            def step():
-                torch.compiler.cudagraph_mark_step_begin()
-                return model(**x, return_dict=False)[0]
-        else:
-            step = lambda: model(**x, return_dict=False)[0]  # noqa: E731
-        out = step().clone()
-        _sync()
-        row["first_call_s"] = round(time.monotonic() - t, 2)
+        if mode != "eager":
+            if fam.block_classes:
+                model._repeated_blocks = list(fam.block_classes)
+            cg = mode.endswith("-cg")
+            t = time.monotonic()
+            if mode.startswith("regional"):
+                model.compile_repeated_blocks(fullgraph=True, mode="reduce-overhead" if cg else None)
+            else:
+                model = torch.compile(model, mode="reduce-overhead" if cg else None)
+            if cg:
+                def step():
+                    torch.compiler.cudagraph_mark_step_begin()
+                    return model(**x, return_dict=False)[0]
+            out = step().clone()
+            _sync()
+            row["first_call_s"] = round(time.monotonic() - t, 2)
+            row["rel_err_vs_eager"] = rel_err(out, ref)
         row["step_ms"], row["host_ms"] = (round(v, 3) for v in time_steps(step)[:2])
-        row["rel_err_vs_eager"] = rel_err(out, ref)
+        if mode == "eager":
+            row["flops"] = flops(step)
         row["kernels_ms"], row["kernels_per_step"], row["top"] = kernel_profile(step)
+    if mode != "eager":
         from torch._dynamo.utils import counters
 
         row["cudagraph_skips"] = dict(counters["inductor"]).get("cudagraph_skips", 0)
-        uncompile(model)
     return row
 
 
@@ -167,7 +163,7 @@ def main():
             with open(os.path.join(out_dir, "step_profile.json"), "w") as f:
                 json.dump({"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                            "rows": summarize(rows)}, f, indent=1)
-    for r in summarize(rows):
+    for r in rows:  # summarized in place above
         print(r["family"], r["mode"], r.get("step_ms"), r.get("vs_regional"), r.get("kernels_ms"),
               r.get("gpu_idle_ms"), r.get("gemm_tflops"), r.get("rel_err_vs_eager"), flush=True)
 
